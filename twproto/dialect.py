@@ -1,0 +1,12 @@
+"""The four API formats ("dialects") a client may speak and an upstream may serve."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Dialect(StrEnum):
+    ANTHROPIC = "anthropic"
+    OPENAI_CHAT = "openai-chat"
+    OPENAI_RESPONSES = "openai-responses"
+    GEMINI = "gemini"
