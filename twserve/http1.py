@@ -1,0 +1,369 @@
+"""HTTP/1.1 transport: anyio sockets driving h11's state machine.
+
+One task per connection. For each request the task reads the head and the whole body (bounded),
+then runs the handler with a `Responder` that streams the answer as chunked transfer coding.
+While the handler runs, a watcher task keeps reading the socket: end of file or a reset means the
+client has gone, and the handler's cancel scope is cancelled so that the upstream call it makes
+is torn down with it (anyio cancel scopes, never a bare task cancel — see SPEC §20).
+
+Limits guard against bad or slow clients:
+
+* h11's ``max_incomplete_event_size`` only bounds a head that has not fully arrived, so a 100 KB
+  head that arrives in one read slips past it. The head's size is therefore counted here from the
+  parsed event too, and anything over `ServerLimits.max_header_bytes` is answered with 431.
+* The body is bounded by `ServerLimits.max_body_bytes` (413), checked against Content-Length up
+  front and against the bytes actually received for chunked bodies.
+* Reading a head or body is bounded in time (408), and so is an idle keep-alive connection.
+
+Errors the transport itself answers (bad HTTP, limits, timeouts) are written by an
+`ErrorWriter` supplied by the application so they come out in the client's API format.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+import h11
+
+from twproto.paths import split_target
+from twserve.httptypes import Handler, Headers, Request
+
+log = logging.getLogger("twserve.http1")
+
+__all__ = ["ClientGone", "ErrorWriter", "ServerLimits", "serve", "serve_listener"]
+
+READ_SIZE = 65536
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 200
+    max_body_bytes: int = 32 * 1024 * 1024
+    head_timeout: float = 30.0
+    body_timeout: float = 60.0
+    keepalive_timeout: float = 75.0
+
+
+# (request path or None, status, message code, message) -> (headers, body)
+ErrorWriter = Callable[[str | None, int, str, str], tuple[Headers, bytes]]
+
+
+def plain_error(path: str | None, status: int, code: str, message: str) -> tuple[Headers, bytes]:
+    body = b'{"error":{"message":"%s","type":"invalid_request_error","code":"%s"}}' % (
+        message.encode(),
+        code.encode(),
+    )
+    return [(b"content-type", b"application/json")], body
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its answer was being written."""
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, code: str, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.path = path
+
+
+class _Responder:
+    __slots__ = ("_conn", "_ended", "_started")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._started = False
+        self._ended = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    async def start(self, status: int, headers: Headers) -> None:
+        if self._started:
+            raise RuntimeError("response already started")
+        self._started = True
+        await self._conn.write(h11.Response(status_code=status, headers=headers))
+
+    async def send(self, data: bytes) -> None:
+        if data:
+            await self._conn.write(h11.Data(data=data))
+
+    async def end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            await self._conn.write(h11.EndOfMessage())
+
+    async def abort(self) -> None:
+        self._ended = True
+        await self._conn.close()
+
+
+class _Connection:
+    """One client connection; owns the h11 state machine and the socket."""
+
+    def __init__(
+        self,
+        stream: anyio.abc.SocketStream,
+        handler: Handler,
+        limits: ServerLimits,
+        errors: ErrorWriter,
+    ) -> None:
+        self.stream = stream
+        self.handler = handler
+        self.limits = limits
+        self.errors = errors
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
+        self.closed = False
+        self.client_gone = anyio.Event()
+        try:
+            peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
+            self.peer: tuple[str, int] = (
+                (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else (str(peer), 0)
+            )
+        except Exception:
+            self.peer = ("", 0)
+
+    async def write(self, event: Any) -> None:
+        if self.closed:
+            raise ClientGone()
+        data = self.h11.send(event)
+        if data:
+            try:
+                await self.stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self.closed = True
+                self.client_gone.set()
+                raise ClientGone() from exc
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.client_gone.set()
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _receive(self) -> bytes:
+        try:
+            return await self.stream.receive(READ_SIZE)
+        except anyio.EndOfStream:
+            return b""
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return b""
+
+    async def _next_event(self, timeout: float) -> Any:
+        """The next h11 event, reading from the socket as needed, within `timeout` seconds."""
+        with anyio.fail_after(timeout):
+            while True:
+                event = self.h11.next_event()
+                if event is not h11.NEED_DATA:
+                    return event
+                data = await self._receive()
+                self.h11.receive_data(data)
+
+    async def run(self) -> None:
+        try:
+            while not self.closed:
+                keep_going = await self._one_request()
+                if not keep_going:
+                    break
+        except Exception:  # a bug: keep the server up, drop the connection
+            log.exception("connection from %s failed", self.peer[0])
+        finally:
+            await self.close()
+
+    async def _one_request(self) -> bool:
+        first = self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]
+        timeout = self.limits.keepalive_timeout if first else self.limits.head_timeout
+        try:
+            try:
+                event = await self._next_event(timeout)
+            except TimeoutError:
+                if self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]:
+                    return False  # idle keep-alive connection: close quietly
+                raise _Reject(
+                    408, "gw.request.timeout", "request head not received in time"
+                ) from None
+            except h11.RemoteProtocolError as exc:
+                status = exc.error_status_hint
+                if status == 431 or "too long" in str(exc).lower():
+                    raise _Reject(
+                        431, "gw.request.headers_too_large", "request headers too large"
+                    ) from None
+                raise _Reject(
+                    status, "gw.request.bad_http", f"malformed HTTP request: {exc}"
+                ) from None
+            if isinstance(event, h11.ConnectionClosed):
+                return False
+            if not isinstance(event, h11.Request):
+                return False
+            request = self._check_head(event)
+            request.body = await self._read_body(request)
+        except _Reject as rej:
+            await self._send_rejection(rej)
+            return False
+        return await self._dispatch(request)
+
+    def _check_head(self, event: h11.Request) -> Request:
+        path, query = split_target(event.target)
+        headers = list(event.headers)
+        size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in headers)
+        if size > self.limits.max_header_bytes or len(headers) > self.limits.max_headers:
+            raise _Reject(431, "gw.request.headers_too_large", "request headers too large", path)
+        length: int | None = None
+        for name, value in headers:
+            if name == b"content-length":
+                length = int(value)
+        if length is not None and length > self.limits.max_body_bytes:
+            raise _Reject(
+                413,
+                "gw.request.body_too_large",
+                f"request body larger than {self.limits.max_body_bytes} bytes",
+                path,
+            )
+        return Request(
+            method=event.method.decode("ascii", "replace"),
+            target=event.target,
+            path=path,
+            query=query,
+            headers=headers,
+            body=b"",
+            client=self.peer,
+            http_version=event.http_version.decode("ascii", "replace"),
+        )
+
+    async def _read_body(self, request: Request) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                event = await self._next_event(self.limits.body_timeout)
+            except TimeoutError:
+                raise _Reject(
+                    408, "gw.request.timeout", "request body not received in time", request.path
+                ) from None
+            except h11.RemoteProtocolError as exc:
+                raise _Reject(
+                    400, "gw.request.bad_http", f"malformed request body: {exc}", request.path
+                ) from None
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.limits.max_body_bytes:
+                    raise _Reject(
+                        413,
+                        "gw.request.body_too_large",
+                        f"request body larger than {self.limits.max_body_bytes} bytes",
+                        request.path,
+                    )
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            else:  # ConnectionClosed mid-body
+                raise _Reject(400, "gw.request.bad_http", "request body truncated", request.path)
+
+    async def _send_rejection(self, rej: _Reject) -> None:
+        headers, body = self.errors(rej.path, rej.status, rej.code, rej.message)
+        length = str(len(body)).encode()
+        headers = [*headers, (b"content-length", length), (b"connection", b"close")]
+        try:
+            if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                await self.write(h11.Response(status_code=rej.status, headers=headers))
+                await self.write(h11.Data(data=body))
+                await self.write(h11.EndOfMessage())
+        except (ClientGone, h11.LocalProtocolError):
+            pass
+
+    async def _watch_client(self, scope: anyio.CancelScope) -> None:
+        """Read while the handler runs; end of file means the client left."""
+        while True:
+            data = await self._receive()
+            if not data:
+                self.client_gone.set()
+                scope.cancel()
+                return
+            # Pipelined bytes of the next request: keep them for h11, bounded.
+            if len(self.h11.trailing_data[0]) + len(data) > self.limits.max_header_bytes * 2:
+                await anyio.sleep_forever()
+            self.h11.receive_data(data)
+
+    async def _dispatch(self, request: Request) -> bool:
+        responder = _Responder(self)
+        async with anyio.create_task_group() as tg:
+            handler_scope = anyio.CancelScope()
+
+            async def watch() -> None:
+                await self._watch_client(handler_scope)
+
+            tg.start_soon(watch)
+            try:
+                with handler_scope:
+                    await self.handler(request, responder)
+            except ClientGone:
+                pass
+            except Exception:
+                log.exception("handler failed for %s %s", request.method, request.path)
+                if not responder.started and not self.closed:
+                    await self._send_rejection(
+                        _Reject(500, "gw.internal", "internal gateway error", request.path)
+                    )
+                    tg.cancel_scope.cancel()
+                    return False
+            tg.cancel_scope.cancel()
+        if self.closed or self.client_gone.is_set():
+            return False
+        if not responder.started:
+            await self._send_rejection(
+                _Reject(500, "gw.internal", "handler wrote no response", request.path)
+            )
+            return False
+        if self.h11.our_state is h11.SEND_BODY:
+            # The handler stopped without ending its answer: the connection cannot be reused.
+            return False
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            try:
+                self.h11.start_next_cycle()
+            except h11.LocalProtocolError:
+                return False
+            return True
+        return False
+
+
+async def serve_listener(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    handler: Handler,
+    *,
+    limits: ServerLimits | None = None,
+    errors: ErrorWriter = plain_error,
+) -> None:
+    """Serve HTTP/1.1 on an already bound listener until cancelled."""
+    lim = limits or ServerLimits()
+
+    async def on_connect(stream: anyio.abc.SocketStream) -> None:
+        await _Connection(stream, handler, lim, errors).run()
+
+    await listener.serve(on_connect)
+
+
+async def serve(
+    handler: Handler,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: ServerLimits | None = None,
+    errors: ErrorWriter = plain_error,
+    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Bind `host:port` and serve until cancelled; `task_status.started(port)` reports the port."""
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    async with listener:
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started(int(bound))
+        await serve_listener(listener, handler, limits=limits, errors=errors)
