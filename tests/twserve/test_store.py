@@ -1,0 +1,65 @@
+"""The SQLite request store: rows queue without blocking and none is lost on close."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from contextlib import closing
+from pathlib import Path
+
+import anyio
+import pytest
+
+from twserve.store import RequestRow, RequestStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_every_queued_row_is_written_before_close_returns(tmp_path: Path) -> None:
+    store = RequestStore(tmp_path / "r.sqlite3")
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for i in range(500):
+            store.record(
+                RequestRow(id=f"r{i}", ts=1000.0 + i, path="/v1/messages", input_tokens=i,
+                           routing={"attempts": [{"provider": "a"}]}, translated=["x"])
+            )
+        store.close()
+    assert store.written == 500
+    rows = await store.recent(limit=1000)
+    assert len(rows) == 500
+    newest = rows[0]
+    assert newest["id"] == "r499" and newest["input_tokens"] == 499
+    assert newest["routing"] == {"attempts": [{"provider": "a"}]}
+    assert newest["translated"] == ["x"] and newest["stream"] is False
+    store.close_db()
+
+
+async def test_file_is_private_and_wal(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    store = RequestStore(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with closing(sqlite3.connect(path)) as db:
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    store.close_db()
+
+
+async def test_reopening_keeps_history(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    for round_ in range(2):
+        store = RequestStore(path)
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run)
+            store.record(RequestRow(id=f"x{round_}", ts=float(round_), path="/p"))
+            store.close()
+        store.close_db()
+    with closing(sqlite3.connect(path)) as db:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        ids = {r[0] for r in db.execute("SELECT id FROM requests")}
+    assert ids == {"x0", "x1"} and version == 1

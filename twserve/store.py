@@ -1,0 +1,229 @@
+"""The request store: one SQLite row per request, written off the forwarding path.
+
+Handlers call `RequestStore.record(row)`, which only puts the row on an in-memory queue and
+never waits. A single writer task takes whatever has queued, writes it in one transaction on a
+worker thread, and goes back for more, so a burst of finished streams costs one commit rather
+than one each. On shutdown the writer drains the queue before the connection closes: no
+finished row is lost on a clean stop.
+
+The database runs in WAL mode so that readers (the control plane, tests, limit rebuilds) never
+block the writer. `PRAGMA user_version` carries the schema version; `_MIGRATIONS` upgrades an
+older file in place and keeps its history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["RequestRow", "RequestStore"]
+
+_COLUMNS = (
+    "id",
+    "ts",
+    "key_name",
+    "session",
+    "path",
+    "format",
+    "model",
+    "provider",
+    "status",
+    "stream",
+    "ttfb_ms",
+    "duration_ms",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost_micros",
+    "cost_state",
+    "routing",
+    "translated",
+    "error_code",
+    "local",
+    "cancelled",
+)
+
+_MIGRATIONS: tuple[str, ...] = (
+    # version 1
+    """
+    CREATE TABLE IF NOT EXISTS requests (
+        id TEXT PRIMARY KEY,
+        ts REAL NOT NULL,
+        key_name TEXT,
+        session TEXT,
+        path TEXT NOT NULL,
+        format TEXT,
+        model TEXT,
+        provider TEXT,
+        status INTEGER,
+        stream INTEGER NOT NULL DEFAULT 0,
+        ttfb_ms INTEGER,
+        duration_ms INTEGER,
+        input_tokens INTEGER,
+        output_tokens INTEGER,
+        cache_read_tokens INTEGER,
+        cache_write_tokens INTEGER,
+        reasoning_tokens INTEGER,
+        cost_micros INTEGER,
+        cost_state TEXT,
+        routing TEXT,
+        translated TEXT,
+        error_code TEXT,
+        local INTEGER NOT NULL DEFAULT 0,
+        cancelled INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
+    CREATE INDEX IF NOT EXISTS requests_key_ts ON requests (key_name, ts);
+    """,
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestRow:
+    """What is kept of one request. Usage fields stay None when the answer reported none."""
+
+    id: str
+    ts: float
+    path: str
+    key_name: str | None = None
+    session: str | None = None
+    format: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    status: int | None = None
+    stream: bool = False
+    ttfb_ms: int | None = None
+    duration_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cost_micros: int | None = None
+    cost_state: str | None = None
+    routing: dict[str, Any] | None = None
+    translated: list[str] = field(default_factory=list)
+    error_code: str | None = None
+    local: bool = False
+    cancelled: bool = False
+
+    def as_params(self) -> tuple[Any, ...]:
+        values = asdict(self)
+        values["routing"] = json.dumps(self.routing) if self.routing is not None else None
+        values["translated"] = json.dumps(self.translated) if self.translated else None
+        values["stream"] = int(self.stream)
+        values["local"] = int(self.local)
+        values["cancelled"] = int(self.cancelled)
+        return tuple(values[c] for c in _COLUMNS)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    for number, script in enumerate(_MIGRATIONS, start=1):
+        if version < number:
+            conn.executescript(f"BEGIN; {script} PRAGMA user_version = {number}; COMMIT;")
+
+
+class RequestStore:
+    """SQLite request store with a background batch writer (see module docs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        self._conn = _connect(path)
+        if new:
+            os.chmod(path, 0o600)
+        _migrate(self._conn)
+        send, receive = anyio.create_memory_object_stream[RequestRow](math.inf)
+        self._send: MemoryObjectSendStream[RequestRow] = send
+        self._receive: MemoryObjectReceiveStream[RequestRow] = receive
+        self._lock = anyio.Lock()
+        self.written = 0
+
+    def record(self, row: RequestRow) -> None:
+        """Queue `row` for writing; never blocks."""
+        self._send.send_nowait(row)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: runs until `close()` is called, then drains what is queued."""
+        task_status.started()
+        async with self._receive:
+            async for row in self._receive:
+                batch = [row]
+                while True:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                await self._write(batch)
+
+    async def _write(self, rows: Sequence[RequestRow]) -> None:
+        params = [r.as_params() for r in rows]
+        placeholders = ",".join("?" for _ in _COLUMNS)
+        sql = f"INSERT OR REPLACE INTO requests ({','.join(_COLUMNS)}) VALUES ({placeholders})"
+
+        def write() -> None:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany(sql, params)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+        async with self._lock:
+            await anyio.to_thread.run_sync(write)
+        self.written += len(rows)
+
+    def close(self) -> None:
+        """Stop accepting rows; the writer finishes what is queued and returns."""
+        self._send.close()
+
+    def close_db(self) -> None:
+        self._send.close()
+        self._receive.close()
+        self._conn.close()
+
+    async def recent(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest rows, newest first, with JSON columns decoded."""
+
+        def read() -> list[dict[str, Any]]:
+            conn = sqlite3.connect(self.path)
+            try:
+                conn.row_factory = sqlite3.Row
+                cur = conn.execute("SELECT * FROM requests ORDER BY ts DESC LIMIT ?", (limit,))
+                return [_decode(dict(r)) for r in cur.fetchall()]
+            finally:
+                conn.close()
+
+        return await anyio.to_thread.run_sync(read)
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for col in ("routing", "translated"):
+        if row.get(col):
+            row[col] = json.loads(row[col])
+    for col in ("stream", "local", "cancelled"):
+        row[col] = bool(row[col])
+    return row
