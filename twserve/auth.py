@@ -1,0 +1,90 @@
+"""Who is calling: the client address check and the gateway key lookup (SPEC §3.1, §20).
+
+The key is looked for in ``x-api-key``, ``x-goog-api-key``, ``Authorization: Bearer`` and the
+``key`` query parameter, in that order; empty values are skipped. Every configured key is
+compared with `hmac.compare_digest` and all of them are compared every time, so neither the
+answer's timing nor its early exit tells which key came close.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
+
+__all__ = ["AddressFilter", "KeyRing", "find_key", "strip_key_param"]
+
+
+def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
+    """The gateway key the client presented, by the lookup order of SPEC §3.1."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in (b"x-api-key", b"x-goog-api-key", b"authorization") and name not in found:
+            found[name] = value.strip()
+    for name in (b"x-api-key", b"x-goog-api-key"):
+        value = found.get(name)
+        if value:
+            return value.decode("latin-1")
+    bearer = found.get(b"authorization")
+    if bearer and bearer[:7].lower() == b"bearer ":
+        token = bearer[7:].strip()
+        if token:
+            return token.decode("latin-1")
+    if query:
+        for name, value in parse_qsl(query, keep_blank_values=False):
+            if name == "key" and value:
+                return value
+    return None
+
+
+def strip_key_param(query: str) -> str:
+    """The query string without ``key=…``, so the gateway key never travels upstream."""
+    if "key=" not in query:
+        return query
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "key"]
+    return urlencode(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The configured gateway keys, each with the name of the client it belongs to."""
+
+    entries: tuple[tuple[bytes, str], ...]
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[str, str]]) -> KeyRing:
+        return cls(tuple((key.encode(), name) for key, name in pairs if key))
+
+    def lookup(self, presented: str | None) -> str | None:
+        """The client name for `presented`, or None; constant time in the key's content."""
+        if not presented:
+            return None
+        raw = presented.encode("latin-1", "replace")
+        match: str | None = None
+        for key, name in self.entries:
+            if hmac.compare_digest(key, raw) and match is None:
+                match = name
+        return match
+
+
+class AddressFilter:
+    """``listen.gateway.allow_from``: CIDRs allowed to connect; loopback is always allowed."""
+
+    def __init__(self, cidrs: Sequence[str]) -> None:
+        self.networks = tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+    def allows(self, address: str) -> bool:
+        if not self.networks:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if ip.is_loopback:
+            return True
+        mapped = getattr(ip, "ipv4_mapped", None)
+        if mapped is not None and (mapped.is_loopback or any(mapped in n for n in self.networks)):
+            return True
+        return any(ip in n for n in self.networks if n.version == ip.version)
