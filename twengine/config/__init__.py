@@ -1,0 +1,98 @@
+"""The gateway's configuration: the frozen runtime model and its validation.
+
+twserve reads ``config.yaml`` (stage 1: YAML parses) and calls `build_config` with the parsed
+data; the schema, consistency and build stages run here and either return a `Config` or raise
+`ConfigError` listing every `Problem`, each with a stable code from `twengine.codes`. Secrets
+stay ``${VAR}`` templates in the `Config`; `resolve_template` expands one with an environment
+the caller passes in.
+"""
+
+from __future__ import annotations
+
+from twengine.config.build import ConfigError, Problem, build_config
+from twengine.config.model import (
+    ALL_UPSTREAMS,
+    Alias,
+    BalanceBy,
+    Billing,
+    Client,
+    CompareOp,
+    Comparison,
+    Config,
+    ControlListen,
+    Failover,
+    GatewayListen,
+    Group,
+    GroupMember,
+    GroupType,
+    IPNetwork,
+    KeyLimit,
+    LimitMeasure,
+    LimitPeriod,
+    Listen,
+    ModelPrice,
+    ModelSpec,
+    OnMatch,
+    PinnedTarget,
+    PriceSheet,
+    Pricing,
+    Provider,
+    Reasoning,
+    Retention,
+    Route,
+    Rule,
+    SetOverrides,
+    State,
+    Store,
+    Target,
+    TargetKind,
+    When,
+    parse_comparison,
+)
+from twengine.config.template import TemplateError, resolve_template, template_variables
+
+__all__ = [
+    "ALL_UPSTREAMS",
+    "Alias",
+    "BalanceBy",
+    "Billing",
+    "Client",
+    "CompareOp",
+    "Comparison",
+    "Config",
+    "ConfigError",
+    "ControlListen",
+    "Failover",
+    "GatewayListen",
+    "Group",
+    "GroupMember",
+    "GroupType",
+    "IPNetwork",
+    "KeyLimit",
+    "LimitMeasure",
+    "LimitPeriod",
+    "Listen",
+    "ModelPrice",
+    "ModelSpec",
+    "OnMatch",
+    "PinnedTarget",
+    "PriceSheet",
+    "Pricing",
+    "Problem",
+    "Provider",
+    "Reasoning",
+    "Retention",
+    "Route",
+    "Rule",
+    "SetOverrides",
+    "State",
+    "Store",
+    "Target",
+    "TargetKind",
+    "TemplateError",
+    "When",
+    "build_config",
+    "parse_comparison",
+    "resolve_template",
+    "template_variables",
+]

@@ -1,0 +1,120 @@
+"""Defaults and allowed ranges of every numeric config field, kept as data.
+
+The model's dataclass defaults and the validator's range checks both take their figures from
+this module, so a figure changes in one place (docs/configuration.md repeats them, and a test
+compares). A `Bound` is inclusive at both ends; `integer` says whether a fractional value is
+refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "CLIENT_MAX_CONCURRENT",
+    "CONTROL_BIND",
+    "CONTROL_PORT",
+    "FAILOVER",
+    "GATEWAY_BIND",
+    "GATEWAY_PORT",
+    "GROUP_WEIGHT",
+    "LIMIT_COST_USD",
+    "LIMIT_REQUESTS",
+    "LIMIT_TOKENS",
+    "MIN_STREAM_START_WAIT_SECS",
+    "MODEL_SPEC_TOKENS",
+    "OFFICIAL_HOSTS",
+    "PORT",
+    "PRICE_MULTIPLIER",
+    "PRICE_PER_MILLION",
+    "PROVIDER",
+    "RETENTION",
+    "SET_MAX_TOKENS",
+    "Bound",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bound:
+    """An inclusive range for a number, with its default (None: the field has no default)."""
+
+    low: float
+    high: float
+    default: float | None = None
+    integer: bool = True
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def describe(self) -> str:
+        """The range as the docs and problem messages write it: ``1–1000``, ``≥ 0.01``."""
+        if math.isinf(self.high):
+            return f"≥ {_num(self.low)}"
+        return f"{_num(self.low)}–{_num(self.high)}"
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+GATEWAY_BIND = "127.0.0.1"
+GATEWAY_PORT = 8788
+CONTROL_BIND = "127.0.0.1"
+CONTROL_PORT = 8789
+PORT = Bound(low=1, high=65535)
+
+CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
+# Per-upstream numbers; `max_concurrent` has no default (no cap).
+PROVIDER: Mapping[str, Bound] = MappingProxyType(
+    {
+        "max_concurrent": Bound(low=1, high=1000),
+        "connect_timeout_secs": Bound(low=1, high=300, default=10, integer=False),
+    }
+)
+GROUP_WEIGHT = Bound(low=1, high=100, default=1)
+MODEL_SPEC_TOKENS = Bound(low=1, high=100_000_000)
+SET_MAX_TOKENS = Bound(low=1, high=100_000_000)
+
+LIMIT_REQUESTS = Bound(low=1, high=math.inf)
+LIMIT_TOKENS = Bound(low=1, high=math.inf)
+# Cost is counted in micro-dollars; a cent is the smallest limit worth enforcing.
+LIMIT_COST_USD = Bound(low=0.01, high=math.inf, integer=False)
+
+PRICE_MULTIPLIER = Bound(low=0, high=100, default=1, integer=False)
+PRICE_PER_MILLION = Bound(low=0, high=1_000_000, integer=False)
+
+# `failover:` fields in the order the docs list them. Seconds may be fractional.
+FAILOVER: Mapping[str, Bound] = MappingProxyType(
+    {
+        "failures_to_pause": Bound(low=1, high=100, default=3),
+        "pause_secs": Bound(low=1, high=86_400, default=60, integer=False),
+        "max_pause_secs": Bound(low=1, high=86_400, default=600, integer=False),
+        "no_balance_pause_secs": Bound(low=1, high=604_800, default=1800, integer=False),
+        "quota_pause_secs": Bound(low=1, high=604_800, default=3600, integer=False),
+        "rate_limit_max_pause_secs": Bound(low=1, high=86_400, default=3600, integer=False),
+        "idle_timeout_secs": Bound(low=30, high=3600, default=300, integer=False),
+        "wait_secs": Bound(low=0, high=600, default=120, integer=False),
+        "stream_start_wait_secs": Bound(low=0, high=3600, default=30, integer=False),
+    }
+)
+# With `next_on_slow_start` on, a shorter wait would cancel streams that are merely warming up.
+MIN_STREAM_START_WAIT_SECS = 5
+
+RETENTION: Mapping[str, Bound] = MappingProxyType(
+    {
+        "row_days": Bound(low=1, high=36_500, default=90),
+        "body_days": Bound(low=0, high=36_500, default=7),
+    }
+)
+
+# Official API hosts whose protocol is known without `protocol:`; any other host is taken to
+# speak OpenAI Chat Completions, the format most relays copy.
+OFFICIAL_HOSTS: Mapping[str, str] = MappingProxyType(
+    {
+        "api.anthropic.com": "anthropic",
+        "generativelanguage.googleapis.com": "gemini",
+    }
+)
