@@ -1,0 +1,1099 @@
+"""The per-request attempt state machine: which upstream next, when to wait, when to give up.
+
+Theory of operation
+-------------------
+
+One client request has an ordered list of candidate upstreams (routing decided the order). The
+machine decides, hop by hop, which candidate the request goes to, whether it waits for a slot or
+backs off before a retry, when the client's 200 goes out, and how the request ends. It does no IO
+and reads no clock: every input carries ``now``, the caller learns when the machine next needs
+attention from `next_deadline()` and calls `on_timer(now, ...)` then, the way aioquic's
+connection does. Inputs return a list of actions — frozen dataclasses named for what the IO layer
+must do (`Send`, `WaitForSlot`, `Commit`, `RespondError`…) — in the order it must do them.
+
+The machine does not consult the health, pause or slot bookkeeping. At each input that may choose
+a hop the caller passes two snapshots: ``free`` (candidates with a free slot right now) and
+``paused`` (candidates paused right now). The caller records outcomes itself, from the actions
+(`CancelAttempt` carries the failure it counts, `Finish` means success) and from `attempts`.
+
+States. `State` is where the *request* is; at most one attempt is in flight at a time. "A hop"
+below leads to DISPATCHED (`Send`), WAITING_SLOT, BACKOFF or DONE::
+
+    state               input                                leads to
+    IDLE                start                                a hop
+    WAITING_SLOT        slot_granted                         DISPATCHED
+                        timer at the deadline                a hop, without waiting
+    DISPATCHED          attempt_sent                         AWAITING_HEAD
+    AWAITING_HEAD       response_head (2xx / other)          AWAITING_CONTENT / READING_ERROR
+    AWAITING_CONTENT    first_content                        STREAMING, with `Commit`
+    any of the four     failed, idle timer, slow-start timer a hop (`Resend`: DISPATCHED)
+    BACKOFF             timer at its end                     a hop in the next retry round
+    STREAMING           content                              STREAMING
+                        ended, failed, idle timer            DONE
+    any but DONE        client_gone                          DONE
+
+* A **hop** picks the first candidate of the current round that is neither tried nor skipped.
+  Paused ones are skipped (recorded ``skipped=paused``) unless every candidate of the round is
+  paused — then pauses are ignored, which also means a lone candidate is never held back. A full
+  candidate is passed over for a later free one (recorded ``skipped=full``) but stays in the
+  round, so it may be asked again after a later failure. A *sticky* candidate (the conversation
+  is held there) that is full is waited for instead. When every remaining candidate is full the
+  request waits for the first free slot among them (`WaitForSlot`).
+* All waiting — slots and retry backoffs — ends at the **deadline**, ``arrival + wait_secs``
+  (``wait_secs == 0`` turns waiting and retrying off). Past it, a full candidate is skipped for
+  good. If no attempt ever reached an upstream the client gets 429 with ``Retry-After``
+  (``gw.busy_all``, or ``gw.busy_upstream`` when it waited for its conversation's upstream);
+  otherwise it gets the last real failure.
+* A **failure** reported before content (`failed`, or the idle timer) is judged by its flags.
+  ``effort_refused`` and ``sealed_reasoning`` are first answered with `Resend` to the same
+  upstream (once per reason per hop; a second one is an ordinary failure, and as neither fails
+  over, it ends the request with the upstream's own 400). A failure that does not fail over ends
+  the request. Otherwise the next hop is chosen. When the round has no candidate
+  left and the last attempt failed *temporarily*, a new **retry round** starts after `Backoff`,
+  holding the candidates that failed temporarily (only the sticky one for a held conversation);
+  `twengine.retry.next_backoff` says how long, and says no once the pause would end after the
+  deadline. Anything else ends the request with the last failure.
+* **First content** commits the answer to its upstream (`Commit`): held bytes go out, and from
+  then on there is no failover and no retry. After that the upstream's end (`ended`), an error
+  (`failed`) or the idle timer end the request.
+* The **idle timeout** runs from dispatch (restarted by `attempt_sent`) and from each piece of
+  content; keep-alives and pings are not content. Before content it is an ordinary failure of the
+  attempt (`CancelAttempt` carrying an ``idle_timeout`` failure, then the next hop); after content
+  it ends the request.
+* **Keep-alive** (streamed client requests only): ``keepalive_after`` seconds after arrival with
+  no content the client gets its 200 and stream headers (`Commit` with no provider), then a
+  `SendKeepAlive` comment after each ``keepalive_every`` seconds — except Gemini clients, which
+  get the headers only. Failover and retries carry on under that 200; an error then ends the
+  stream (`EndStreamWithError`) instead of being an error response. Keep-alives stop at first
+  content: from then on the upstream's own events carry the stream and the idle timer guards it.
+* **Slow-start switch** (``next_on_slow_start``, streamed client requests only): once per attempt,
+  ``stream_start_wait_secs`` after send with no content, if another untried candidate of the round
+  is unpaused and free at that moment, the attempt is cancelled (outcome ``slow_start``, not a
+  failure) and the request sent there. Otherwise — including on the last candidate — it waits.
+* `client_gone` ends everything at once: `CancelAttempt` (outcome ``cancelled``, not counted
+  against the upstream) for an attempt in flight, then ``Finish(cancelled=True)``.
+
+Terminal actions are `Finish`, `RespondError`, `EndStreamWithError` and
+`PassThroughUpstreamError`; after one, `done` is true. Whatever upstream request is still open
+is then the IO layer's to close, and its slot to release.
+
+An input that is not valid in the current state (``first_content`` while waiting for a slot, any
+input after the end except a late `client_gone` or timer) raises `AttemptStateError` and leaves
+the machine unchanged: it is a bug in the caller, as h11's ``LocalProtocolError`` is. The allowed
+``(state, input)`` pairs and the states each can lead to are the table `TRANSITIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from twengine.retry import next_backoff
+from twproto.errors import ErrorCategory, GatewayError
+from twproto.failures import Failure, FailureKind, idle_timeout
+
+if TYPE_CHECKING:
+    from twengine.config.model import Failover
+
+__all__ = [
+    "TERMINAL_ACTIONS",
+    "TRANSITIONS",
+    "Action",
+    "AttemptMachine",
+    "AttemptRecord",
+    "AttemptSettings",
+    "AttemptStateError",
+    "Backoff",
+    "CancelAttempt",
+    "CandidateRef",
+    "Commit",
+    "EndStreamWithError",
+    "Finish",
+    "Input",
+    "Outcome",
+    "PassThroughUpstreamError",
+    "Resend",
+    "ResendReason",
+    "RespondError",
+    "Send",
+    "SendKeepAlive",
+    "SkipReason",
+    "State",
+    "WaitForSlot",
+]
+
+
+class AttemptStateError(Exception):
+    """An input the machine cannot take in its current state: a bug in the caller."""
+
+
+# --- inputs: candidates and settings ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateRef:
+    """One candidate upstream. `sticky`: the conversation is held there (SPEC §10)."""
+
+    name: str
+    sticky: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a candidate needs a name")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptSettings:
+    """The ``failover`` figures the machine uses (SPEC §4, §8, §9); seconds throughout.
+
+    `busy_retry_after_secs` is the ``Retry-After`` sent with the 429 when every candidate stayed
+    full: nothing says when a slot will free, so it is a short, fixed hint.
+    """
+
+    idle_timeout_secs: float = 300.0
+    wait_secs: float = 120.0
+    keepalive_after: float = 15.0
+    keepalive_every: float = 15.0
+    next_on_slow_start: bool = False
+    stream_start_wait_secs: float = 30.0
+    busy_retry_after_secs: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("idle_timeout_secs", "keepalive_after", "keepalive_every"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("wait_secs", "stream_start_wait_secs", "busy_retry_after_secs"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must not be negative")
+
+    @classmethod
+    def from_failover(cls, failover: Failover) -> AttemptSettings:
+        """The settings of a loaded config's ``failover`` section (keep-alive times are fixed)."""
+        return cls(
+            idle_timeout_secs=failover.idle_timeout_secs,
+            wait_secs=failover.wait_secs,
+            next_on_slow_start=failover.next_on_slow_start,
+            stream_start_wait_secs=failover.stream_start_wait_secs,
+        )
+
+
+# --- attempt records ---------------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """How one attempt (one entry of `AttemptMachine.attempts`) ended."""
+
+    IN_FLIGHT = "in_flight"  # not ended yet
+    OK = "ok"  # the answer came from here
+    FAILED = "failed"
+    RESENT = "resent"  # refused for its effort or sealed reasoning; the next entry re-sends it
+    SLOW_START = "slow_start"  # dropped for a faster start elsewhere; not a failure
+    CANCELLED = "cancelled"  # the client left; not counted against the upstream
+    SKIPPED = "skipped"  # never sent; `skipped` says why
+
+
+class SkipReason(StrEnum):
+    PAUSED = "paused"
+    FULL = "full"
+
+
+class ResendReason(StrEnum):
+    """Why an attempt is sent again to the same upstream (SPEC §13, §14)."""
+
+    EFFORT_REFUSED = "effort_refused"  # resend with an effort level the upstream accepts
+    SEALED_REASONING = "sealed_reasoning"  # resend without the sealed reasoning items
+
+
+_RESEND_REASONS: Mapping[FailureKind, ResendReason] = {
+    FailureKind.EFFORT_REFUSED: ResendReason.EFFORT_REFUSED,
+    FailureKind.SEALED_REASONING: ResendReason.SEALED_REASONING,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptRecord:
+    """One attempt, or one skipped candidate, as the request row keeps it (SPEC §16).
+
+    Times are the caller's clock. `error` is the failure's kind, or a ``gw.`` code for an end
+    that has no `Failure` (a stream broken after content). `resend` is set on an entry that
+    re-sends the one before it.
+    """
+
+    provider: str
+    outcome: Outcome
+    retry_round: int = 0
+    backoff_ms: int | None = None
+    queued_ms: int = 0
+    skipped: SkipReason | None = None
+    resend: ResendReason | None = None
+    status: int | None = None
+    error: str | None = None
+    failure: Failure | None = None
+    sent_at: float | None = None
+    first_content_at: float | None = None
+    ended_at: float | None = None
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """Send the request to `provider`, taking a slot there (one `slot_granted` already holds).
+
+    `index` is the attempt's entry in `AttemptMachine.attempts`. `retry_round` > 0 marks a retry
+    (event ``RequestRetrying``); `backoff_ms` is the pause before it, on a round's first hop.
+    """
+
+    provider: str
+    index: int
+    retry_round: int = 0
+    backoff_ms: int | None = None
+    queued_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitForSlot:
+    """Wait until one of `providers` has a free slot, then call `slot_granted`; or until `until`,
+    then call `on_timer`."""
+
+    providers: tuple[str, ...]
+    until: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """Every candidate was tried and the last failed temporarily: wait until `until` (call
+    `on_timer` then), then retry round `retry_round` begins."""
+
+    until: float
+    retry_round: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """The client's answer is settled.
+
+    `send_headers`: write the 200 and the streaming headers now. `provider` None is the early
+    commit of keep-alive: headers only, no upstream chosen yet. Otherwise the answer comes from
+    `provider`: write what was held, and pass the rest through; no failover from here on. For a
+    client that asked for a whole answer `send_headers` is always false: its status, headers and
+    body go out together at `Finish`.
+    """
+
+    provider: str | None
+    send_headers: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendKeepAlive:
+    """Write an SSE comment ``: keep-alive`` to the client."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelAttempt:
+    """Abort the upstream request of attempt `index` and release its slot.
+
+    `failure` is what the caller counts against the upstream (an idle timeout); None for a
+    cancel that is not the upstream's fault (slow start, the client left).
+    """
+
+    provider: str
+    index: int
+    outcome: Outcome
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resend:
+    """Send the request to `provider` again, keeping the slot, rewritten for `reason`.
+
+    `index` is the new attempt's entry in `AttemptMachine.attempts`.
+    """
+
+    provider: str
+    index: int
+    reason: ResendReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RespondError:
+    """Answer the client with `error` (in its format); nothing has been sent to it yet."""
+
+    error: GatewayError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndStreamWithError:
+    """The 200 is out: write `error` as an error event in the client's format and end."""
+
+    error: GatewayError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassThroughUpstreamError:
+    """Answer the client with attempt `index`'s own error response, as the upstream wrote it."""
+
+    provider: str
+    index: int
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """The request is over: the answer from `provider` ended cleanly, or the client left."""
+
+    provider: str | None
+    cancelled: bool = False
+
+
+Action = (
+    Send
+    | WaitForSlot
+    | Backoff
+    | Commit
+    | SendKeepAlive
+    | CancelAttempt
+    | Resend
+    | RespondError
+    | EndStreamWithError
+    | PassThroughUpstreamError
+    | Finish
+)
+
+#: After one of these the machine is done.
+TERMINAL_ACTIONS: tuple[type[Action], ...] = (
+    Finish,
+    RespondError,
+    EndStreamWithError,
+    PassThroughUpstreamError,
+)
+
+
+# --- states and the transition table -----------------------------------------------------------
+
+
+class State(StrEnum):
+    IDLE = "idle"  # constructed; start() not called
+    WAITING_SLOT = "waiting_slot"  # WaitForSlot returned
+    DISPATCHED = "dispatched"  # Send or Resend returned; the request is on its way
+    AWAITING_HEAD = "awaiting_head"  # the request went out; no response head yet
+    AWAITING_CONTENT = "awaiting_content"  # a 2xx head; the answer is held until first content
+    READING_ERROR = "reading_error"  # an error head; its body is being classified
+    BACKOFF = "backoff"  # Backoff returned; the next retry round starts at its end
+    STREAMING = "streaming"  # committed: content flows from one upstream
+    DONE = "done"
+
+
+class Input(StrEnum):
+    START = "start"
+    SLOT_GRANTED = "slot_granted"
+    ATTEMPT_SENT = "attempt_sent"
+    RESPONSE_HEAD = "response_head"
+    FIRST_CONTENT = "first_content"
+    CONTENT = "content"
+    FAILED = "failed"
+    ENDED = "ended"
+    CLIENT_GONE = "client_gone"
+    TIMER = "timer"
+
+
+_S = State
+# Where a hop can lead: an attempt, a wait, a backoff, or the end.
+_HOP = frozenset({_S.DISPATCHED, _S.WAITING_SLOT, _S.BACKOFF, _S.DONE})
+_IN_FLIGHT = (_S.DISPATCHED, _S.AWAITING_HEAD, _S.AWAITING_CONTENT, _S.READING_ERROR)
+
+
+def _table() -> dict[tuple[State, Input], frozenset[State]]:
+    table: dict[tuple[State, Input], frozenset[State]] = {
+        (_S.IDLE, Input.START): _HOP,
+        (_S.WAITING_SLOT, Input.SLOT_GRANTED): frozenset({_S.DISPATCHED}),
+        (_S.WAITING_SLOT, Input.TIMER): _HOP,
+        (_S.BACKOFF, Input.TIMER): _HOP,
+        (_S.DISPATCHED, Input.ATTEMPT_SENT): frozenset({_S.AWAITING_HEAD}),
+        (_S.AWAITING_HEAD, Input.RESPONSE_HEAD): frozenset({_S.AWAITING_CONTENT, _S.READING_ERROR}),
+        (_S.AWAITING_CONTENT, Input.FIRST_CONTENT): frozenset({_S.STREAMING}),
+        (_S.STREAMING, Input.CONTENT): frozenset({_S.STREAMING}),
+        (_S.STREAMING, Input.ENDED): frozenset({_S.DONE}),
+        (_S.STREAMING, Input.FAILED): frozenset({_S.DONE}),
+        (_S.STREAMING, Input.TIMER): frozenset({_S.STREAMING, _S.DONE}),
+        # A late timer or disconnect after the end is a race, not a bug: both are no-ops.
+        (_S.DONE, Input.TIMER): frozenset({_S.DONE}),
+        (_S.DONE, Input.CLIENT_GONE): frozenset({_S.DONE}),
+    }
+    for state in _IN_FLIGHT:
+        table[state, Input.FAILED] = _HOP
+        # The idle timer fails the attempt and a slow start moves on, both to a hop; a keep-alive
+        # or a slow start that finds nobody free leaves the state as it was.
+        table[state, Input.TIMER] = _HOP | {state}
+    for state in State:
+        if state is not _S.DONE:
+            table[state, Input.CLIENT_GONE] = frozenset({_S.DONE})
+    return table
+
+
+#: ``(state, input) → states it may lead to``. A pair missing here raises `AttemptStateError`.
+TRANSITIONS: Mapping[tuple[State, Input], frozenset[State]] = _table()
+
+
+# --- the final error -------------------------------------------------------------------------
+
+_K = FailureKind
+_C = ErrorCategory
+# The error the gateway writes when a failure ends the request and the upstream's own response
+# is not passed through. The status is the upstream's where it says more (529, 503) — except for
+# credentials: an upstream's 401 must not read as the client's own key being wrong.
+_FINAL: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
+    _K.NO_BALANCE: (402, _C.UPSTREAM, "gw.upstream.error"),
+    _K.QUOTA_USED_UP: (429, _C.RATE_LIMITED, "gw.upstream.error"),
+    _K.RATE_LIMITED: (429, _C.RATE_LIMITED, "gw.upstream.error"),
+    _K.AUTH_REJECTED: (502, _C.UPSTREAM, "gw.upstream.error"),
+    _K.MODEL_UNAVAILABLE: (404, _C.UPSTREAM, "gw.upstream.error"),
+    _K.OVERLOADED: (503, _C.UPSTREAM, "gw.upstream.error"),
+    _K.SERVER: (502, _C.UPSTREAM, "gw.upstream.error"),
+    _K.CONNECT: (502, _C.UPSTREAM, "gw.upstream.connect"),
+    _K.STREAM_ENDED_EARLY: (502, _C.UPSTREAM, "gw.upstream.stream_ended_early"),
+    _K.IDLE_TIMEOUT: (504, _C.TIMEOUT, "gw.upstream.idle_timeout"),
+    _K.EFFORT_REFUSED: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.SEALED_REASONING: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.CLIENT_ERROR: (400, _C.REQUEST, "gw.upstream.error"),
+}
+_KEEP_UPSTREAM_STATUS = frozenset(
+    {_K.OVERLOADED, _K.SERVER, _K.EFFORT_REFUSED, _K.SEALED_REASONING, _K.CLIENT_ERROR}
+)
+_INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
+# Kinds that arise without any response from the upstream; they keep their own codes.
+_NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
+
+
+def _passes_through(failure: Failure) -> bool:
+    # SPEC §5: the last candidate's own 4xx other than 429 reaches the client unchanged. An
+    # in-stream error has no response of its own to pass on.
+    status = failure.status
+    return status is not None and 400 <= status < 500 and status != 429
+
+
+def _tried_suffix(hops: Sequence[str]) -> str:
+    return f" (tried: {' → '.join(hops)})" if len(hops) > 1 else ""
+
+
+# --- the machine -------------------------------------------------------------------------------
+
+
+class AttemptMachine:
+    """The attempt state machine of one request (see the module docstring).
+
+    `candidates` in routing order; `arrival` is when the request arrived (the clock of
+    keep-alive and of the ``wait_secs`` deadline). `rng` draws the jitter handed to
+    `twengine.retry.next_backoff`, a float in [0, 1).
+    """
+
+    def __init__(
+        self,
+        *,
+        candidates: Sequence[CandidateRef],
+        client_stream: bool,
+        client_is_gemini: bool,
+        arrival: float,
+        settings: AttemptSettings,
+        rng: Callable[[], float],
+    ) -> None:
+        names = [c.name for c in candidates]
+        if len(set(names)) != len(names):
+            raise ValueError("a candidate is listed twice")
+        self._candidates = tuple(names)
+        sticky = [c.name for c in candidates if c.sticky]
+        self._sticky = sticky[0] if sticky else None
+        self._client_stream = client_stream
+        self._client_is_gemini = client_is_gemini
+        self._arrival = arrival
+        self._settings = settings
+        self._rng = rng
+        self._deadline = arrival + settings.wait_secs
+
+        self._state = State.IDLE
+        self._records: list[AttemptRecord] = []
+        self._headers_sent = False
+        self._last_keepalive: float | None = None  # when the headers or a keep-alive went out
+
+        # The current round: its candidates, those not yet tried or skipped for good, and the
+        # temporary failures a retry round would repeat.
+        self._round = 0
+        self._round_candidates = self._candidates
+        self._pending: list[str] = list(self._candidates)
+        self._temporary: dict[str, Failure] = {}
+        self._round_backoff_ms: int | None = None  # given to the round's first Send
+
+        self._last_failure: tuple[int, Failure] | None = None
+        self._hops: list[str] = []  # providers actually sent to, for "(tried: a → b)"
+
+        self._current: int | None = None  # the entry in flight
+        self._resent: set[ResendReason] = set()  # resends made within the current hop
+        self._activity_at = 0.0  # idle timer base: dispatch, send, or latest content
+        self._slow_start_at: float | None = None  # armed per attempt, cleared once checked
+
+        self._waiting: tuple[str, ...] = ()
+        self._wait_started = 0.0
+        self._waited_sticky = False
+        self._backoff_until = 0.0
+
+    # --- read-only views ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """Where the request is."""
+        return self._state
+
+    @property
+    def done(self) -> bool:
+        """True once a terminal action has been returned."""
+        return self._state is State.DONE
+
+    @property
+    def headers_sent(self) -> bool:
+        """True once the client has its 200 (at first content, or early for keep-alive)."""
+        return self._headers_sent
+
+    @property
+    def attempts(self) -> tuple[AttemptRecord, ...]:
+        """Every attempt and skip so far, in order, for the request row."""
+        return tuple(self._records)
+
+    @property
+    def retry_round(self) -> int:
+        """The current retry round; 0 until the first retry."""
+        return self._round
+
+    # --- inputs ------------------------------------------------------------------------------
+
+    def start(self, now: float, *, free: Collection[str], paused: Collection[str]) -> list[Action]:
+        """Choose the first hop."""
+        self._check(Input.START)
+        if not self._candidates:
+            return self._run(
+                Input.START,
+                lambda: self._end_with(
+                    GatewayError(
+                        status=503,
+                        category=ErrorCategory.CONFIG,
+                        code="gw.no_upstream",
+                        message="no upstream can take this request",
+                    )
+                ),
+            )
+        return self._run(Input.START, lambda: self._hop(now, free, paused))
+
+    def slot_granted(self, provider: str, now: float) -> list[Action]:
+        """A slot at `provider`, one of those `WaitForSlot` named, is now this request's."""
+        self._check(Input.SLOT_GRANTED)
+        if provider not in self._waiting:
+            raise AttemptStateError(f"slot_granted for {provider!r}, not waited for")
+
+        def step() -> list[Action]:
+            queued = _ms(now - self._wait_started)
+            self._waiting = ()
+            return self._send(provider, now, queued_ms=queued)
+
+        return self._run(Input.SLOT_GRANTED, step)
+
+    def attempt_sent(self, now: float) -> list[Action]:
+        """The request has gone out to the upstream; the idle clock restarts here."""
+        self._check(Input.ATTEMPT_SENT)
+
+        def step() -> list[Action]:
+            self._stamp(sent_at=now)
+            self._activity_at = now
+            self._arm_slow_start(now)
+            self._state = State.AWAITING_HEAD
+            return []
+
+        return self._run(Input.ATTEMPT_SENT, step)
+
+    def response_head(self, now: float, *, status: int) -> list[Action]:
+        """The response head arrived. A non-2xx `status` must be followed by `failed`."""
+        self._check(Input.RESPONSE_HEAD)
+
+        def step() -> list[Action]:
+            index = self._current
+            assert index is not None
+            self._records[index] = replace(self._records[index], status=status)
+            if 200 <= status < 300:
+                self._state = State.AWAITING_CONTENT
+            else:
+                # No slow start while an error body is read: it is about to be judged anyway.
+                self._slow_start_at = None
+                self._state = State.READING_ERROR
+            return []
+
+        return self._run(Input.RESPONSE_HEAD, step)
+
+    def first_content(self, now: float) -> list[Action]:
+        """The answer's first content arrived: commit to this upstream."""
+        self._check(Input.FIRST_CONTENT)
+
+        def step() -> list[Action]:
+            provider = self._current_provider()
+            self._stamp(first_content_at=now)
+            self._activity_at = now
+            self._slow_start_at = None
+            send_headers = self._client_stream and not self._headers_sent
+            self._headers_sent = self._headers_sent or send_headers
+            self._state = State.STREAMING
+            return [Commit(provider=provider, send_headers=send_headers)]
+
+        return self._run(Input.FIRST_CONTENT, step)
+
+    def content(self, now: float) -> list[Action]:
+        """Another piece of content (not a keep-alive or ping): restarts the idle clock."""
+        self._check(Input.CONTENT)
+
+        def step() -> list[Action]:
+            self._activity_at = now
+            return []
+
+        return self._run(Input.CONTENT, step)
+
+    def failed(
+        self, failure: Failure, now: float, *, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        """The attempt in flight failed (error response, in-stream error, transport fault)."""
+        self._check(Input.FAILED)
+        return self._run(Input.FAILED, lambda: self._on_failure(failure, now, free, paused))
+
+    def ended(self, now: float, *, clean: bool) -> list[Action]:
+        """The committed answer ended: cleanly, or broken off."""
+        self._check(Input.ENDED)
+
+        def step() -> list[Action]:
+            provider = self._current_provider()
+            if clean:
+                self._close_current(Outcome.OK, now)
+                self._state = State.DONE
+                return [Finish(provider=provider)]
+            self._close_current(Outcome.FAILED, now, error="gw.upstream.broken_after_content")
+            return self._end_with(
+                GatewayError(
+                    status=502,
+                    category=ErrorCategory.UPSTREAM,
+                    code="gw.upstream.broken_after_content",
+                    message=f"the answer from {provider} broke off",
+                )
+            )
+
+        return self._run(Input.ENDED, step)
+
+    def client_gone(self, now: float) -> list[Action]:
+        """The client disconnected: cancel everything; nothing counts against the upstream."""
+        self._check(Input.CLIENT_GONE)
+
+        def step() -> list[Action]:
+            if self._state is State.DONE:
+                return []
+            actions: list[Action] = []
+            if self._current is not None:
+                actions.append(self._cancel_current(Outcome.CANCELLED, now))
+            self._state = State.DONE
+            actions.append(Finish(provider=None, cancelled=True))
+            return actions
+
+        return self._run(Input.CLIENT_GONE, step)
+
+    # --- timers ------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When `on_timer` is next due, or None when no timer runs."""
+        times = [t for t in (self._state_deadline(), self._keepalive_deadline()) if t is not None]
+        return min(times) if times else None
+
+    def on_timer(
+        self, now: float, *, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        """Fire whatever is due at `now` (nothing if called early)."""
+        self._check(Input.TIMER)
+
+        def step() -> list[Action]:
+            actions = self._fire_state_timer(now, free, paused)
+            # Keep-alive last: if the request just ended, an error response beats a 200.
+            if self._state is not State.DONE:
+                actions += self._fire_keepalive(now)
+            return actions
+
+        return self._run(Input.TIMER, step)
+
+    # --- transitions -------------------------------------------------------------------------
+
+    def _check(self, event: Input) -> None:
+        if (self._state, event) not in TRANSITIONS:
+            raise AttemptStateError(f"{event.value} is not valid in state {self._state.value}")
+
+    def _run(self, event: Input, step: Callable[[], list[Action]]) -> list[Action]:
+        before = self._state
+        actions = step()
+        allowed = TRANSITIONS[before, event]
+        if self._state not in allowed:  # a bug in this module, not in the caller
+            raise RuntimeError(f"{before.value} --{event.value}--> {self._state.value}")
+        return actions
+
+    def _state_deadline(self) -> float | None:
+        state = self._state
+        if state is State.WAITING_SLOT:
+            return self._deadline
+        if state is State.BACKOFF:
+            return self._backoff_until
+        if state in _IN_FLIGHT or state is State.STREAMING:
+            idle = self._activity_at + self._settings.idle_timeout_secs
+            if self._slow_start_at is not None:
+                return min(idle, self._slow_start_at)
+            return idle
+        return None
+
+    def _keepalive_deadline(self) -> float | None:
+        if not self._client_stream or self._state in (State.IDLE, State.STREAMING, State.DONE):
+            return None
+        if self._last_keepalive is None:
+            return self._arrival + self._settings.keepalive_after
+        if self._client_is_gemini:
+            return None
+        return self._last_keepalive + self._settings.keepalive_every
+
+    def _fire_keepalive(self, now: float) -> list[Action]:
+        due = self._keepalive_deadline()
+        if due is None or now < due:
+            return []
+        self._last_keepalive = now
+        if not self._headers_sent:
+            self._headers_sent = True
+            return [Commit(provider=None, send_headers=True)]
+        return [SendKeepAlive()]
+
+    def _fire_state_timer(
+        self, now: float, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        state = self._state
+        if state is State.WAITING_SLOT:
+            if now < self._deadline:
+                return []
+            # The deadline passed: every waited candidate is skipped for good unless the fresh
+            # snapshot shows it free after all.
+            self._waiting = ()
+            return self._hop(now, free, paused, queued_since=self._wait_started)
+        if state is State.BACKOFF:
+            if now < self._backoff_until:
+                return []
+            return self._hop(now, free, paused)
+        if state in _IN_FLIGHT or state is State.STREAMING:
+            if now >= self._activity_at + self._settings.idle_timeout_secs:
+                return self._on_idle_timeout(now, free, paused)
+            if self._slow_start_at is not None and now >= self._slow_start_at:
+                self._slow_start_at = None
+                return self._on_slow_start(now, free, paused)
+        return []
+
+    def _on_idle_timeout(
+        self, now: float, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        failure = idle_timeout()
+        if self._state is State.STREAMING:
+            cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
+            return [cancel, *self._end_with(self._error_from(failure, after_content=True))]
+        cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
+        return [cancel, *self._after_failure(cancel.index, failure, now, free, paused)]
+
+    def _on_slow_start(
+        self, now: float, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        everyone_paused = self._everyone_paused(paused)
+        for name in self._pending:
+            if name in free and (everyone_paused or name not in paused):
+                # Straight there: this is the one that can take the request at this moment.
+                cancel = self._cancel_current(Outcome.SLOW_START, now)
+                return [cancel, *self._send(name, now, queued_ms=0)]
+        return []  # nobody can take it now: keep waiting on this one
+
+    def _on_failure(
+        self, failure: Failure, now: float, free: Collection[str], paused: Collection[str]
+    ) -> list[Action]:
+        provider = self._current_provider()
+        if self._state is State.STREAMING:
+            # After content there is no failover: the answer is this upstream's, broken.
+            index = self._close_current(Outcome.FAILED, now, failure=failure)
+            self._last_failure = (index, failure)
+            return self._end_with(self._error_from(failure, after_content=True))
+        reason = _RESEND_REASONS.get(failure.kind)
+        if reason is not None and reason not in self._resent:
+            self._resent.add(reason)
+            self._close_current(Outcome.RESENT, now, failure=failure)
+            new = self._add(
+                AttemptRecord(
+                    provider=provider,
+                    outcome=Outcome.IN_FLIGHT,
+                    retry_round=self._round,
+                    resend=reason,
+                )
+            )
+            self._dispatch(new, now)
+            return [Resend(provider=provider, index=new, reason=reason)]
+        index = self._close_current(Outcome.FAILED, now, failure=failure)
+        return self._after_failure(index, failure, now, free, paused)
+
+    def _after_failure(
+        self,
+        index: int,
+        failure: Failure,
+        now: float,
+        free: Collection[str],
+        paused: Collection[str],
+    ) -> list[Action]:
+        self._last_failure = (index, failure)
+        if failure.temporary:
+            self._temporary[self._records[index].provider] = failure
+        if not failure.failover:
+            return self._fail_request()
+        return self._hop(now, free, paused)
+
+    # --- hops --------------------------------------------------------------------------------
+
+    def _everyone_paused(self, paused: Collection[str]) -> bool:
+        return all(name in paused for name in self._round_candidates)
+
+    def _can_wait(self, now: float) -> bool:
+        return self._settings.wait_secs > 0 and now < self._deadline
+
+    def _hop(
+        self,
+        now: float,
+        free: Collection[str],
+        paused: Collection[str],
+        *,
+        queued_since: float | None = None,
+    ) -> list[Action]:
+        """Send to the round's next candidate, wait for one, or close the round."""
+        queued = _ms(now - queued_since) if queued_since is not None else 0
+        everyone_paused = self._everyone_paused(paused)
+        full: list[str] = []
+        for name in list(self._pending):
+            if name in paused and not everyone_paused:
+                self._pending.remove(name)
+                self._add(self._skip(name, SkipReason.PAUSED))
+                continue
+            if name in free:
+                for passed in full:  # passed over, but still in the round
+                    self._add(self._skip(passed, SkipReason.FULL, queued))
+                return self._send(name, now, queued_ms=queued)
+            if name == self._sticky and self._can_wait(now):
+                self._waited_sticky = True
+                return self._wait((name,), now)
+            full.append(name)
+        if full and self._can_wait(now):
+            return self._wait(tuple(full), now)
+        for name in full:  # too late to wait for them
+            self._pending.remove(name)
+            self._add(self._skip(name, SkipReason.FULL, queued))
+        return self._close_round(now)
+
+    def _skip(self, name: str, reason: SkipReason, queued_ms: int = 0) -> AttemptRecord:
+        return AttemptRecord(
+            provider=name,
+            outcome=Outcome.SKIPPED,
+            skipped=reason,
+            retry_round=self._round,
+            queued_ms=queued_ms,
+        )
+
+    def _wait(self, names: tuple[str, ...], now: float) -> list[Action]:
+        self._waiting = names
+        self._wait_started = now
+        self._state = State.WAITING_SLOT
+        return [WaitForSlot(providers=names, until=self._deadline)]
+
+    def _send(self, name: str, now: float, *, queued_ms: int) -> list[Action]:
+        self._pending.remove(name)
+        backoff_ms, self._round_backoff_ms = self._round_backoff_ms, None
+        index = self._add(
+            AttemptRecord(
+                provider=name,
+                outcome=Outcome.IN_FLIGHT,
+                retry_round=self._round,
+                backoff_ms=backoff_ms,
+                queued_ms=queued_ms,
+            )
+        )
+        self._hops.append(name)
+        self._resent = set()
+        self._dispatch(index, now)
+        return [
+            Send(
+                provider=name,
+                index=index,
+                retry_round=self._round,
+                backoff_ms=backoff_ms,
+                queued_ms=queued_ms,
+            )
+        ]
+
+    def _dispatch(self, index: int, now: float) -> None:
+        self._current = index
+        self._stamp(sent_at=now)
+        # The idle clock covers connecting too, so a hung connect cannot hang the request.
+        self._activity_at = now
+        self._arm_slow_start(now)
+        self._state = State.DISPATCHED
+
+    def _arm_slow_start(self, now: float) -> None:
+        if self._settings.next_on_slow_start and self._client_stream:
+            self._slow_start_at = now + self._settings.stream_start_wait_secs
+        else:
+            self._slow_start_at = None
+
+    def _close_round(self, now: float) -> list[Action]:
+        """No candidate is left in this round: retry, or end with the last failure."""
+        if self._last_failure is None:
+            return self._end_busy()
+        _, last = self._last_failure
+        retry = [name for name in self._round_candidates if name in self._temporary]
+        if self._sticky is not None:
+            retry = [name for name in retry if name == self._sticky]
+        if last.temporary and retry and self._settings.wait_secs > 0:
+            hints = [
+                f.retry_after_secs
+                for name in retry
+                if (f := self._temporary[name]).retry_after_secs is not None
+            ]
+            pause = next_backoff(
+                self._round + 1,
+                max(hints) if hints else None,
+                self._rng(),
+                now,
+                self._deadline,
+            )
+            if pause is not None:
+                self._round += 1
+                self._round_candidates = tuple(retry)
+                self._pending = list(retry)
+                self._temporary = {}
+                self._round_backoff_ms = _ms(pause)
+                self._backoff_until = now + pause
+                self._state = State.BACKOFF
+                return [Backoff(until=self._backoff_until, retry_round=self._round)]
+        return self._fail_request()
+
+    # --- endings -----------------------------------------------------------------------------
+
+    def _fail_request(self) -> list[Action]:
+        assert self._last_failure is not None
+        index, failure = self._last_failure
+        if not self._headers_sent and _passes_through(failure):
+            self._current = None
+            self._state = State.DONE
+            provider = self._records[index].provider
+            return [PassThroughUpstreamError(provider=provider, index=index, failure=failure)]
+        return self._end_with(self._error_from(failure, after_content=False))
+
+    def _end_busy(self) -> list[Action]:
+        wait = f"{self._settings.wait_secs:g} s"
+        if self._waited_sticky:
+            code = "gw.busy_upstream"
+            message = f"the upstream this conversation is held to stayed busy for {wait}"
+        else:
+            code = "gw.busy_all"
+            message = f"every upstream for this request stayed busy for {wait}"
+        return self._end_with(
+            GatewayError(
+                status=429,
+                category=ErrorCategory.RATE_LIMITED,
+                code=code,
+                message=message,
+                retry_after=self._settings.busy_retry_after_secs,
+            )
+        )
+
+    def _error_from(self, failure: Failure, *, after_content: bool) -> GatewayError:
+        status, category, code = _FINAL[failure.kind]
+        if failure.status is None and failure.kind not in _NO_RESPONSE and not after_content:
+            # No status and not a transport fault: an error event opened the stream.
+            code = "gw.upstream.stream_opening_error"
+        if (
+            failure.kind in _KEEP_UPSTREAM_STATUS
+            and failure.status is not None
+            and 400 <= failure.status <= 599
+        ):
+            status = failure.status
+        retry_after: float | None = None
+        if category is ErrorCategory.RATE_LIMITED:
+            retry_after = failure.retry_after_secs or failure.pause_secs
+        message = failure.message or failure.kind.value.replace("_", " ")
+        return GatewayError(
+            status=status,
+            category=category,
+            code=code,
+            message=message + _tried_suffix(self._hops),
+            retry_after=retry_after,
+            openai_type="insufficient_quota" if failure.kind in _INSUFFICIENT_QUOTA else None,
+        )
+
+    def _end_with(self, error: GatewayError) -> list[Action]:
+        self._current = None
+        self._state = State.DONE
+        if self._headers_sent:
+            return [EndStreamWithError(error=error)]
+        return [RespondError(error=error)]
+
+    # --- records -----------------------------------------------------------------------------
+
+    def _add(self, record: AttemptRecord) -> int:
+        self._records.append(record)
+        return len(self._records) - 1
+
+    def _current_provider(self) -> str:
+        assert self._current is not None
+        return self._records[self._current].provider
+
+    def _stamp(
+        self, *, sent_at: float | None = None, first_content_at: float | None = None
+    ) -> None:
+        index = self._current
+        assert index is not None
+        record = self._records[index]
+        self._records[index] = replace(
+            record,
+            sent_at=record.sent_at if sent_at is None else sent_at,
+            first_content_at=(
+                record.first_content_at if first_content_at is None else first_content_at
+            ),
+        )
+
+    def _close_current(
+        self,
+        outcome: Outcome,
+        now: float,
+        *,
+        failure: Failure | None = None,
+        error: str | None = None,
+    ) -> int:
+        """End the attempt in flight with `outcome`; return its index."""
+        index = self._current
+        assert index is not None
+        record = self._records[index]
+        if error is None and failure is not None:
+            error = failure.kind.value
+        status = failure.status if failure is not None and failure.status else record.status
+        self._records[index] = replace(
+            record, outcome=outcome, ended_at=now, failure=failure, error=error, status=status
+        )
+        self._current = None
+        self._slow_start_at = None
+        return index
+
+    def _cancel_current(
+        self, outcome: Outcome, now: float, *, failure: Failure | None = None
+    ) -> CancelAttempt:
+        index = self._close_current(outcome, now, failure=failure)
+        return CancelAttempt(
+            provider=self._records[index].provider, index=index, outcome=outcome, failure=failure
+        )
+
+
+def _ms(secs: float) -> int:
+    return max(0, round(secs * 1000))
