@@ -1,0 +1,1048 @@
+"""Anthropic Messages (``POST /v1/messages``) ⇄ IR.
+
+Theory of operation
+-------------------
+
+Requests: ``system`` (a string or text blocks with ``cache_control``) becomes `Request.system`;
+messages keep their blocks as parts. A ``{role: "system"}`` message inside ``messages`` (Claude
+Code sends one for model names it does not know) is a `Role.SYSTEM` message; encoding to
+Anthropic folds every such message into the top-level ``system`` after the real system prompt,
+which is where the API without the beta accepts it. ``thinking`` (enabled with a budget,
+adaptive, disabled) and ``output_config.effort`` become `ReasoningConfig`. Top-level fields the
+IR has no slot for (``context_management``, ``container``, ``mcp_servers``…) travel in
+`Request.extras` and are re-emitted only to Anthropic.
+
+Encoding from another format: a request without ``max_tokens`` gets `DEFAULT_MAX_TOKENS` (the
+translator passes the model's real limit); thinking is turned on with a budget from the effort
+table, clamped below ``max_tokens`` (OpenAI counts reasoning inside its output limit, so does
+Anthropic) and left off, recorded, when ``max_tokens`` cannot hold the minimum budget; with
+thinking on, ``temperature``/``top_k`` are dropped because the API refuses them. Thinking blocks
+go out only with a signature (the API refuses unsigned ones); a Responses reasoning item's
+``encrypted_content`` serves as the signature, so a Codex conversation served by Anthropic
+keeps its reasoning. Tool-use ids are reduced to the characters the API accepts, the same way
+for a call and its result.
+
+Streams: the decoder maps ``content_block_*`` events one to one (Anthropic's block index is the
+IR index); ``message_start`` and ``message_delta`` carry usage (cumulative: the delta's fields
+override). The encoder writes the same events; it keeps one block open at a time, as the API
+does, and writes ``message_delta`` + ``message_stop`` when the stream ends, with the final usage
+and stop reason. Mid-stream errors are ``event: error``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from twproto import _json, ir
+from twproto.dialect import Dialect
+from twproto.errors import GatewayError, stream_error_event
+from twproto.formats import _effort
+from twproto.formats._common import (
+    EMPTY_PARAMETERS,
+    MALFORMED,
+    NULL_HANDLER,
+    Dropped,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    error_status,
+    flat_name,
+    flatten_call,
+    flatten_tool,
+    gateway_error,
+    json_text,
+    need_int,
+    need_str,
+    opt_bool,
+    opt_float,
+    opt_int,
+    parse_arguments,
+    prefixed_id,
+    usage_or_zero,
+)
+from twproto.sse import SSEEvent
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
+DIALECT = Dialect.ANTHROPIC
+
+#: ``max_tokens`` for a request converted to Anthropic that set no output limit and whose
+#: caller did not pass the model's own limit. Every current Claude model accepts it.
+DEFAULT_MAX_TOKENS = 8192
+
+STOP_FROM: Mapping[str, ir.StopReason] = {
+    "end_turn": ir.StopReason.END_TURN,
+    "max_tokens": ir.StopReason.MAX_TOKENS,
+    "stop_sequence": ir.StopReason.STOP_SEQUENCE,
+    "tool_use": ir.StopReason.TOOL_USE,
+    "pause_turn": ir.StopReason.PAUSE,
+    "refusal": ir.StopReason.REFUSAL,
+    "model_context_window_exceeded": ir.StopReason.MAX_TOKENS,
+}
+STOP_TO: Mapping[ir.StopReason, str] = {
+    ir.StopReason.END_TURN: "end_turn",
+    ir.StopReason.MAX_TOKENS: "max_tokens",
+    ir.StopReason.STOP_SEQUENCE: "stop_sequence",
+    ir.StopReason.TOOL_USE: "tool_use",
+    ir.StopReason.PAUSE: "pause_turn",
+    ir.StopReason.REFUSAL: "refusal",
+    ir.StopReason.CONTENT_FILTER: "refusal",
+    ir.StopReason.ERROR: "end_turn",
+    ir.StopReason.OTHER: "end_turn",
+}
+
+# Top-level request fields with an IR slot; anything else is an extra.
+_REQUEST_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "stream",
+        "metadata",
+        "thinking",
+    }
+)
+
+_TOOL_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _tool_id(value: str) -> str:
+    return _TOOL_ID_UNSAFE.sub("_", value) if value else "toolu_gateway"
+
+
+# ----------------------------------------------------------------------------------------------
+# Requests
+
+
+def _decode_text_blocks(value: Any) -> tuple[ir.Text, ...]:
+    if isinstance(value, str):
+        return (ir.Text(text=value),) if value else ()
+    out = []
+    for block in as_list(value):
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            out.append(
+                ir.Text(text=str(block.get("text", "")), cache_control=block.get("cache_control"))
+            )
+    return tuple(out)
+
+
+def _decode_image(block: Mapping[str, Any]) -> ir.Image | None:
+    source = as_dict(block.get("source"))
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str):
+        return ir.Image(
+            data=source["data"],
+            media_type=as_str(source.get("media_type")),
+            cache_control=block.get("cache_control"),
+        )
+    if kind == "url" and isinstance(source.get("url"), str):
+        return ir.Image(url=source["url"], cache_control=block.get("cache_control"))
+    return None
+
+
+def _decode_block(block: Any, dropped: Dropped | None = None) -> ir.Part | None:
+    if not isinstance(block, Mapping):
+        return None
+    kind = block.get("type")
+    if kind == "text":
+        return ir.Text(text=str(block.get("text", "")), cache_control=block.get("cache_control"))
+    if kind == "image":
+        image = _decode_image(block)
+        if image is not None:
+            return image
+    elif kind == "tool_use":
+        return ir.ToolCall(
+            id=str(block.get("id", "")),
+            name=str(block.get("name", "")),
+            arguments=json_text(block.get("input") or {}),
+            cache_control=block.get("cache_control"),
+        )
+    elif kind == "tool_result":
+        content = block.get("content")
+        parts: list[ir.Text | ir.Image] = []
+        if isinstance(content, str):
+            parts.append(ir.Text(text=content))
+        else:
+            for sub in as_list(content):
+                if not isinstance(sub, Mapping):
+                    continue
+                if sub.get("type") == "text":
+                    parts.append(
+                        ir.Text(
+                            text=str(sub.get("text", "")), cache_control=sub.get("cache_control")
+                        )
+                    )
+                elif sub.get("type") == "image":
+                    image = _decode_image(sub)
+                    if image is not None:
+                        parts.append(image)
+                elif dropped is not None:
+                    dropped.add(f"tool_result content:{sub.get('type')}")
+        return ir.ToolResult(
+            call_id=str(block.get("tool_use_id", "")),
+            content=tuple(parts),
+            is_error=bool(block.get("is_error", False)),
+            cache_control=block.get("cache_control"),
+        )
+    elif kind == "thinking":
+        return ir.Reasoning(
+            text=str(block.get("thinking", "")), signature=as_str(block.get("signature")) or None
+        )
+    elif kind == "redacted_thinking":
+        return ir.Reasoning(redacted_data=str(block.get("data", "")))
+    return ir.Opaque(dialect=DIALECT, raw=dict(block))
+
+
+def _decode_reasoning(obj: Mapping[str, Any]) -> ir.ReasoningConfig | None:
+    thinking = as_dict(obj.get("thinking"))
+    effort = _effort.parse_effort(as_dict(obj.get("output_config")).get("effort"))
+    kind = thinking.get("type")
+    if kind == "enabled":
+        return ir.ReasoningConfig(
+            budget_tokens=opt_int(thinking.get("budget_tokens")), effort=effort
+        )
+    if kind == "adaptive":
+        return ir.ReasoningConfig(adaptive=True, effort=effort)
+    if kind == "disabled":
+        return ir.ReasoningConfig(enabled=False)
+    if effort is not None:
+        return ir.ReasoningConfig(effort=effort)
+    return None
+
+
+def decode_request(obj: Mapping[str, Any]) -> ir.Request:
+    """An Anthropic Messages request body (parsed JSON) as an `ir.Request`."""
+    dropped = Dropped()
+    extras = {k: v for k, v in obj.items() if k not in _REQUEST_FIELDS}
+    messages: list[ir.Message] = []
+    for message in as_list(obj.get("messages")):
+        if not isinstance(message, Mapping):
+            dropped.add("messages[] (not an object)")
+            continue
+        role_name = message.get("role")
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        parts = []
+        for block in as_list(blocks):
+            part = _decode_block(block, dropped)
+            if part is not None:
+                parts.append(part)
+        if role_name == "system":
+            role = ir.Role.SYSTEM
+        elif role_name == "assistant":
+            role = ir.Role.ASSISTANT
+        else:
+            role = ir.Role.USER
+        messages.append(ir.Message(role=role, parts=tuple(parts)))
+
+    tools = []
+    for tool in as_list(obj.get("tools")):
+        if not isinstance(tool, Mapping):
+            continue
+        kind = tool.get("type")
+        if kind in (None, "custom") and "input_schema" in tool:
+            tools.append(
+                ir.Tool(
+                    name=str(tool.get("name", "")),
+                    description=as_str(tool.get("description")),
+                    parameters=as_dict(tool.get("input_schema")),
+                    strict=opt_bool(tool.get("strict")),
+                    cache_control=tool.get("cache_control"),
+                )
+            )
+        else:
+            tools.append(
+                ir.Tool(
+                    name=str(kind or tool.get("name", "")),
+                    kind=ir.ToolKind.BUILTIN,
+                    raw=dict(tool),
+                    dialect=DIALECT,
+                )
+            )
+
+    choice = None
+    parallel = None
+    raw_choice = as_dict(obj.get("tool_choice"))
+    if raw_choice:
+        kind = raw_choice.get("type")
+        if kind == "tool" and isinstance(raw_choice.get("name"), str):
+            choice = ir.ToolChoice(mode=ir.ToolChoiceMode.NAMED, name=raw_choice["name"])
+        elif kind == "any":
+            choice = ir.ToolChoice(mode=ir.ToolChoiceMode.REQUIRED)
+        elif kind == "none":
+            choice = ir.ToolChoice(mode=ir.ToolChoiceMode.NONE)
+        elif kind == "auto":
+            choice = ir.ToolChoice(mode=ir.ToolChoiceMode.AUTO)
+        if raw_choice.get("disable_parallel_tool_use") is True:
+            parallel = False
+
+    metadata = as_dict(obj.get("metadata"))
+    stop = obj.get("stop_sequences")
+    output_format = None
+    fmt = as_dict(as_dict(obj.get("output_config")).get("format")) or as_dict(
+        obj.get("output_format")
+    )
+    if fmt.get("type") == "json_schema":
+        output_format = ir.OutputFormat(type="json_schema", schema=as_dict(fmt.get("schema")))
+
+    return ir.Request(
+        model=str(obj.get("model", "")),
+        system=_decode_text_blocks(obj.get("system")),
+        messages=tuple(messages),
+        tools=tuple(tools),
+        tool_choice=choice,
+        temperature=opt_float(obj.get("temperature")),
+        top_p=opt_float(obj.get("top_p")),
+        top_k=opt_int(obj.get("top_k")),
+        stop=tuple(s for s in as_list(stop) if isinstance(s, str)),
+        max_output_tokens=opt_int(obj.get("max_tokens")),
+        reasoning=_decode_reasoning(obj),
+        stream=obj.get("stream") is True,
+        parallel_tool_calls=parallel,
+        user=as_str(metadata.get("user_id")),
+        output_format=output_format,
+        origin=DIALECT,
+        extras=extras,
+        dropped=dropped.tuple(),
+    )
+
+
+def _with_cache(block: dict[str, Any], cache_control: ir.JSONObject | None) -> dict[str, Any]:
+    if cache_control is not None:
+        block["cache_control"] = cache_control
+    return block
+
+
+def _encode_image(image: ir.Image) -> dict[str, Any]:
+    media_type = image.media_type or "image/png"
+    kind = "document" if media_type == "application/pdf" else "image"
+    source: dict[str, Any]
+    if image.data is not None:
+        source = {"type": "base64", "media_type": media_type, "data": image.data}
+    else:
+        source = {"type": "url", "url": image.url}
+    return _with_cache({"type": kind, "source": source}, image.cache_control)
+
+
+def _encode_part(part: ir.Part, dropped: Dropped) -> dict[str, Any] | None:
+    if isinstance(part, ir.Text):
+        if not part.text:
+            return None  # the API refuses empty text blocks
+        return _with_cache({"type": "text", "text": part.text}, part.cache_control)
+    if isinstance(part, ir.Image):
+        return _encode_image(part)
+    if isinstance(part, ir.ToolCall):
+        call = flatten_call(part)
+        args, ok = parse_arguments(call.arguments)
+        if not ok:
+            dropped.add("tool_call.arguments (not a JSON object)")
+        return _with_cache(
+            {"type": "tool_use", "id": _tool_id(call.id), "name": call.name, "input": args},
+            call.cache_control,
+        )
+    if isinstance(part, ir.ToolResult):
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _tool_id(part.call_id)}
+        if len(part.content) == 1 and isinstance(part.content[0], ir.Text):
+            if part.content[0].cache_control is None:
+                block["content"] = part.content[0].text
+            else:
+                block["content"] = [
+                    _with_cache(
+                        {"type": "text", "text": part.content[0].text},
+                        part.content[0].cache_control,
+                    )
+                ]
+        elif part.content:
+            content = []
+            for sub in part.content:
+                if isinstance(sub, ir.Text):
+                    if sub.text:
+                        content.append(
+                            _with_cache({"type": "text", "text": sub.text}, sub.cache_control)
+                        )
+                else:
+                    content.append(_encode_image(sub))
+            block["content"] = content
+        if part.is_error:
+            block["is_error"] = True
+        return _with_cache(block, part.cache_control)
+    if isinstance(part, ir.Reasoning):
+        if part.redacted_data is not None:
+            return {"type": "redacted_thinking", "data": part.redacted_data}
+        seal = part.seal
+        if not seal:
+            dropped.add("reasoning (no signature)")
+            return None
+        return {"type": "thinking", "thinking": part.text, "signature": seal}
+    if part.dialect is DIALECT:
+        return dict(part.raw)
+    dropped.add(f"content:{part.raw.get('type', 'unknown')}")
+    return None
+
+
+def _encode_tools(req: ir.Request, dropped: Dropped) -> list[dict[str, Any]]:
+    tools = []
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            if tool.dialect is DIALECT and tool.raw is not None:
+                tools.append(dict(tool.raw))
+            else:
+                dropped.add(f"tools:{tool.name}")
+            continue
+        flat = flatten_tool(tool)
+        schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)
+        schema.setdefault("type", "object")
+        out: dict[str, Any] = {"name": flat.name}
+        if flat.description:
+            out["description"] = flat.description
+        out["input_schema"] = schema
+        if flat.strict is not None and req.origin is DIALECT:
+            out["strict"] = flat.strict
+        tools.append(_with_cache(out, flat.cache_control))
+    return tools
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    max_tokens = req.max_output_tokens or DEFAULT_MAX_TOKENS
+    out["max_tokens"] = max_tokens
+
+    system = [
+        _with_cache({"type": "text", "text": t.text}, t.cache_control) for t in req.system if t.text
+    ]
+    messages: list[dict[str, Any]] = []
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            for part in message.parts:
+                if isinstance(part, ir.Text) and part.text:
+                    system.append(
+                        _with_cache({"type": "text", "text": part.text}, part.cache_control)
+                    )
+                elif not isinstance(part, ir.Text):
+                    dropped.add(f"system message {part.kind}")
+            continue
+        role = "assistant" if message.role is ir.Role.ASSISTANT else "user"
+        blocks = [b for b in (_encode_part(p, dropped) for p in message.parts) if b is not None]
+        if not blocks:
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+    for message_out in messages:
+        if message_out["role"] == "user":
+            # Tool results must open the user turn that answers the tool calls.
+            message_out["content"].sort(key=lambda b: b.get("type") != "tool_result")
+    if system:
+        if len(system) == 1 and "cache_control" not in system[0]:
+            out["system"] = system[0]["text"]
+        else:
+            out["system"] = system
+    out["messages"] = messages
+
+    tools = _encode_tools(req, dropped)
+    if tools:
+        out["tools"] = tools
+    choice: dict[str, Any] | None = None
+    if req.tool_choice is not None:
+        mode = req.tool_choice.mode
+        if mode is ir.ToolChoiceMode.NAMED:
+            choice = {
+                "type": "tool",
+                "name": flat_name(req.tool_choice.name or "", req.tool_choice.namespace),
+            }
+        elif mode is ir.ToolChoiceMode.REQUIRED:
+            choice = {"type": "any"}
+        elif mode is ir.ToolChoiceMode.NONE:
+            choice = {"type": "none"}
+        else:
+            choice = {"type": "auto"}
+    if req.parallel_tool_calls is False and tools:
+        choice = choice or {"type": "auto"}
+        if choice["type"] != "none":
+            choice["disable_parallel_tool_use"] = True
+    if choice is not None and (tools or choice["type"] == "none"):
+        out["tool_choice"] = choice
+
+    output_config: dict[str, Any] = {}
+    thinking_on = False
+    reasoning = req.reasoning
+    if reasoning is not None and reasoning.enabled and reasoning.effort is not ir.Effort.NONE:
+        if reasoning.adaptive:
+            out["thinking"] = {"type": "adaptive"}
+            thinking_on = True
+        else:
+            budget = reasoning.budget_tokens or _effort.budget_for_effort(
+                reasoning.effort or ir.Effort.MEDIUM
+            )
+            budget = min(budget, max_tokens - 1)
+            if budget < _effort.ANTHROPIC_MIN_BUDGET:
+                dropped.add("reasoning (max_tokens below the smallest thinking budget)")
+            else:
+                out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+                thinking_on = True
+        if reasoning.effort is not None and (same or reasoning.adaptive):
+            output_config["effort"] = _effort.ANTHROPIC_EFFORT.get(reasoning.effort, "high")
+    elif reasoning is not None and not reasoning.enabled and same:
+        out["thinking"] = {"type": "disabled"}
+
+    if req.temperature is not None:
+        if thinking_on and not same:
+            dropped.add("temperature (not allowed with thinking)")
+        else:
+            out["temperature"] = req.temperature
+    if req.top_p is not None:
+        if thinking_on and not same and req.top_p < 0.95:
+            dropped.add("top_p (not allowed with thinking)")
+        else:
+            out["top_p"] = req.top_p
+    if req.top_k is not None:
+        if thinking_on and not same:
+            dropped.add("top_k (not allowed with thinking)")
+        else:
+            out["top_k"] = req.top_k
+    if req.stop:
+        out["stop_sequences"] = list(req.stop)
+    if req.stream:
+        out["stream"] = True
+    if req.user is not None:
+        out["metadata"] = {"user_id": req.user}
+    if req.output_format is not None:
+        if req.output_format.type == "json_schema" and req.output_format.schema is not None:
+            output_config["format"] = {"type": "json_schema", "schema": req.output_format.schema}
+        else:
+            dropped.add(f"output_format:{req.output_format.type}")
+    if output_config:
+        existing = as_dict(req.extras.get("output_config")) if same else {}
+        out["output_config"] = {**existing, **output_config}
+    if req.metadata:
+        dropped.add("metadata")
+    if req.cache_key is not None:
+        dropped.add("prompt_cache_key")
+    if req.store is not None and not same:
+        dropped.add("store")
+    for key, value in req.extras.items():
+        if same:
+            out.setdefault(key, value)
+        else:
+            dropped.add(key)
+    return out, dropped.tuple()
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole answers
+
+
+def decode_usage(raw: Any, base: ir.Usage | None = None) -> ir.Usage:
+    """Anthropic usage; fields absent from `raw` keep their value in `base` (stream deltas)."""
+    usage = as_dict(raw)
+    prev = base or ir.Usage()
+
+    def pick(key: str, old: int) -> int:
+        value = usage.get(key)
+        return old if value is None else as_int(value)
+
+    details = as_dict(usage.get("output_tokens_details"))
+    reasoning = details.get("thinking_tokens")
+    return ir.Usage(
+        input_tokens=pick("input_tokens", prev.input_tokens),
+        output_tokens=pick("output_tokens", prev.output_tokens),
+        cache_read_tokens=pick("cache_read_input_tokens", prev.cache_read_tokens),
+        cache_write_tokens=pick("cache_creation_input_tokens", prev.cache_write_tokens),
+        reasoning_tokens=prev.reasoning_tokens if reasoning is None else as_int(reasoning),
+    )
+
+
+def encode_usage(usage: ir.Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def decode_response(obj: Mapping[str, Any]) -> ir.Answer:
+    """An Anthropic message (non-streamed answer) as an `ir.Answer`."""
+    parts = []
+    for block in as_list(obj.get("content")):
+        part = _decode_block(block)
+        if part is not None:
+            parts.append(part)
+    reason = STOP_FROM.get(str(obj.get("stop_reason")), ir.StopReason.END_TURN)
+    return ir.Answer(
+        id=str(obj.get("id", "")),
+        model=str(obj.get("model", "")),
+        parts=tuple(parts),
+        stop_reason=reason,
+        stop_sequence=as_str(obj.get("stop_sequence")),
+        usage=decode_usage(obj.get("usage")) if "usage" in obj else None,
+    )
+
+
+def encode_response(
+    ans: ir.Answer,
+    *,
+    model: str,
+    dropped: list[str] | None = None,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """`ans` as an Anthropic message naming `model`; what it cannot carry goes to `dropped`
+    (`created` is unused: Anthropic messages carry no timestamp)."""
+    lost = Dropped()
+    content: list[dict[str, Any]] = []
+    for part in ans.parts:
+        if isinstance(part, ir.Text):
+            if part.text:
+                content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ir.Reasoning):
+            if part.redacted_data is not None:
+                content.append({"type": "redacted_thinking", "data": part.redacted_data})
+            else:
+                content.append(
+                    {"type": "thinking", "thinking": part.text, "signature": part.seal or ""}
+                )
+        elif isinstance(part, ir.ToolCall):
+            args, ok = parse_arguments(part.arguments)
+            if not ok:
+                lost.add("tool_call.arguments (not a JSON object)")
+            content.append(
+                {"type": "tool_use", "id": _tool_id(part.id), "name": part.name, "input": args}
+            )
+        elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
+            content.append(dict(part.raw))
+        else:
+            lost.add(f"content:{part.kind}")
+    if dropped is not None:
+        dropped.extend(lost.tuple())
+    return {
+        "id": prefixed_id("msg_", ans.id),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP_TO[ans.stop_reason],
+        "stop_sequence": ans.stop_sequence,
+        "usage": encode_usage(usage_or_zero(ans.usage)),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Streams
+
+
+# Events that matter to the watch path (usage, stop reason, errors).
+_WATCHED = frozenset({"message_start", "message_delta", "message_stop", "error"})
+
+
+class StreamDecoder:
+    """Anthropic SSE events → IR stream calls.
+
+    `feed` returns event objects; `feed_into` calls a handler directly (the translator's hot
+    path); `watch` only follows usage, the stop reason and errors, parsing nothing else.
+    """
+
+    __slots__ = ("_skipped", "dropped", "error", "finished", "usage")
+
+    def __init__(self) -> None:
+        self._skipped: set[int] = set()
+        self.usage: ir.Usage | None = None
+        self.finished = False
+        self.error: ir.StreamErrorEvent | None = None
+        self.dropped: list[str] = []
+
+    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
+        collector = ir.EventCollector()
+        self.feed_into(event, collector)
+        return collector.events
+
+    def watch(self, event: SSEEvent) -> None:
+        name = event.event
+        if name in _WATCHED or (
+            not name and ('"message_' in event.data or '"error"' in event.data)
+        ):
+            self.feed_into(event, NULL_HANDLER)
+
+    def feed_into(self, event: SSEEvent, h: ir.StreamHandler) -> None:
+        try:
+            try:
+                obj = _json.loads(event.data)
+            except _json.JSONDecodeError:
+                if event.data.strip():
+                    self._drop("event (not JSON)")
+                return
+            if not isinstance(obj, dict):
+                return
+            kind = obj.get("type") or event.event
+            if kind == "content_block_delta":
+                index = need_int(obj.get("index", 0))
+                if index in self._skipped:
+                    return
+                delta = obj["delta"]
+                dkind = delta.get("type")
+                if dkind == "text_delta":
+                    h.text(index, need_str(delta["text"]))
+                elif dkind == "input_json_delta":
+                    h.tool_args(index, need_str(delta["partial_json"]))
+                elif dkind == "thinking_delta":
+                    h.reasoning(index, need_str(delta["thinking"]))
+                elif dkind == "signature_delta":
+                    h.reasoning_seal(index, need_str(delta["signature"]), None, None)
+                elif dkind != "citations_delta":
+                    self._drop(f"delta:{dkind}")
+            elif kind == "content_block_start":
+                self._block_start(obj, h)
+            elif kind == "content_block_stop":
+                index = need_int(obj.get("index", 0))
+                if index not in self._skipped:
+                    h.part_stop(index)
+            elif kind == "message_start":
+                message = as_dict(obj.get("message"))
+                usage = decode_usage(message["usage"]) if "usage" in message else None
+                self.usage = usage
+                h.message_start(
+                    str(message.get("id", "")), str(message.get("model", "")), None, usage
+                )
+            elif kind == "message_delta":
+                delta = as_dict(obj.get("delta"))
+                if "usage" in obj:
+                    self.usage = decode_usage(obj["usage"], self.usage)
+                    h.usage(self.usage)
+                reason = delta.get("stop_reason")
+                if reason is not None:
+                    self.finished = True
+                    h.finish(
+                        STOP_FROM.get(str(reason), ir.StopReason.END_TURN),
+                        as_str(delta.get("stop_sequence")),
+                    )
+            elif kind == "message_stop":
+                self.finished = True
+                h.end()
+            elif kind == "error":
+                err = as_dict(obj.get("error"))
+                etype = str(err.get("type", "api_error"))
+                self.error = ir.StreamErrorEvent(
+                    message=str(err.get("message", "upstream error")),
+                    type=etype,
+                    status=error_status(etype),
+                )
+                h.error(self.error)
+            elif kind != "ping":
+                self._drop(f"event:{kind}")
+        except MALFORMED:
+            # A value of the wrong JSON type somewhere in the event: skip the event.
+            self._drop("event (malformed)")
+
+    def _block_start(self, obj: Mapping[str, Any], h: ir.StreamHandler) -> None:
+        index = need_int(obj.get("index", 0))
+        block = as_dict(obj.get("content_block"))
+        kind = block.get("type")
+        if kind == "text":
+            h.part_start(index, ir.PartKind.TEXT, None)
+            if block.get("text"):
+                h.text(index, need_str(block["text"]))
+        elif kind == "thinking":
+            h.part_start(index, ir.PartKind.REASONING, None)
+            if block.get("thinking"):
+                h.reasoning(index, need_str(block["thinking"]))
+            if block.get("signature"):
+                h.reasoning_seal(index, need_str(block["signature"]), None, None)
+        elif kind == "redacted_thinking":
+            h.part_start(index, ir.PartKind.REASONING, None)
+            h.reasoning_seal(index, None, None, str(block.get("data", "")))
+        elif kind == "tool_use":
+            h.tool_call_start(
+                index,
+                str(block.get("id", "")),
+                str(block.get("name", "")),
+                ir.ToolKind.FUNCTION,
+                None,
+                None,
+            )
+            if block.get("input"):
+                h.tool_args(index, json_text(block["input"]))
+        else:
+            self._skipped.add(index)
+            self._drop(f"content:{kind}")
+
+    def _drop(self, what: str) -> None:
+        if what not in self.dropped:
+            self.dropped.append(what)
+
+
+class StreamEncoder:
+    """IR stream calls → Anthropic SSE bytes; `take()` returns what is ready to send."""
+
+    __slots__ = (
+        "_blocks",
+        "_id",
+        "_kinds",
+        "_model",
+        "_next",
+        "_open",
+        "_out",
+        "_pending_reasoning",
+        "_reason",
+        "_started",
+        "_stop_sequence",
+        "_templates",
+        "_usage",
+        "dropped",
+        "ended",
+    )
+
+    def __init__(self, *, model: str, created: int | None = None) -> None:
+        self._model = model
+        self._out: list[bytes] = []
+        self._started = False
+        self._id = ""
+        self._blocks: dict[int, int] = {}  # IR index → Anthropic block index
+        self._kinds: dict[int, ir.PartKind] = {}
+        self._templates: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self._next = 0
+        self._open: int | None = None
+        # A reasoning part whose block start waits for its first delta: it may turn out to be
+        # redacted thinking, which is a different block type.
+        self._pending_reasoning: set[int] = set()
+        self._usage: ir.Usage | None = None
+        self._reason: ir.StopReason | None = None
+        self._stop_sequence: str | None = None
+        self.ended = False
+        self.dropped: list[str] = []
+
+    def take(self) -> bytes:
+        """The bytes ready to send (and forget them)."""
+        out = self._out
+        if len(out) == 1:
+            return out.pop()
+        data = b"".join(out)
+        out.clear()
+        return data
+
+    def _emit(self, name: bytes, obj: Any) -> None:
+        self._out.append(b"event: " + name + b"\ndata: " + _json.dumps(obj) + b"\n\n")
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self.message_start("", self._model, None, None)
+
+    def message_start(
+        self, id: str, model: str, created: int | None, usage: ir.Usage | None
+    ) -> None:
+        if self._started or self.ended:
+            return
+        self._started = True
+        self._id = prefixed_id("msg_", id)
+        if usage is not None:
+            self._usage = usage
+        start_usage = encode_usage(usage_or_zero(usage))
+        self._emit(
+            b"message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": self._id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self._model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            },
+        )
+
+    def _close_open(self) -> None:
+        if self._open is not None:
+            self._emit(b"content_block_stop", {"type": "content_block_stop", "index": self._open})
+            self._open = None
+
+    def _open_block(self, index: int, kind: ir.PartKind, block: dict[str, Any]) -> int:
+        self._ensure_started()
+        self._close_open()
+        number = self._next
+        self._next += 1
+        self._blocks[index] = number
+        self._kinds[index] = kind
+        self._open = number
+        prefix = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(number).encode()
+        )
+        self._templates[index] = (
+            prefix + b',"delta":{"type":"text_delta","text":',
+            prefix + b',"delta":{"type":"thinking_delta","thinking":',
+            prefix + b',"delta":{"type":"input_json_delta","partial_json":',
+        )
+        self._emit(
+            b"content_block_start",
+            {"type": "content_block_start", "index": number, "content_block": block},
+        )
+        return number
+
+    def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
+        if self.ended or index in self._blocks:
+            return
+        if part is ir.PartKind.REASONING:
+            self._pending_reasoning.add(index)
+            self._kinds[index] = part
+        else:
+            self._open_block(index, ir.PartKind.TEXT, {"type": "text", "text": ""})
+
+    def _flush_reasoning(self, index: int) -> None:
+        self._pending_reasoning.discard(index)
+        self._open_block(
+            index, ir.PartKind.REASONING, {"type": "thinking", "thinking": "", "signature": ""}
+        )
+
+    def tool_call_start(
+        self,
+        index: int,
+        id: str,
+        name: str,
+        tool_kind: ir.ToolKind,
+        namespace: str | None,
+        item_id: str | None,
+    ) -> None:
+        if self.ended or index in self._blocks:
+            return
+        self._open_block(
+            index,
+            ir.PartKind.TOOL_CALL,
+            {"type": "tool_use", "id": _tool_id(id), "name": name, "input": {}},
+        )
+
+    def text(self, index: int, text: str) -> None:
+        templates = self._templates.get(index)
+        if templates is None:
+            if self.ended:
+                return
+            self.part_start(index, ir.PartKind.TEXT, None)
+            templates = self._templates[index]
+        self._out.append(templates[0] + _json.dumps(text) + b"}}\n\n")
+
+    def reasoning(self, index: int, text: str) -> None:
+        if index in self._pending_reasoning:
+            self._flush_reasoning(index)
+        templates = self._templates.get(index)
+        if templates is None:
+            if self.ended:
+                return
+            self._flush_reasoning(index)
+            templates = self._templates[index]
+        if text:
+            self._out.append(templates[1] + _json.dumps(text) + b"}}\n\n")
+
+    def reasoning_seal(
+        self,
+        index: int,
+        signature: str | None,
+        encrypted_content: str | None,
+        redacted_data: str | None,
+    ) -> None:
+        if self.ended:
+            return
+        if redacted_data is not None and index not in self._blocks:
+            self._pending_reasoning.discard(index)
+            self._open_block(
+                index, ir.PartKind.REASONING, {"type": "redacted_thinking", "data": redacted_data}
+            )
+            return
+        if index in self._pending_reasoning or index not in self._blocks:
+            self._flush_reasoning(index)
+        seal = signature or encrypted_content
+        if seal:
+            self._emit(
+                b"content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": self._blocks[index],
+                    "delta": {"type": "signature_delta", "signature": seal},
+                },
+            )
+
+    def tool_args(self, index: int, arguments: str) -> None:
+        templates = self._templates.get(index)
+        if templates is None:
+            return
+        if arguments:
+            self._out.append(templates[2] + _json.dumps(arguments) + b"}}\n\n")
+
+    def part_stop(self, index: int) -> None:
+        if index in self._pending_reasoning:
+            self._flush_reasoning(index)
+        number = self._blocks.get(index)
+        if number is not None and number == self._open:
+            self._close_open()
+
+    def usage(self, usage: ir.Usage) -> None:
+        self._usage = usage
+
+    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
+        self._reason = reason
+        self._stop_sequence = stop_sequence
+
+    def end(self) -> None:
+        if self.ended:
+            return
+        self._ensure_started()
+        for index in list(self._pending_reasoning):
+            self._flush_reasoning(index)
+        self._close_open()
+        reason = self._reason
+        if reason is None:
+            has_calls = ir.PartKind.TOOL_CALL in self._kinds.values()
+            reason = ir.StopReason.TOOL_USE if has_calls else ir.StopReason.END_TURN
+        self._emit(
+            b"message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": STOP_TO[reason], "stop_sequence": self._stop_sequence},
+                "usage": encode_usage(usage_or_zero(self._usage)),
+            },
+        )
+        self._emit(b"message_stop", {"type": "message_stop"})
+        self.ended = True
+
+    def error(self, error: ir.StreamErrorEvent) -> None:
+        if self.ended:
+            return
+        self._out.append(self._error_bytes(gateway_error(error), error.type))
+        self.ended = True
+
+    def _error_bytes(self, err: GatewayError, upstream_type: str | None = None) -> bytes:
+        if upstream_type and upstream_type.endswith("_error"):
+            # Keep the upstream's own Anthropic error type (overloaded_error…) when it has one.
+            body = {"type": "error", "error": {"type": upstream_type, "message": err.message}}
+            return b"event: error\ndata: " + _json.dumps(body) + b"\n\n"
+        return stream_error_event(DIALECT, err)
+
+    def fail(self, err: GatewayError) -> bytes:
+        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
+        if self.ended:
+            return self.take()
+        self._out.append(self._error_bytes(err))
+        self.ended = True
+        return self.take()

@@ -1,0 +1,1095 @@
+"""Gemini generateContent / streamGenerateContent ⇄ IR.
+
+Theory of operation
+-------------------
+
+Gemini requests carry neither the model nor the stream flag (both are in the URL path), so
+`decode_request` leaves them empty and the caller fills them in; `encode_request` takes the model
+only to pick model-specific settings. Field names are accepted in both the REST camelCase and
+the proto snake_case the API also takes.
+
+Function calls have no ids in Gemini's older answers and requests. Decoding a request, a call
+without one gets ``call_<content>_<part>`` and the ``functionResponse`` that answers it (the next
+one with that name) gets the same id; decoding an answer, ids derive from the response id and the
+call's position (`ir.derive_call_id`), identically for a stream and a whole answer. Encoding,
+ids are left out (Gemini pairs calls and responses by name and order) and a response names its
+function by looking the call id up in the conversation.
+
+Thought signatures: Gemini seals its reasoning in a ``thoughtSignature`` on the part *after* the
+thoughts (a text or function-call part). The IR keeps every seal on a `Reasoning` part: the
+decoder puts the signature on the reasoning part just before that part, or on an empty
+reasoning part of its own, so an Anthropic client receives it as a thinking block's signature
+and a Responses client as ``encrypted_content`` — and both replay it. The encoder attaches a
+reasoning part's seal to the next part it writes (or to an empty text part). Gemini 3 refuses a
+replayed function call without a signature; for calls that never had one (they came from
+another format) the encoder writes Google's documented placeholder
+``skip_thought_signature_validator``.
+
+Schemas: tool parameters and response schemas go through `_schema.sanitize_schema`; the
+keywords removed are reported once per request.
+
+Streams: every chunk is a whole ``GenerateContentResponse``; the decoder opens, extends and
+closes IR parts as the kind of consecutive parts changes. Gemini has no end event: the final
+chunk carries ``finishReason`` and usage, and the stream ends when the body does. The encoder
+writes SSE (``data: {…}\\r\\n\\r\\n``) or the JSON-array framing (``[{…}``, ``,\\r\\n{…}``, ``]``);
+text deltas use a prebuilt byte template, a function call is written whole when it ends, and an
+error is an ``{"error": {...}}`` object (an array element in the array framing).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from twproto import _json, ir
+from twproto.dialect import Dialect
+from twproto.errors import GatewayError, error_body
+from twproto.formats import _effort
+from twproto.formats._common import (
+    MALFORMED,
+    NULL_HANDLER,
+    Dropped,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    call_kinds,
+    error_status,
+    flat_name,
+    flatten_call,
+    flatten_tool,
+    gateway_error,
+    has_cache_control,
+    is_base64,
+    json_text,
+    need_str,
+    opt_bool,
+    opt_float,
+    opt_int,
+    parse_arguments,
+)
+from twproto.formats._schema import sanitize_schema
+from twproto.sse import SSEEvent
+
+__all__ = [
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
+DIALECT = Dialect.GEMINI
+
+#: Google's documented placeholder for a function call whose real signature is unknown.
+DUMMY_SIGNATURE = "skip_thought_signature_validator"
+
+FINISH_FROM: Mapping[str, ir.StopReason] = {
+    "STOP": ir.StopReason.END_TURN,
+    "MAX_TOKENS": ir.StopReason.MAX_TOKENS,
+    "SAFETY": ir.StopReason.CONTENT_FILTER,
+    "RECITATION": ir.StopReason.CONTENT_FILTER,
+    "BLOCKLIST": ir.StopReason.CONTENT_FILTER,
+    "PROHIBITED_CONTENT": ir.StopReason.CONTENT_FILTER,
+    "SPII": ir.StopReason.CONTENT_FILTER,
+    "IMAGE_SAFETY": ir.StopReason.CONTENT_FILTER,
+    "LANGUAGE": ir.StopReason.CONTENT_FILTER,
+    "MALFORMED_FUNCTION_CALL": ir.StopReason.ERROR,
+    "UNEXPECTED_TOOL_CALL": ir.StopReason.ERROR,
+    "OTHER": ir.StopReason.OTHER,
+}
+FINISH_TO: Mapping[ir.StopReason, str] = {
+    ir.StopReason.END_TURN: "STOP",
+    ir.StopReason.TOOL_USE: "STOP",
+    ir.StopReason.STOP_SEQUENCE: "STOP",
+    ir.StopReason.PAUSE: "STOP",
+    ir.StopReason.MAX_TOKENS: "MAX_TOKENS",
+    ir.StopReason.CONTENT_FILTER: "SAFETY",
+    ir.StopReason.REFUSAL: "SAFETY",
+    ir.StopReason.ERROR: "OTHER",
+    ir.StopReason.OTHER: "OTHER",
+}
+
+_REQUEST_FIELDS = frozenset(
+    {"contents", "systemInstruction", "tools", "toolConfig", "generationConfig"}
+)
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+_KNOWN_FIELDS = _REQUEST_FIELDS | {_SNAKE.sub("_", k).lower() for k in _REQUEST_FIELDS}
+
+
+def _get(obj: Mapping[str, Any], camel: str) -> Any:
+    """A field by its camelCase name, or its snake_case twin."""
+    value = obj.get(camel)
+    if value is None:
+        value = obj.get(_SNAKE.sub("_", camel).lower())
+    return value
+
+
+def _finish(value: Any, saw_calls: bool) -> ir.StopReason:
+    reason = FINISH_FROM.get(str(value), ir.StopReason.OTHER)
+    if reason is ir.StopReason.END_TURN and saw_calls:
+        return ir.StopReason.TOOL_USE
+    return reason
+
+
+def _attach_signature(parts: list[ir.Part], signature: str) -> None:
+    last = parts[-1] if parts else None
+    if isinstance(last, ir.Reasoning) and last.signature is None and last.redacted_data is None:
+        parts[-1] = ir.Reasoning(text=last.text, signature=signature)
+    else:
+        parts.append(ir.Reasoning(signature=signature))
+
+
+def _result_text(response: Any) -> str:
+    if isinstance(response, Mapping) and len(response) == 1:
+        (value,) = response.values()
+        if isinstance(value, str):
+            return value
+    return json_text(response)
+
+
+def _decode_parts(
+    raw_parts: Any,
+    answer_id: str | None,
+    ids: dict[str, list[str]],
+    position: tuple[int, int],
+    calls_seen: list[int],
+) -> list[ir.Part]:
+    """Gemini parts → IR parts.
+
+    `answer_id` set: ids derive from it (answers); else from `position` (requests), with `ids`
+    remembering, per function name, the ids of calls awaiting their response.
+    """
+    out: list[ir.Part] = []
+    for number, part in enumerate(as_list(raw_parts)):
+        if not isinstance(part, Mapping):
+            continue
+        signature = as_str(_get(part, "thoughtSignature"))
+        call = _get(part, "functionCall")
+        response = _get(part, "functionResponse")
+        inline = _get(part, "inlineData")
+        file_data = _get(part, "fileData")
+        if "text" in part:
+            text = str(part.get("text") or "")
+            if part.get("thought") is True:
+                out.append(ir.Reasoning(text=text, signature=signature))
+                continue
+            if signature:
+                _attach_signature(out, signature)
+            if text:
+                out.append(ir.Text(text=text))
+        elif isinstance(call, Mapping):
+            if signature:
+                _attach_signature(out, signature)
+            name = str(call.get("name", ""))
+            call_id = as_str(call.get("id"))
+            if not call_id:
+                if answer_id is not None:
+                    call_id = ir.derive_call_id(answer_id, calls_seen[0])
+                else:
+                    call_id = f"call_{position[0]}_{number}"
+            calls_seen[0] += 1
+            ids.setdefault(name, []).append(call_id)
+            out.append(
+                ir.ToolCall(id=call_id, name=name, arguments=json_text(call.get("args") or {}))
+            )
+        elif isinstance(response, Mapping):
+            name = str(response.get("name", ""))
+            call_id = as_str(response.get("id"))
+            pending = ids.get(name)
+            if not call_id:
+                call_id = pending.pop(0) if pending else f"call_{name}_{position[0]}_{number}"
+            elif pending and call_id in pending:
+                pending.remove(call_id)
+            value = response.get("response")
+            structured = dict(value) if isinstance(value, Mapping) else None
+            is_error = isinstance(value, Mapping) and set(value) == {"error"}
+            out.append(
+                ir.ToolResult(
+                    call_id=call_id,
+                    name=name,
+                    content=(ir.Text(text=_result_text(value)),),
+                    structured=structured,
+                    is_error=is_error,
+                )
+            )
+        elif isinstance(inline, Mapping) and isinstance(inline.get("data"), str):
+            out.append(ir.Image(data=inline["data"], media_type=as_str(_get(inline, "mimeType"))))
+        elif isinstance(file_data, Mapping) and isinstance(_get(file_data, "fileUri"), str):
+            out.append(
+                ir.Image(
+                    url=_get(file_data, "fileUri"), media_type=as_str(_get(file_data, "mimeType"))
+                )
+            )
+        else:
+            out.append(ir.Opaque(dialect=DIALECT, raw=dict(part)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Requests
+
+
+def _decode_reasoning(config: Mapping[str, Any]) -> ir.ReasoningConfig | None:
+    thinking = _get(config, "thinkingConfig")
+    if not isinstance(thinking, Mapping):
+        return None
+    budget = opt_int(_get(thinking, "thinkingBudget"))
+    level = _effort.parse_effort(_get(thinking, "thinkingLevel"))
+    include = opt_bool(_get(thinking, "includeThoughts"))
+    if budget == 0:
+        return ir.ReasoningConfig(enabled=False, budget_tokens=0, include_thoughts=include)
+    if budget is not None and budget < 0:
+        return ir.ReasoningConfig(adaptive=True, effort=level, include_thoughts=include)
+    return ir.ReasoningConfig(budget_tokens=budget, effort=level, include_thoughts=include)
+
+
+def decode_request(obj: Mapping[str, Any]) -> ir.Request:
+    """A Gemini generateContent body (parsed JSON) as an `ir.Request` (model and stream empty:
+    they are in the URL)."""
+    dropped = Dropped()
+    extras = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
+    system_raw = as_dict(_get(obj, "systemInstruction"))
+    system = tuple(
+        ir.Text(text=str(p.get("text", "")))
+        for p in as_list(system_raw.get("parts"))
+        if isinstance(p, Mapping) and "text" in p
+    )
+    messages: list[ir.Message] = []
+    ids: dict[str, list[str]] = {}
+    for number, content in enumerate(as_list(_get(obj, "contents"))):
+        if not isinstance(content, Mapping):
+            continue
+        role = ir.Role.ASSISTANT if content.get("role") == "model" else ir.Role.USER
+        parts = _decode_parts(content.get("parts"), None, ids, (number, 0), [0])
+        messages.append(ir.Message(role=role, parts=tuple(parts)))
+
+    tools: list[ir.Tool] = []
+    for tool in as_list(_get(obj, "tools")):
+        if not isinstance(tool, Mapping):
+            continue
+        declarations = _get(tool, "functionDeclarations")
+        if isinstance(declarations, list):
+            for decl in declarations:
+                if not isinstance(decl, Mapping):
+                    continue
+                params = _get(decl, "parametersJsonSchema") or decl.get("parameters")
+                tools.append(
+                    ir.Tool(
+                        name=str(decl.get("name", "")),
+                        description=as_str(decl.get("description")),
+                        parameters=dict(params) if isinstance(params, Mapping) else None,
+                    )
+                )
+            rest = {
+                k: v
+                for k, v in tool.items()
+                if k not in ("functionDeclarations", "function_declarations")
+            }
+        else:
+            rest = dict(tool)
+        if rest:
+            name = next(iter(rest))
+            tools.append(ir.Tool(name=name, kind=ir.ToolKind.BUILTIN, raw=rest, dialect=DIALECT))
+
+    choice = None
+    calling = as_dict(_get(as_dict(_get(obj, "toolConfig")), "functionCallingConfig"))
+    mode = str(calling.get("mode", "")).upper()
+    allowed = [n for n in as_list(_get(calling, "allowedFunctionNames")) if isinstance(n, str)]
+    if mode in ("ANY", "VALIDATED") and len(allowed) == 1:
+        choice = ir.ToolChoice(mode=ir.ToolChoiceMode.NAMED, name=allowed[0])
+    elif mode == "ANY":
+        choice = ir.ToolChoice(mode=ir.ToolChoiceMode.REQUIRED)
+    elif mode == "NONE":
+        choice = ir.ToolChoice(mode=ir.ToolChoiceMode.NONE)
+    elif mode == "AUTO":
+        choice = ir.ToolChoice(mode=ir.ToolChoiceMode.AUTO)
+    if len(allowed) > 1:
+        dropped.add("toolConfig.allowedFunctionNames")
+
+    config = as_dict(_get(obj, "generationConfig"))
+    output_format = None
+    if _get(config, "responseMimeType") == "application/json":
+        schema = _get(config, "responseJsonSchema") or _get(config, "responseSchema")
+        if isinstance(schema, Mapping):
+            output_format = ir.OutputFormat(type="json_schema", schema=dict(schema))
+        else:
+            output_format = ir.OutputFormat(type="json_object")
+    known_config = {
+        "temperature",
+        "topP",
+        "topK",
+        "maxOutputTokens",
+        "stopSequences",
+        "thinkingConfig",
+        "responseMimeType",
+        "responseSchema",
+        "responseJsonSchema",
+    }
+    config_extras = {
+        k: v
+        for k, v in config.items()
+        if k not in known_config and _to_camel(k) not in known_config
+    }
+    if config_extras:
+        extras["generationConfig"] = config_extras
+    return ir.Request(
+        model="",
+        system=system,
+        messages=tuple(messages),
+        tools=tuple(tools),
+        tool_choice=choice,
+        temperature=opt_float(config.get("temperature")),
+        top_p=opt_float(_get(config, "topP")),
+        top_k=opt_int(_get(config, "topK")),
+        stop=tuple(s for s in as_list(_get(config, "stopSequences")) if isinstance(s, str)),
+        max_output_tokens=opt_int(_get(config, "maxOutputTokens")),
+        reasoning=_decode_reasoning(config),
+        output_format=output_format,
+        origin=DIALECT,
+        extras=extras,
+        dropped=dropped.tuple(),
+    )
+
+
+def _to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _encode_image(image: ir.Image) -> dict[str, Any]:
+    if image.data is not None:
+        return {"inlineData": {"mimeType": image.media_type or "image/png", "data": image.data}}
+    return {"fileData": {"mimeType": image.media_type or "image/jpeg", "fileUri": image.url}}
+
+
+def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
+    reasoning = req.reasoning
+    if reasoning is None:
+        return None
+    same = req.origin is DIALECT
+    levels = _effort.gemini_uses_levels(model)
+    cap = _effort.gemini_budget_cap(model)
+    if not reasoning.enabled or reasoning.effort is ir.Effort.NONE:
+        if same and reasoning.budget_tokens == 0:
+            return {"thinkingBudget": 0}
+        # Off: only Flash-class 2.x models can stop thinking (budget 0).
+        if not levels and "flash" in model.lower():
+            return {"thinkingBudget": 0}
+        return None
+    config: dict[str, Any] = {}
+    if reasoning.include_thoughts is not None:
+        config["includeThoughts"] = reasoning.include_thoughts
+    elif not same:
+        config["includeThoughts"] = True
+    if same and reasoning.budget_tokens is not None:
+        config["thinkingBudget"] = reasoning.budget_tokens
+    elif same and reasoning.adaptive:
+        config["thinkingBudget"] = -1
+        if reasoning.effort is not None:
+            config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+    elif same and reasoning.effort is not None:
+        config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+    elif levels:
+        effort: ir.Effort | None = reasoning.effort
+        if effort is None and reasoning.budget_tokens:
+            effort = _effort.effort_for_budget(reasoning.budget_tokens)
+        if effort is not None:
+            config["thinkingLevel"] = _effort.GEMINI_LEVEL[effort]
+    else:
+        budget = reasoning.budget_tokens
+        if budget is None and reasoning.effort is not None:
+            budget = _effort.budget_for_effort(reasoning.effort)
+        if budget is None and reasoning.adaptive:
+            budget = -1
+        if budget is not None:
+            config["thinkingBudget"] = min(budget, cap) if budget > 0 else budget
+    return config or None
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Gemini generateContent body (the model goes in the URL; `model` picks
+    model-specific settings), and what could not be carried."""
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    calls = call_kinds(req.messages)
+    needs_signature = _effort.gemini_uses_levels(model)
+    system_parts = [{"text": t.text} for t in req.system]
+    contents: list[dict[str, Any]] = []
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            system_parts.extend({"text": p.text} for p in message.parts if isinstance(p, ir.Text))
+            continue
+        model_turn = message.role is ir.Role.ASSISTANT
+        parts: list[dict[str, Any]] = []
+        pending: str | None = None
+        first_call = True
+        for part in message.parts:
+            out: dict[str, Any] | None = None
+            if isinstance(part, ir.Reasoning):
+                if part.text and same:
+                    thought: dict[str, Any] = {"text": part.text, "thought": True}
+                    parts.append(thought)
+                elif part.text:
+                    dropped.add("reasoning text")
+                seal = part.signature or part.encrypted_content
+                if seal and is_base64(seal):
+                    pending = seal
+                elif seal:
+                    dropped.add("reasoning.signature (not base64)")
+                continue
+            if isinstance(part, ir.Text):
+                out = {"text": part.text}
+            elif isinstance(part, ir.Image):
+                out = _encode_image(part)
+            elif isinstance(part, ir.ToolCall):
+                flat = flatten_call(part)
+                args, ok = parse_arguments(flat.arguments)
+                if not ok:
+                    dropped.add("tool_call.arguments (not a JSON object)")
+                out = {"functionCall": {"name": flat.name, "args": args}}
+                if pending is None and first_call and model_turn and needs_signature:
+                    pending = DUMMY_SIGNATURE
+                first_call = False
+            elif isinstance(part, ir.ToolResult):
+                call = calls.get(part.call_id)
+                name = part.name or (flat_name(call.name, call.namespace) if call else None)
+                if name is None:
+                    dropped.add("tool_result (no matching call)")
+                    name = part.call_id
+                if part.structured is not None:
+                    response = part.structured
+                elif part.is_error:
+                    response = {"error": part.text}
+                else:
+                    response = {"output": part.text}
+                if any(isinstance(p, ir.Image) for p in part.content):
+                    dropped.add("tool_result image")
+                out = {"functionResponse": {"name": name, "response": response}}
+            elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
+                out = dict(part.raw)
+            else:
+                dropped.add(
+                    f"content:{part.raw.get('type') if isinstance(part, ir.Opaque) else part.kind}"
+                )
+            if out is None:
+                continue
+            if pending is not None and model_turn:
+                out["thoughtSignature"] = pending
+                pending = None
+            parts.append(out)
+        if pending is not None and model_turn:
+            parts.append({"text": "", "thoughtSignature": pending})
+        if not parts:
+            continue
+        role = "model" if model_turn else "user"
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
+        else:
+            contents.append({"role": role, "parts": parts})
+
+    out_body: dict[str, Any] = {"contents": contents}
+    if system_parts:
+        out_body["systemInstruction"] = {"parts": system_parts}
+
+    declarations: list[dict[str, Any]] = []
+    builtin: list[dict[str, Any]] = []
+    removed: set[str] = set()
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            if tool.dialect is DIALECT and tool.raw is not None:
+                builtin.append(dict(tool.raw))
+            else:
+                dropped.add(f"tools:{tool.name}")
+            continue
+        flat_tool = flatten_tool(tool)
+        decl: dict[str, Any] = {"name": flat_tool.name}
+        if flat_tool.description:
+            decl["description"] = flat_tool.description
+        if flat_tool.parameters:
+            schema, lost = sanitize_schema(flat_tool.parameters)
+            removed.update(lost)
+            if schema.get("properties") or schema.get("type") not in (None, "object"):
+                decl["parameters"] = schema
+        declarations.append(decl)
+    if removed:
+        dropped.add("tool schema keywords: " + ", ".join(sorted(removed)))
+    tools_out: list[dict[str, Any]] = []
+    if declarations:
+        tools_out.append({"functionDeclarations": declarations})
+    tools_out.extend(builtin)
+    if tools_out:
+        out_body["tools"] = tools_out
+    if req.tool_choice is not None and (
+        declarations or req.tool_choice.mode is ir.ToolChoiceMode.NONE
+    ):
+        mode = req.tool_choice.mode
+        calling: dict[str, Any]
+        if mode is ir.ToolChoiceMode.NAMED:
+            name = flat_name(req.tool_choice.name or "", req.tool_choice.namespace)
+            calling = {"mode": "ANY", "allowedFunctionNames": [name]}
+        else:
+            calling = {
+                "mode": {
+                    ir.ToolChoiceMode.AUTO: "AUTO",
+                    ir.ToolChoiceMode.NONE: "NONE",
+                    ir.ToolChoiceMode.REQUIRED: "ANY",
+                }[mode]
+            }
+        out_body["toolConfig"] = {"functionCallingConfig": calling}
+    if req.parallel_tool_calls is False:
+        dropped.add("parallel_tool_calls")
+
+    config: dict[str, Any] = {}
+    if req.temperature is not None:
+        config["temperature"] = req.temperature
+    if req.top_p is not None:
+        config["topP"] = req.top_p
+    if req.top_k is not None:
+        config["topK"] = req.top_k
+    if req.max_output_tokens is not None:
+        config["maxOutputTokens"] = req.max_output_tokens
+    if req.stop:
+        config["stopSequences"] = list(req.stop)
+    if req.output_format is not None:
+        config["responseMimeType"] = "application/json"
+        if req.output_format.schema is not None:
+            schema, lost = sanitize_schema(req.output_format.schema)
+            if lost:
+                dropped.add("response schema keywords: " + ", ".join(lost))
+            config["responseSchema"] = schema
+    thinking = _thinking_config(req, model)
+    if thinking is not None:
+        config["thinkingConfig"] = thinking
+    if same:
+        config = {**as_dict(req.extras.get("generationConfig")), **config}
+    if config:
+        out_body["generationConfig"] = config
+    if req.user is not None:
+        dropped.add("user")
+    if req.metadata:
+        dropped.add("metadata")
+    if req.cache_key is not None:
+        dropped.add("prompt_cache_key")
+    if req.store is not None:
+        dropped.add("store")
+    if not same and has_cache_control(req):
+        # Prompt caching is automatic (OpenAI) or explicit by other means (Gemini).
+        dropped.add("cache_control")
+    for key, value in req.extras.items():
+        if key == "generationConfig":
+            if not same:
+                dropped.extend(f"generationConfig.{k}" for k in as_dict(value))
+        elif same:
+            out_body.setdefault(key, value)
+        else:
+            dropped.add(key)
+    return out_body, dropped.tuple()
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole answers
+
+
+def decode_usage(raw: Any) -> ir.Usage:
+    usage = as_dict(raw)
+    prompt = as_int(usage.get("promptTokenCount")) + as_int(usage.get("toolUsePromptTokenCount"))
+    cached = as_int(usage.get("cachedContentTokenCount"))
+    thoughts = as_int(usage.get("thoughtsTokenCount"))
+    return ir.Usage(
+        input_tokens=max(prompt - cached, 0),
+        output_tokens=as_int(usage.get("candidatesTokenCount")) + thoughts,
+        cache_read_tokens=cached,
+        reasoning_tokens=thoughts,
+    )
+
+
+def encode_usage(usage: ir.Usage) -> dict[str, int]:
+    out = {
+        "promptTokenCount": usage.total_input_tokens,
+        "candidatesTokenCount": usage.output_tokens - usage.reasoning_tokens,
+        "totalTokenCount": usage.total_tokens,
+    }
+    if usage.cache_read_tokens:
+        out["cachedContentTokenCount"] = usage.cache_read_tokens
+    if usage.reasoning_tokens:
+        out["thoughtsTokenCount"] = usage.reasoning_tokens
+    return out
+
+
+def decode_response(obj: Mapping[str, Any]) -> ir.Answer:
+    """A GenerateContentResponse as an `ir.Answer` (the first candidate)."""
+    dropped = Dropped()
+    answer_id = str(_get(obj, "responseId") or "")
+    candidates = as_list(obj.get("candidates"))
+    if len(candidates) > 1:
+        dropped.add("candidates[1:]")
+    candidate = as_dict(candidates[0]) if candidates else {}
+    calls_seen = [0]
+    parts = _decode_parts(
+        as_dict(candidate.get("content")).get("parts"), answer_id, {}, (0, 0), calls_seen
+    )
+    if candidates:
+        reason = _finish(_get(candidate, "finishReason"), calls_seen[0] > 0)
+    elif as_dict(_get(obj, "promptFeedback")).get("blockReason"):
+        reason = ir.StopReason.CONTENT_FILTER
+    else:
+        reason = ir.StopReason.OTHER
+    usage_raw = _get(obj, "usageMetadata")
+    return ir.Answer(
+        id=answer_id,
+        model=str(_get(obj, "modelVersion") or ""),
+        parts=tuple(parts),
+        stop_reason=reason,
+        usage=decode_usage(usage_raw) if isinstance(usage_raw, Mapping) else None,
+        dropped=dropped.tuple(),
+    )
+
+
+def _encode_answer_parts(parts: tuple[ir.Part, ...], lost: Dropped) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    pending: str | None = None
+    for part in parts:
+        item: dict[str, Any]
+        if isinstance(part, ir.Reasoning):
+            if part.text:
+                out.append({"text": part.text, "thought": True})
+            if part.redacted_data is not None:
+                lost.add("reasoning (redacted)")
+            if part.seal and is_base64(part.seal):
+                pending = part.seal
+            elif part.seal:
+                lost.add("reasoning.signature (not base64)")
+            continue
+        if isinstance(part, ir.Text):
+            item = {"text": part.text}
+        elif isinstance(part, ir.ToolCall):
+            flat = flatten_call(part)
+            args, ok = parse_arguments(flat.arguments)
+            if not ok:
+                lost.add("tool_call.arguments (not a JSON object)")
+            item = {"functionCall": {"id": part.id, "name": flat.name, "args": args}}
+        elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
+            item = dict(part.raw)
+        else:
+            lost.add(f"content:{part.kind}")
+            continue
+        if pending is not None:
+            item["thoughtSignature"] = pending
+            pending = None
+        out.append(item)
+    if pending is not None:
+        out.append({"text": "", "thoughtSignature": pending})
+    return out
+
+
+def encode_response(
+    ans: ir.Answer,
+    *,
+    model: str,
+    dropped: list[str] | None = None,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """`ans` as a GenerateContentResponse naming `model` (`created` is unused: Gemini answers
+    carry no timestamp)."""
+    lost = Dropped()
+    parts = _encode_answer_parts(ans.parts, lost)
+    if dropped is not None:
+        dropped.extend(lost.tuple())
+    out: dict[str, Any] = {
+        "candidates": [
+            {
+                "content": {"parts": parts, "role": "model"},
+                "finishReason": FINISH_TO[ans.stop_reason],
+                "index": 0,
+            }
+        ],
+    }
+    if ans.usage is not None:
+        out["usageMetadata"] = encode_usage(ans.usage)
+    out["modelVersion"] = model
+    out["responseId"] = ans.id
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Streams
+
+
+class StreamDecoder:
+    """Gemini stream chunks → IR stream calls. A chunk is an `SSEEvent` (``alt=sse``) or an
+    already parsed element of the JSON-array stream; see `twproto.formats.anthropic.StreamDecoder`
+    for the `feed` / `feed_into` / `watch` split."""
+
+    __slots__ = (
+        "_calls",
+        "_id",
+        "_last_usage",
+        "_next",
+        "_reasoning",
+        "_started",
+        "_text",
+        "dropped",
+        "error",
+        "finished",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self._started = False
+        self._id = ""
+        self._next = 0
+        self._text: int | None = None
+        self._reasoning: int | None = None
+        self._calls = 0
+        self._last_usage: Any = None
+        self.usage: ir.Usage | None = None
+        self.finished = False
+        self.error: ir.StreamErrorEvent | None = None
+        self.dropped: list[str] = []
+
+    def feed(self, event: SSEEvent | Mapping[str, Any]) -> list[ir.StreamEvent]:
+        collector = ir.EventCollector()
+        self.feed_into(event, collector)
+        return collector.events
+
+    def watch(self, event: SSEEvent | Mapping[str, Any]) -> None:
+        if isinstance(event, SSEEvent):
+            data = event.data
+            if '"finishReason"' not in data and '"error"' not in data:
+                return
+        self.feed_into(event, NULL_HANDLER)
+
+    def feed_into(self, event: SSEEvent | Mapping[str, Any], h: ir.StreamHandler) -> None:
+        try:
+            if isinstance(event, SSEEvent):
+                try:
+                    obj = _json.loads(event.data)
+                except _json.JSONDecodeError:
+                    if event.data.strip():
+                        self._drop("chunk (not JSON)")
+                    return
+            else:
+                obj = event
+            if not isinstance(obj, Mapping):
+                return
+            err = obj.get("error")
+            if isinstance(err, Mapping):
+                code = err.get("code")
+                status = (
+                    code
+                    if isinstance(code, int) and 400 <= code <= 599
+                    else error_status(as_str(err.get("status")))
+                )
+                self.error = ir.StreamErrorEvent(
+                    message=str(err.get("message", "upstream error")),
+                    type=str(err.get("status") or "INTERNAL"),
+                    status=status,
+                )
+                h.error(self.error)
+                return
+            usage_raw = obj.get("usageMetadata")
+            if not self._started:
+                self._started = True
+                self._id = str(obj.get("responseId") or "")
+                usage = None
+                if isinstance(usage_raw, Mapping):
+                    self._last_usage = usage_raw
+                    usage = self.usage = decode_usage(usage_raw)
+                h.message_start(self._id, str(obj.get("modelVersion") or ""), None, usage)
+            candidates = obj.get("candidates")
+            candidate: Mapping[str, Any] = candidates[0] if candidates else {}
+            content = candidate.get("content")
+            if content:
+                for part in content.get("parts") or ():
+                    self._part(part, h)
+            if usage_raw is not None and usage_raw != self._last_usage:
+                self._last_usage = usage_raw
+                self.usage = decode_usage(usage_raw)
+                h.usage(self.usage)
+            reason = candidate.get("finishReason")
+            if reason is None and not candidates:
+                block = as_dict(obj.get("promptFeedback")).get("blockReason")
+                if block:
+                    reason = "SAFETY"
+            if reason and not self.finished:
+                self._close_text(h)
+                self._close_reasoning(h)
+                self.finished = True
+                h.finish(_finish(reason, self._calls > 0), None)
+        except MALFORMED:
+            # A value of the wrong JSON type somewhere in the event: skip the event.
+            self._drop("event (malformed)")
+
+    def _part(self, part: Any, h: ir.StreamHandler) -> None:
+        if not isinstance(part, Mapping):
+            return
+        signature = part.get("thoughtSignature")
+        text = part.get("text")
+        if part.get("thought") is True:
+            index = self._reasoning
+            if index is None:
+                self._close_text(h)
+                index = self._reasoning = self._next
+                self._next += 1
+                h.part_start(index, ir.PartKind.REASONING, None)
+            if text:
+                h.reasoning(index, need_str(text))
+            if signature:
+                h.reasoning_seal(index, need_str(signature), None, None)
+            return
+        if signature:
+            index = self._reasoning
+            if index is None:
+                self._close_text(h)
+                index = self._next
+                self._next += 1
+                h.part_start(index, ir.PartKind.REASONING, None)
+            h.reasoning_seal(index, need_str(signature), None, None)
+            h.part_stop(index)
+            self._reasoning = None
+        if text is not None:
+            if text:
+                index = self._text
+                if index is None:
+                    self._close_reasoning(h)
+                    index = self._text = self._next
+                    self._next += 1
+                    h.part_start(index, ir.PartKind.TEXT, None)
+                h.text(index, need_str(text))
+            return
+        call = part.get("functionCall")
+        if isinstance(call, Mapping):
+            self._close_text(h)
+            self._close_reasoning(h)
+            index = self._next
+            self._next += 1
+            call_id = as_str(call.get("id")) or ir.derive_call_id(self._id, self._calls)
+            self._calls += 1
+            h.tool_call_start(
+                index, call_id, str(call.get("name", "")), ir.ToolKind.FUNCTION, None, None
+            )
+            h.tool_args(index, json_text(call.get("args") or {}))
+            h.part_stop(index)
+            return
+        self._drop("part:" + next(iter(part), "empty"))
+
+    def _close_text(self, h: ir.StreamHandler) -> None:
+        if self._text is not None:
+            h.part_stop(self._text)
+            self._text = None
+
+    def _close_reasoning(self, h: ir.StreamHandler) -> None:
+        if self._reasoning is not None:
+            h.part_stop(self._reasoning)
+            self._reasoning = None
+
+    def _drop(self, what: str) -> None:
+        if what not in self.dropped:
+            self.dropped.append(what)
+
+
+class StreamEncoder:
+    """IR stream calls → Gemini stream bytes, SSE (`sse` True) or JSON-array framing."""
+
+    __slots__ = (
+        "_calls",
+        "_first",
+        "_id",
+        "_model",
+        "_out",
+        "_pending",
+        "_reason",
+        "_sse",
+        "_started",
+        "_tail",
+        "_text_head",
+        "_thought_head",
+        "_usage",
+        "dropped",
+        "ended",
+    )
+
+    def __init__(self, *, model: str, sse: bool = True) -> None:
+        self._model = model
+        self._sse = sse
+        self._out: list[bytes] = []
+        self._first = True
+        self._started = False
+        self._id = ""
+        self._pending: str | None = None  # a seal waiting for the next part
+        self._calls: dict[int, tuple[str, str, list[str]]] = {}
+        self._usage: ir.Usage | None = None
+        self._reason: ir.StopReason | None = None
+        self._text_head = b""
+        self._thought_head = b""
+        self._tail = b""
+        self.ended = False
+        self.dropped: list[str] = []
+
+    def take(self) -> bytes:
+        """The bytes ready to send (and forget them)."""
+        out = self._out
+        if len(out) == 1:
+            return out.pop()
+        data = b"".join(out)
+        out.clear()
+        return data
+
+    def _frame(self, body: bytes) -> None:
+        if self._sse:
+            self._out.append(b"data: " + body + b"\r\n\r\n")
+        elif self._first:
+            self._first = False
+            self._out.append(b"[" + body)
+        else:
+            self._out.append(b",\r\n" + body)
+
+    def _chunk(
+        self, parts: list[dict[str, Any]], finish: str | None = None, usage: bool = False
+    ) -> None:
+        candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        candidate["index"] = 0
+        obj: dict[str, Any] = {"candidates": [candidate]}
+        if usage and self._usage is not None:
+            obj["usageMetadata"] = encode_usage(self._usage)
+        obj["modelVersion"] = self._model
+        obj["responseId"] = self._id
+        self._frame(_json.dumps(obj))
+
+    def message_start(
+        self, id: str, model: str, created: int | None, usage: ir.Usage | None
+    ) -> None:
+        if self._started or self.ended:
+            return
+        self._started = True
+        self._id = id
+        if usage is not None:
+            self._usage = usage
+        self._text_head = b'{"candidates":[{"content":{"parts":[{"text":'
+        self._thought_head = self._text_head
+        self._tail = (
+            b'}],"role":"model"},"index":0}],"modelVersion":'
+            + _json.dumps(self._model)
+            + b',"responseId":'
+            + _json.dumps(self._id)
+            + b"}"
+        )
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self.message_start("", self._model, None, None)
+
+    def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
+        self._ensure_started()
+
+    def tool_call_start(
+        self,
+        index: int,
+        id: str,
+        name: str,
+        tool_kind: ir.ToolKind,
+        namespace: str | None,
+        item_id: str | None,
+    ) -> None:
+        if self.ended:
+            return
+        self._ensure_started()
+        self._calls[index] = (id, flat_name(name, namespace), [])
+
+    def text(self, index: int, text: str) -> None:
+        if self.ended or not text:
+            return
+        if not self._started:
+            self._ensure_started()
+        if self._pending is not None:
+            self._chunk([{"text": text, "thoughtSignature": self._pending}])
+            self._pending = None
+            return
+        self._frame(self._text_head + _json.dumps(text) + self._tail)
+
+    def reasoning(self, index: int, text: str) -> None:
+        if self.ended or not text:
+            return
+        if not self._started:
+            self._ensure_started()
+        self._frame(self._thought_head + _json.dumps(text) + b',"thought":true' + self._tail)
+
+    def reasoning_seal(
+        self,
+        index: int,
+        signature: str | None,
+        encrypted_content: str | None,
+        redacted_data: str | None,
+    ) -> None:
+        seal = signature or encrypted_content
+        if seal and is_base64(seal):
+            self._pending = seal
+        elif seal:
+            self._drop("reasoning.signature (not base64)")
+        if redacted_data is not None:
+            self._drop("reasoning (redacted)")
+
+    def tool_args(self, index: int, arguments: str) -> None:
+        call = self._calls.get(index)
+        if call is not None:
+            call[2].append(arguments)
+
+    def part_stop(self, index: int) -> None:
+        call = self._calls.pop(index, None)
+        if call is None or self.ended:
+            return
+        call_id, name, chunks = call
+        args, ok = parse_arguments("".join(chunks))
+        if not ok:
+            self._drop("tool_call.arguments (not a JSON object)")
+        part: dict[str, Any] = {"functionCall": {"id": call_id, "name": name, "args": args}}
+        if self._pending is not None:
+            part["thoughtSignature"] = self._pending
+            self._pending = None
+        self._chunk([part])
+
+    def usage(self, usage: ir.Usage) -> None:
+        self._usage = usage
+
+    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
+        self._reason = reason
+
+    def end(self) -> None:
+        if self.ended:
+            return
+        self._ensure_started()
+        for index in list(self._calls):
+            self.part_stop(index)
+        last: dict[str, Any] = {"text": ""}
+        if self._pending is not None:
+            last["thoughtSignature"] = self._pending
+            self._pending = None
+        reason = self._reason or ir.StopReason.END_TURN
+        self._chunk([last], FINISH_TO[reason], usage=True)
+        if not self._sse:
+            self._out.append(b"]")
+        self.ended = True
+
+    def error(self, error: ir.StreamErrorEvent) -> None:
+        self._append_error(gateway_error(error))
+
+    def _drop(self, what: str) -> None:
+        if what not in self.dropped:
+            self.dropped.append(what)
+
+    def fail(self, err: GatewayError) -> bytes:
+        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
+        self._append_error(err)
+        return self.take()
+
+    def _append_error(self, err: GatewayError) -> None:
+        if not self.ended:
+            self._frame(error_body(DIALECT, err))
+            if not self._sse:
+                self._out.append(b"]")
+            self.ended = True
