@@ -23,19 +23,19 @@ def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
     for name, value in headers:
         if name in (b"x-api-key", b"x-goog-api-key", b"authorization") and name not in found:
             found[name] = value.strip()
-    for name in (b"x-api-key", b"x-goog-api-key"):
-        value = found.get(name)
-        if value:
-            return value.decode("latin-1")
+    for wanted in (b"x-api-key", b"x-goog-api-key"):
+        presented = found.get(wanted)
+        if presented:
+            return presented.decode("latin-1")
     bearer = found.get(b"authorization")
     if bearer and bearer[:7].lower() == b"bearer ":
         token = bearer[7:].strip()
         if token:
             return token.decode("latin-1")
     if query:
-        for name, value in parse_qsl(query, keep_blank_values=False):
-            if name == "key" and value:
-                return value
+        for qname, qvalue in parse_qsl(query, keep_blank_values=False):
+            if qname == "key" and qvalue:
+                return qvalue
     return None
 
 
@@ -72,8 +72,8 @@ class KeyRing:
 class AddressFilter:
     """``listen.gateway.allow_from``: CIDRs allowed to connect; loopback is always allowed."""
 
-    def __init__(self, cidrs: Sequence[str]) -> None:
-        self.networks = tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+    def __init__(self, cidrs: Sequence[object]) -> None:
+        self.networks = tuple(ipaddress.ip_network(str(c), strict=False) for c in cidrs)
 
     def allows(self, address: str) -> bool:
         if not self.networks:

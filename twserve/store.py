@@ -165,7 +165,9 @@ class RequestStore:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """The writer task: runs until `close()` is called, then drains what is queued."""
         task_status.started()
         async with self._receive:

@@ -1,0 +1,267 @@
+"""End-to-end overhead on loopback: the gateway against a raw byte-copy proxy and a direct call.
+
+Three paths to the same mock upstream, measured side by side in one run:
+
+    direct   client → mock
+    raw      client → rawproxy (copies bytes, parses nothing) → mock
+    gateway  client → twserve → mock
+
+Each proxy runs in its own process so its CPU time can be read from /proc. Reported, as the
+median of several runs:
+
+* CPU time per 1,000 streamed chunks of each proxy, and the gateway's ratio to the raw proxy;
+* time to first byte of each path, and the gateway's ratio to the raw proxy's;
+* requests/s at concurrency 32 and the peak RSS of each proxy.
+
+Machines are noisy: compare the ratios, not the absolute numbers.
+
+    python benchmarks/e2e_overhead.py [--chunks 1000] [--requests 20] [--runs 5]
+        [--mode passthrough|convert|routing]
+
+``convert`` sends Chat Completions requests to an Anthropic-format upstream (both directions
+converted); ``routing`` puts a load-balance group of three mock upstreams behind a route.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpcore
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "bench-key"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def gateway_config(mock_port: int, port: int, mode: str) -> str:
+    base = f"http://127.0.0.1:{mock_port}"
+    if mode == "routing":
+        providers = "\n".join(
+            f"  - {{name: m{i}, protocol: anthropic, base_url: '{base}', key: k}}" for i in range(3)
+        )
+        extra = """
+groups:
+  - name: pool
+    type: load-balance
+    providers: [{name: m0, weight: 5}, {name: m1, weight: 3}, m2]
+routes:
+  - name: default
+    rules:
+      - name: all
+        to: pool
+"""
+    else:
+        providers = f"  - {{name: mock, protocol: anthropic, base_url: '{base}', key: k}}"
+        extra = ""
+    return f"""version: 1
+listen:
+  gateway: {{bind: 127.0.0.1, port: {port}}}
+clients:
+  - {{name: bench, key: {KEY}}}
+providers:
+{providers}
+{extra}"""
+
+
+def request_for(mode: str, chunks: int) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
+    script = json.dumps({"chunks": chunks, "chunk_size": 8}).encode()
+    if mode == "convert":
+        body = {
+            "model": "bench",
+            "stream": True,
+            "messages": [{"role": "user", "content": "benchmark"}],
+        }
+        headers = [(b"authorization", b"Bearer " + KEY.encode())]
+        path = "/v1/chat/completions"
+    else:
+        body = {
+            "model": "bench",
+            "max_tokens": 4096,
+            "stream": True,
+            "messages": [{"role": "user", "content": "benchmark"}],
+        }
+        headers = [(b"x-api-key", KEY.encode()), (b"anthropic-version", b"2023-06-01")]
+        path = "/v1/messages"
+    headers += [(b"content-type", b"application/json"), (b"x-mock-script", script)]
+    return path, headers, json.dumps(body).encode()
+
+
+async def one(
+    pool: httpcore.AsyncConnectionPool, url: str, headers: Any, body: bytes
+) -> tuple[float, float]:
+    start = time.perf_counter()
+    first = 0.0
+    async with pool.stream("POST", url, headers=headers, content=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {await resp.aread()!r}")
+        async for chunk in resp.aiter_stream():
+            if chunk and not first:
+                first = time.perf_counter() - start
+    return first, time.perf_counter() - start
+
+
+async def sequential(port: int, path: str, headers: Any, body: bytes, n: int) -> list[float]:
+    url = f"http://127.0.0.1:{port}{path}"
+    ttfbs = []
+    async with httpcore.AsyncConnectionPool() as pool:
+        for _ in range(n):
+            ttfb, _total = await one(pool, url, headers, body)
+            ttfbs.append(ttfb)
+    return ttfbs
+
+
+async def concurrent(
+    port: int, path: str, headers: Any, body: bytes, total: int, conc: int
+) -> float:
+    url = f"http://127.0.0.1:{port}{path}"
+    remaining = total
+    async with httpcore.AsyncConnectionPool(max_connections=conc) as pool:
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await one(pool, url, headers, body)
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(conc):
+                tg.start_soon(worker)
+        return total / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--concurrent-requests", type=int, default=320)
+    ap.add_argument("--mode", choices=["passthrough", "convert", "routing"], default="passthrough")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="twserve-bench-"))
+    mock_port, raw_port, gw_port = free_port(), free_port(), free_port()
+    cfg = tmp / "config.yaml"
+    cfg.write_text(gateway_config(mock_port, gw_port, args.mode))
+    env = {**os.environ, "TWSERVE_HOME": str(tmp)}
+    py = sys.executable
+    procs = {
+        "mock": subprocess.Popen(
+            [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+        "raw": subprocess.Popen(
+            [
+                py,
+                str(ROOT / "benchmarks" / "rawproxy.py"),
+                "--port",
+                str(raw_port),
+                "--target",
+                str(mock_port),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+        "gateway": subprocess.Popen(
+            [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+    }
+    try:
+        for port in (mock_port, raw_port, gw_port):
+            wait_port(port)
+        path, headers, body = request_for(args.mode, args.chunks)
+        # Direct and raw always speak the upstream's own format.
+        up_path, up_headers, up_body = request_for("passthrough", args.chunks)
+        targets = {
+            "direct": (mock_port, up_path, up_headers, up_body, None),
+            "raw": (raw_port, up_path, up_headers, up_body, procs["raw"].pid),
+            "gateway": (gw_port, path, headers, body, procs["gateway"].pid),
+        }
+        for port, p, h, b, _ in targets.values():  # warm up connections and code paths
+            anyio.run(sequential, port, p, h, b, 5)
+        cpu: dict[str, list[float]] = {k: [] for k in targets}
+        ttfb: dict[str, list[float]] = {k: [] for k in targets}
+        for _ in range(args.runs):
+            for name, (port, p, h, b, pid) in targets.items():
+                before = cpu_seconds(pid) if pid else 0.0
+                t = anyio.run(sequential, port, p, h, b, args.requests)
+                chunks_sent = args.requests * args.chunks
+                if pid:
+                    cpu[name].append((cpu_seconds(pid) - before) / chunks_sent * 1000)
+                ttfb[name].append(statistics.median(t) * 1000)
+        rps = {
+            name: anyio.run(concurrent, port, p, h, b, args.concurrent_requests, 32)
+            for name, (port, p, h, b, _) in targets.items()
+        }
+        med = {k: statistics.median(v) for k, v in cpu.items() if v}
+        tt = {k: statistics.median(v) for k, v in ttfb.items()}
+        figures = {
+            "mode": args.mode,
+            "chunks_per_request": args.chunks,
+            "cpu_ms_per_1000_chunks": med,
+            "cpu_ratio_gateway_to_raw": med["gateway"] / med["raw"],
+            "ttfb_ms": tt,
+            "ttfb_ratio_gateway_to_raw": tt["gateway"] / tt["raw"],
+            "ttfb_added_ms_vs_direct": tt["gateway"] - tt["direct"],
+            "rps_concurrency_32": rps,
+            "peak_rss_kib": {
+                "raw": rss_kib(procs["raw"].pid),
+                "gateway": rss_kib(procs["gateway"].pid),
+            },
+        }
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(10)
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""A running gateway with mock upstreams on loopback, for tests that drive it with real clients.
+
+The gateway and the mocks run on an anyio event loop in a background thread (a blocking portal),
+so synchronous SDK clients in the test thread talk to them over real sockets.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from twengine.config import build_config
+from twserve import http1
+from twserve.app import GatewayApp
+from twserve.mock.app import MockHandler, make_handler
+from twserve.mock.script import MockSettings
+
+KEY = "test-key"
+CONTROL_KEY = "control-key-for-tests-0123456789"
+
+_BASE_PATH = {
+    "anthropic": "",
+    "openai-chat": "/v1",
+    "openai-responses": "/v1",
+    "gemini": "",
+}
+
+
+@dataclass
+class Upstream:
+    protocol: str
+    settings: MockSettings = field(default_factory=MockSettings)
+    models: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Stack:
+    portal: BlockingPortal
+    app: GatewayApp
+    port: int
+    mocks: dict[str, tuple[MockHandler, int]]
+    data_dir: Path
+    control_port: int | None = None
+
+    @property
+    def control_url(self) -> str:
+        assert self.control_port is not None, "start the stack with control=True"
+        return f"http://127.0.0.1:{self.control_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def mock(self, name: str) -> MockHandler:
+        return self.mocks[name][0]
+
+    def wait_rows(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """The stored rows, oldest first, once at least `count` are written."""
+        deadline = time.monotonic() + timeout
+        while self.app.store.written < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with closing(sqlite3.connect(self.data_dir / "requests.sqlite3")) as db:
+            db.row_factory = sqlite3.Row
+            rows = [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY ts")]
+        return rows
+
+
+@contextmanager
+def running_stack(
+    data_dir: Path,
+    upstreams: Mapping[str, Upstream],
+    *,
+    config: Mapping[str, Any] | None = None,
+    limits: http1.ServerLimits | None = None,
+    control: bool = False,
+) -> Iterator[Stack]:
+    with start_blocking_portal() as portal:
+        futures = []
+        mocks: dict[str, tuple[MockHandler, int]] = {}
+        providers = []
+        for name, up in upstreams.items():
+            handler = make_handler(up.settings)
+            fut, port = portal.start_task(partial(http1.serve, handler, host="127.0.0.1", port=0))
+            futures.append(fut)
+            mocks[name] = (handler, port)
+            entry: dict[str, Any] = {
+                "name": name,
+                "protocol": up.protocol,
+                "base_url": f"http://127.0.0.1:{port}{_BASE_PATH[up.protocol]}",
+                "key": f"upstream-key-{name}",
+            }
+            if up.models is not None:
+                entry["models"] = up.models
+            entry.update(up.extra)
+            providers.append(entry)
+        data: dict[str, Any] = {
+            "version": 1,
+            "listen": {"gateway": {"bind": "127.0.0.1"}}
+            | ({"control": {"bind": "127.0.0.1", "key": CONTROL_KEY}} if control else {}),
+            "clients": [{"name": "tester", "key": KEY}],
+            "providers": providers,
+        }
+        data.update(config or {})
+        app = GatewayApp(
+            build_config(data),
+            data_dir,
+            env={},
+            port=0,
+            limits=limits,
+            control_port=0 if control else None,
+        )
+        app_future, bound = portal.start_task(app.run)
+        try:
+            yield Stack(
+                portal=portal,
+                app=app,
+                port=bound.gateway_port,
+                mocks=mocks,
+                data_dir=data_dir,
+                control_port=bound.control_port,
+            )
+        finally:
+            app_future.cancel()
+            for fut in futures:
+                fut.cancel()

@@ -1,0 +1,127 @@
+"""Wiring: the request store, the upstream pool, the gateway's listener and, when
+``listen.control`` is on, the control plane's listener, started together.
+
+`GatewayApp.run` is one anyio task. It reports the bound port through ``task_status`` (so tests
+and the demo can bind port 0), serves until cancelled, and on the way out stops the listener,
+lets the store writer drain every queued row, and closes the upstream pool.
+
+The event bus and the metrics always exist (they cost a few counter updates per request); the
+gateway publishes to the bus and hands each stored row to the metrics, and the engine's health
+changes go to the bus. The control listener only serves them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from twengine.config import Config
+from twserve import control, http1
+from twserve.events import EventBus
+from twserve.gateway import Gateway, transport_error
+from twserve.metrics import Metrics
+from twserve.store import RequestStore
+from twserve.upstream import UpstreamClient
+
+__all__ = ["GatewayApp"]
+
+
+@dataclass(slots=True)
+class Bound:
+    gateway_port: int
+    control_port: int | None = None
+
+
+class GatewayApp:
+    def __init__(
+        self,
+        config: Config,
+        data_dir: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        limits: http1.ServerLimits | None = None,
+        control_port: int | None = None,
+    ) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.env = dict(os.environ) if env is None else env
+        self.host = host if host is not None else config.listen.gateway.bind
+        self.port = port if port is not None else config.listen.gateway.port
+        self.limits = limits
+        self.store = RequestStore(data_dir / "requests.sqlite3")
+        self.upstream = UpstreamClient()
+        self.gateway = Gateway(config, store=self.store, upstream=self.upstream, env=self.env)
+        gw = self.gateway
+        self.events = EventBus(wall=gw.wall, clock=gw.clock)
+        self.metrics = Metrics(lambda: gw.router, clock=gw.clock)
+        self.events.listeners.append(self.metrics.on_event)
+        gw.events = self.events
+        gw.row_listeners.append(self.metrics.observe_row)
+        gw.hooks.listeners.append(self.events.health_changed)
+        self.control_host = config.listen.control.bind
+        self.control_port = control_port if control_port is not None else config.listen.control.port
+        self.control: control.ControlPlane | None = None
+        if config.listen.control.enabled:
+            self.control = control.ControlPlane(
+                gw, store=self.store, events=self.events, metrics=self.metrics, env=self.env
+            )
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._write_rows)
+            tg.start_soon(self._end_pauses)
+            try:
+                async with anyio.create_task_group() as serving:
+                    port = await serving.start(self._serve)
+                    control_port = None
+                    if self.control is not None:
+                        control_port = await serving.start(self._serve_control)
+                    task_status.started(Bound(gateway_port=port, control_port=control_port))
+            finally:
+                # Whatever stopped the server, the writer gets every queued row out first.
+                tg.cancel_scope.cancel()
+                self.store.close()
+                with anyio.CancelScope(shield=True):
+                    await self.upstream.aclose()
+        self.store.close_db()
+
+    async def _end_pauses(self) -> None:
+        """Wake when the earliest upstream pause runs out, so its end is published."""
+        while True:
+            deadline = self.gateway.hooks.tick()
+            delay = 1.0 if deadline is None else deadline - self.gateway.clock()
+            await anyio.sleep(min(max(delay, 0.01), 1.0))
+
+    async def _write_rows(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.store.run()
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        await http1.serve(
+            self.gateway.handle,
+            host=self.host,
+            port=self.port,
+            limits=self.limits,
+            errors=transport_error,
+            task_status=task_status,
+        )
+
+    async def _serve_control(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        assert self.control is not None
+        await http1.serve(
+            self.control.handle,
+            host=self.control_host,
+            port=self.control_port,
+            limits=self.limits,
+            errors=control.transport_error,
+            task_status=task_status,
+        )

@@ -1,0 +1,260 @@
+"""``twserve`` command line: serve, init, check, demo, mock-upstream, dryrun.
+
+Every subcommand is a thin layer over functions that tests call directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from twengine.config import ConfigError
+from twserve.configfile import (
+    data_dir,
+    load_config,
+    new_key,
+    starting_config_text,
+    write_private,
+)
+
+log = logging.getLogger("twserve")
+
+
+def _config_path(args: argparse.Namespace) -> Path:
+    if args.config:
+        return Path(args.config).expanduser()
+    return data_dir() / "config.yaml"
+
+
+def _print_problems(err: ConfigError) -> None:
+    for p in err.problems:
+        where = f" at {p.path}" if p.path else ""
+        print(f"  {p.code}{where}: {p.message}", file=sys.stderr)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = _config_path(args)
+    if path.exists() and not args.force:
+        print(f"{path} exists already (use --force to overwrite)", file=sys.stderr)
+        return 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = new_key()
+    write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
+    print(f"wrote {path}\ngateway key: {key}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    path = _config_path(args)
+    try:
+        config = load_config(path)
+    except FileNotFoundError:
+        print(f"no config at {path}", file=sys.stderr)
+        return 2
+    except ConfigError as err:
+        print(f"{path}: {len(err.problems)} problem(s)", file=sys.stderr)
+        _print_problems(err)
+        return 1
+    print(f"{path}: ok ({len(config.providers)} upstreams, {len(config.clients)} keys)")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from twserve.app import GatewayApp
+
+    path = _config_path(args)
+    if not path.exists():
+        key = new_key()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
+        print(f"wrote a starting config to {path}; gateway key: {key}")
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        print(f"{path}: the config has problems:", file=sys.stderr)
+        _print_problems(err)
+        return 1
+    app = GatewayApp(config, data_dir() if not args.data_dir else Path(args.data_dir))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            bound = await tg.start(app.run)
+            print(f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True)
+            if bound.control_port is not None:
+                where = f"http://{app.control_host}:{bound.control_port}"
+                print(f"control plane on {where}", flush=True)
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_mock(args: argparse.Namespace) -> int:
+    from twserve.mock.app import serve_mock, settings_from_args
+
+    settings = settings_from_args(args)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(
+                lambda task_status: serve_mock(
+                    settings, host=args.host, port=args.port, task_status=task_status
+                )
+            )
+            print(f"mock upstream listening on http://{args.host}:{port}", flush=True)
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from twserve.demo import run_demo
+
+    try:
+        anyio.run(lambda: run_demo(port=args.port, mock_port=args.mock_port, once=args.once))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_dryrun(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from twengine.dryrun import format_text
+    from twengine.router import Router
+    from twserve.control import (
+        ControlRequestError,
+        control_key_of,
+        dryrun_facts,
+        fetch_dryrun,
+        report_from_dict,
+    )
+
+    path = _config_path(args)
+    try:
+        if args.control:
+            key = args.control_key or os.environ.get("TWSERVE_CONTROL_KEY")
+            if not key and path.exists():
+                key = control_key_of(load_config(path))
+            if not key:
+                print("no control key: use --control-key or $TWSERVE_CONTROL_KEY", file=sys.stderr)
+                return 2
+            source = f"live state of the gateway at {args.control}"
+            data = fetch_dryrun(
+                args.control,
+                key,
+                model=args.model,
+                key_name=args.key,
+                dialect=args.dialect,
+                stream=args.stream,
+            )
+            report = report_from_dict(data)
+        else:
+            config = load_config(path)
+            facts = dryrun_facts(
+                config, model=args.model, key=args.key, dialect=args.dialect, stream=args.stream
+            )
+            source = (
+                f"fresh routing state from {path}: no health, pauses, slots or conversations of "
+                "a running gateway (ask one with --control URL)"
+            )
+            report = Router(config).dryrun(facts, now=time.monotonic())
+            data = report.to_dict()
+    except FileNotFoundError:
+        print(f"no config at {path}", file=sys.stderr)
+        return 2
+    except ConfigError as err:
+        print(f"{path}: {len(err.problems)} problem(s)", file=sys.stderr)
+        _print_problems(err)
+        return 1
+    except ControlRequestError as err:
+        print(f"{err.code}: {err.message}", file=sys.stderr)
+        return 1
+    except ConnectionError as err:
+        print(f"cannot reach the control plane: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({**data, "source": source}, indent=2))
+    else:
+        print(f"({source})")
+        print(format_text(report), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from twserve.mock.app import add_mock_arguments
+
+    parser = argparse.ArgumentParser(prog="twserve", description="LLM API gateway")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", help="config file (default: $TWSERVE_HOME/config.yaml)")
+    p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("init", help="write a starting config with a generated key")
+    p.add_argument("--config")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("check", help="validate a config file")
+    p.add_argument("--config")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("demo", help="gateway plus a built-in mock upstream; no API key needed")
+    p.add_argument("--port", type=int, default=8788)
+    p.add_argument("--mock-port", type=int, default=0)
+    p.add_argument(
+        "--once", action="store_true", help="run the banner's requests, print the answers, exit"
+    )
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("mock-upstream", help="a scriptable fake upstream speaking all four APIs")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9100)
+    add_mock_arguments(p)
+    p.set_defaults(func=cmd_mock)
+
+    p = sub.add_parser("dryrun", help="where a request would go, and why")
+    p.add_argument("--model", required=True, help="the model the request asks for")
+    p.add_argument("--key", help="the gateway key's name (default: default_key, else none)")
+    p.add_argument("--dialect", help="the client's API format (default: openai-chat)")
+    p.add_argument("--stream", action="store_true", help="a streamed request")
+    p.add_argument("--config", help="config file (default: $TWSERVE_HOME/config.yaml)")
+    p.add_argument(
+        "--control", metavar="URL", help="ask a running gateway's control plane (live state)"
+    )
+    p.add_argument(
+        "--control-key",
+        help="control key for --control (default: $TWSERVE_CONTROL_KEY, else the config's)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_dryrun)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    os.umask(0o077)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

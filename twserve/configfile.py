@@ -1,0 +1,114 @@
+"""The config file and the data directory on disk.
+
+Stage 1 of validation (SPEC §17) happens here: the YAML must parse. The parsed mapping then goes
+to `twengine.config.build_config` for the schema, consistency and build stages. ruamel.yaml is
+used in round-trip mode so that writes through the control plane keep comments and layout.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from twengine.config import Config, ConfigError, Problem, build_config
+
+__all__ = [
+    "data_dir",
+    "load_config",
+    "parse_config_text",
+    "starting_config_text",
+    "write_private",
+]
+
+
+def data_dir(env: dict[str, str] | None = None) -> Path:
+    """``$TWSERVE_HOME`` or ``~/.twserve``, created with mode 0700."""
+    env = dict(os.environ) if env is None else env
+    path = Path(env.get("TWSERVE_HOME") or Path.home() / ".twserve").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    return yaml
+
+
+def _plain(node: Any) -> Any:
+    """ruamel's round-trip containers as plain dicts and lists."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
+
+
+def parse_config_text(text: str) -> Config:
+    """YAML text → validated Config; raises `ConfigError` naming every problem."""
+    try:
+        data = _yaml().load(io.StringIO(text))
+    except YAMLError as exc:
+        raise ConfigError(
+            (Problem(code="config.yaml_invalid", path="", message=str(exc)),)
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            (Problem(code="config.yaml_invalid", path="", message="the config must be a mapping"),)
+        )
+    return build_config(_plain(data))
+
+
+def load_config(path: Path) -> Config:
+    return parse_config_text(path.read_text(encoding="utf-8"))
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by the owner only (0600), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    os.chmod(path, 0o600)
+
+
+def new_key(prefix: str = "tw-") -> str:
+    return prefix + secrets.token_urlsafe(24)
+
+
+def starting_config_text(*, gateway_key: str, control_key: str) -> str:
+    """The config `twserve serve` writes when there is none: one key, no upstream yet."""
+    return f"""\
+# twserve configuration — see docs/configuration.md for every field.
+version: 1
+
+listen:
+  gateway:
+    bind: 127.0.0.1
+    port: 8788
+  control:
+    bind: 127.0.0.1
+    port: 8789
+    key: {control_key}
+
+clients:
+  - name: me
+    key: {gateway_key}
+
+# Add your upstreams here; keys may refer to environment variables.
+providers: []
+#  - name: anthropic
+#    base_url: https://api.anthropic.com
+#    key: ${{ANTHROPIC_API_KEY}}
+#  - name: openai
+#    base_url: https://api.openai.com/v1
+#    key: ${{OPENAI_API_KEY}}
+"""

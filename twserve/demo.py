@@ -1,0 +1,201 @@
+"""``twserve demo``: the gateway and a built-in mock upstream, ready to be tried with curl.
+
+The mock speaks all four APIs on one port; the gateway's config puts one upstream of each format
+behind it, each offering its own demo model. Asking for a model routes to the upstream that
+offers it, so a request in one format for another format's model shows conversion at work.
+Every finished request prints one line (upstream, status, first-content time, tokens, attempts)
+so the request store's view is visible while you try it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpcore
+
+from twengine.config import Config, build_config
+from twserve.app import GatewayApp
+from twserve.store import RequestRow
+
+DEMO_KEY = "demo-key"
+
+MODELS = {
+    "anthropic": "claude-demo",
+    "openai-chat": "gpt-demo",
+    "openai-responses": "gpt-demo-responses",
+    "gemini": "gemini-demo",
+}
+
+
+def demo_config(mock_port: int, gateway_port: int) -> Config:
+    base = f"http://127.0.0.1:{mock_port}"
+    providers: list[dict[str, Any]] = [
+        {
+            "name": "mock-anthropic",
+            "protocol": "anthropic",
+            "base_url": base,
+            "key": "mock",
+            "models": [MODELS["anthropic"]],
+        },
+        {
+            "name": "mock-openai",
+            "protocol": "openai-chat",
+            "base_url": base + "/v1",
+            "key": "mock",
+            "models": [MODELS["openai-chat"]],
+        },
+        {
+            "name": "mock-responses",
+            "protocol": "openai-responses",
+            "base_url": base + "/v1",
+            "key": "mock",
+            "models": [MODELS["openai-responses"]],
+        },
+        {
+            "name": "mock-gemini",
+            "protocol": "gemini",
+            "base_url": base,
+            "key": "mock",
+            "models": [MODELS["gemini"]],
+        },
+    ]
+    return build_config(
+        {
+            "version": 1,
+            "listen": {"gateway": {"bind": "127.0.0.1", "port": gateway_port}},
+            "clients": [{"name": "demo", "key": DEMO_KEY}],
+            "providers": providers,
+        }
+    )
+
+
+def banner_requests(port: int) -> list[tuple[str, str, dict[str, str], str]]:
+    """(title, url, headers, body) for each request the banner shows."""
+    g = f"http://127.0.0.1:{port}"
+    hello = [{"role": "user", "content": "Say hello in five words."}]
+    gemini_hello = {"contents": [{"role": "user", "parts": [{"text": "Say hello in five words."}]}]}
+    anthropic = {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"}
+    bearer = {"authorization": f"Bearer {DEMO_KEY}"}
+    goog = {"x-goog-api-key": DEMO_KEY}
+
+    def body(value: dict[str, Any]) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    def anthropic_body(model: str) -> str:
+        return body({"model": model, "max_tokens": 256, "stream": True, "messages": hello})
+
+    def chat_body(model: str) -> str:
+        return body({"model": model, "stream": True, "messages": hello})
+
+    gemini_model = MODELS["gemini"]
+    responses_model = MODELS["openai-responses"]
+    return [
+        (
+            "Anthropic Messages client → Anthropic upstream, streamed",
+            f"{g}/v1/messages",
+            anthropic,
+            anthropic_body(MODELS["anthropic"]),
+        ),
+        (
+            "OpenAI Chat client → OpenAI Chat upstream, streamed",
+            f"{g}/v1/chat/completions",
+            bearer,
+            chat_body(MODELS["openai-chat"]),
+        ),
+        (
+            "OpenAI Responses client → Responses upstream, whole answer",
+            f"{g}/v1/responses",
+            bearer,
+            body({"model": responses_model, "input": "Say hello in five words."}),
+        ),
+        (
+            "Gemini client → Gemini upstream, streamed (SSE)",
+            f"{g}/v1beta/models/{gemini_model}:streamGenerateContent?alt=sse",
+            goog,
+            body(gemini_hello),
+        ),
+        (
+            "OpenAI Chat client → Anthropic upstream (converted both ways), streamed",
+            f"{g}/v1/chat/completions",
+            bearer,
+            chat_body(MODELS["anthropic"]),
+        ),
+        (
+            "Anthropic client → Gemini upstream (converted), streamed",
+            f"{g}/v1/messages",
+            anthropic,
+            anthropic_body(gemini_model),
+        ),
+        (
+            "Gemini client → OpenAI Responses upstream (converted), whole answer",
+            f"{g}/v1beta/models/{responses_model}:generateContent",
+            goog,
+            body(gemini_hello),
+        ),
+    ]
+
+
+def curl_line(url: str, headers: dict[str, str], body: str) -> str:
+    parts = ["curl", "-N", shlex.quote(url), "-H", "'content-type: application/json'"]
+    for name, value in headers.items():
+        parts += ["-H", shlex.quote(f"{name}: {value}")]
+    parts += ["-d", shlex.quote(body)]
+    return " ".join(parts)
+
+
+def row_line(row: RequestRow) -> str:
+    attempts = (row.routing or {}).get("attempts", [])
+    path = " → ".join(f"{a['provider']}:{a['outcome']}" for a in attempts) or "-"
+    tokens = (
+        f"in={row.input_tokens} out={row.output_tokens}" if row.input_tokens is not None else ""
+    )
+    return (
+        f"[row] {row.format} {row.model} status={row.status} via {row.provider} "
+        f"ttfb={row.ttfb_ms}ms {tokens} attempts: {path}"
+    )
+
+
+async def _run_once(port: int) -> None:
+    async with httpcore.AsyncConnectionPool() as pool:
+        for title, url, headers, body in banner_requests(port):
+            print(f"\n== {title}")
+            resp = await pool.request(
+                "POST", url, headers=list(headers.items()), content=body.encode()
+            )
+            text = resp.content.decode("utf-8", "replace")
+            print(f"HTTP {resp.status}\n{text[:1200]}")
+
+
+async def run_demo(*, port: int = 8788, mock_port: int = 0, once: bool = False) -> None:
+    from twserve.mock.app import MockSettings, serve_mock
+
+    home = Path(tempfile.mkdtemp(prefix="twserve-demo-"))
+    async with anyio.create_task_group() as tg:
+        bound_mock = await tg.start(
+            lambda task_status: serve_mock(
+                MockSettings(), host="127.0.0.1", port=mock_port, task_status=task_status
+            )
+        )
+        config = demo_config(bound_mock, port)
+        app = GatewayApp(config, home, env={}, port=0 if once else port)
+        app.gateway.on_finished = lambda row: print(row_line(row), flush=True)
+        bound = await tg.start(app.run)
+        gport = bound.gateway_port
+        print(
+            f"twserve demo: gateway on http://127.0.0.1:{gport}, mock upstream on "
+            f"http://127.0.0.1:{bound_mock}, request rows in {home}/requests.sqlite3"
+        )
+        print(f"gateway key: {DEMO_KEY}\n")
+        if once:
+            await _run_once(gport)
+            tg.cancel_scope.cancel()
+            return
+        print("Paste any of these into another terminal:\n")
+        for title, url, headers, body in banner_requests(gport):
+            print(f"# {title}\n{curl_line(url, headers, body)}\n")
+        print("Ctrl-C stops the demo.", flush=True)

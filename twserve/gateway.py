@@ -1,0 +1,447 @@
+"""The gateway's request handler: recognise, authenticate, route, relay, record.
+
+Order of checks for every request (SPEC §3.1, §20): the client address against
+``allow_from`` (before auth), the path (unknown → 404 in the format the path or headers suggest),
+the gateway key, then the body. A request refused at any of these never reaches an upstream.
+Every request that got as far as a key check leaves one row in the request store.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
+from twengine.attempt import AttemptRecord, AttemptSettings
+from twengine.config import Config, resolve_template
+from twengine.router import Router
+from twengine.routing import Candidate as RoutedCandidate
+from twengine.routing import RequestFacts
+from twproto import _json
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.paths import Operation, Route, match_path
+from twproto.summary import summarize
+from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
+from twserve.engine import EngineHooks
+from twserve.events import EventBus
+from twserve.httptypes import Headers, Request, Responder
+from twserve.relay import Candidate, RelayOutcome, RelayRequest, relay
+from twserve.store import RequestRow, RequestStore
+from twserve.upstream import UpstreamClient
+
+__all__ = ["Gateway", "client_dialect_for"]
+
+
+def client_dialect_for(path: str | None, headers: Headers | None = None) -> Dialect:
+    """The format to answer in when the path alone does not fix one (SPEC §3.1)."""
+    if path:
+        route = match_path("POST", path) or match_path("GET", path)
+        if route is not None and route.dialect is not None:
+            return route.dialect
+        if path.startswith("/v1beta"):
+            return Dialect.GEMINI
+        if "/messages" in path:
+            return Dialect.ANTHROPIC
+    for name, _ in headers or ():
+        if name in (b"anthropic-version", b"x-api-key"):
+            return Dialect.ANTHROPIC
+        if name == b"x-goog-api-key":
+            return Dialect.GEMINI
+    return Dialect.OPENAI_CHAT
+
+
+def transport_error(
+    path: str | None, status: int, code: str, message: str
+) -> tuple[Headers, bytes]:
+    """Errors the HTTP layer answers itself (bad HTTP, limits), in the client's format."""
+    category = ErrorCategory.TIMEOUT if status == 408 else ErrorCategory.REQUEST
+    if status >= 500:
+        category = ErrorCategory.UPSTREAM
+    err = GatewayError(status=status, category=category, code=code, message=message)
+    return error_headers(err), error_body(client_dialect_for(path), err)
+
+
+async def respond_error(responder: Responder, dialect: Dialect, err: GatewayError) -> None:
+    body = error_body(dialect, err)
+    await responder.start(
+        err.status, [*error_headers(err), (b"content-length", str(len(body)).encode())]
+    )
+    await responder.send(body)
+    await responder.end()
+
+
+async def respond_bytes(
+    responder: Responder, status: int, body: bytes, content_type: bytes = b"application/json"
+) -> None:
+    await responder.start(
+        status, [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    )
+    await responder.send(body)
+    await responder.end()
+
+
+class Gateway:
+    """Holds what every request needs; `handle` is the HTTP handler."""
+
+    router: Router
+    hooks: EngineHooks
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        store: RequestStore,
+        upstream: UpstreamClient,
+        env: Mapping[str, str],
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.upstream = upstream
+        self.env = env
+        self.clock = clock
+        self.wall = wall
+        self.on_finished: Callable[[RequestRow], None] | None = None
+        # Called with every stored row, after `on_finished` (metrics, the control plane).
+        self.row_listeners: list[Callable[[RequestRow], None]] = []
+        # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
+        self.events: EventBus | None = None
+        self._configured = False
+        self.rng = random.Random()
+        self.apply_config(config)
+
+    def apply_config(self, config: Config) -> None:
+        self.config = config
+        if not self._configured:
+            self._configured = True
+            self.router = Router(config)
+            self.hooks = EngineHooks(self.router, wall=self.wall, clock=self.clock)
+        else:
+            for grant in self.router.configure(config):
+                self.hooks.deliver_grant(grant)
+        self.settings = AttemptSettings.from_failover(config.failover)
+        self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
+        self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
+
+    async def handle(self, request: Request, responder: Responder) -> None:
+        route = match_path(request.method, request.path, request.query)
+        dialect = client_dialect_for(request.path, request.headers)
+        if not self.addresses.allows(request.client[0]):
+            await respond_error(
+                responder,
+                dialect,
+                GatewayError(
+                    status=403,
+                    category=ErrorCategory.DENIED,
+                    code="gw.auth.denied_address",
+                    message="this address may not use the gateway",
+                ),
+            )
+            return
+        if route is None:
+            if request.method == "HEAD" or (request.method == "GET" and request.path == "/"):
+                # Claude Code's warm-up probe: answer at once, no key needed.
+                await respond_bytes(responder, 200, b"", b"text/plain")
+                return
+            await respond_error(
+                responder,
+                dialect,
+                GatewayError(
+                    status=404,
+                    category=ErrorCategory.REQUEST,
+                    code="gw.request.not_found",
+                    message=f"no API at {request.method} {request.path}",
+                ),
+            )
+            return
+        if route.operation is Operation.HEALTH:
+            await respond_bytes(responder, 200, b"ok", b"text/plain")
+            return
+        client_name = self.keys.lookup(find_key(request.headers, request.query))
+        if client_name is None:
+            presented = find_key(request.headers, request.query)
+            await respond_error(
+                responder,
+                dialect,
+                GatewayError(
+                    status=401,
+                    category=ErrorCategory.AUTH,
+                    code="gw.auth.bad_key" if presented else "gw.auth.missing_key",
+                    message="invalid gateway key" if presented else "missing gateway key",
+                ),
+            )
+            return
+        if route.operation in (Operation.LIST_MODELS, Operation.GET_MODEL):
+            await self._models(request, responder, route, dialect)
+            return
+        assert route.dialect is not None
+        await self._generate(request, responder, route, route.dialect, client_name)
+
+    async def _models(
+        self, request: Request, responder: Responder, route: Route, dialect: Dialect
+    ) -> None:
+        from twproto.models import ModelInfo, encode_model, encode_model_list
+
+        if route.dialect is None and request.path.startswith("/v1/"):
+            dialect = (
+                Dialect.ANTHROPIC
+                if request.header(b"anthropic-version") or request.header(b"x-api-key")
+                else Dialect.OPENAI_CHAT
+            )
+        names: list[str] = []
+        for provider in self.config.providers:
+            for m in provider.models or ():
+                if m not in names:
+                    names.append(m)
+        for alias in self.config.aliases:
+            if alias.name not in names:
+                names.append(alias.name)
+        infos = [
+            ModelInfo(
+                id=n,
+                display_name=n,
+                context_window=None,
+                max_output_tokens=None,
+                owned_by="twserve",
+            )
+            for n in names
+        ]
+        if route.operation is Operation.GET_MODEL:
+            wanted = (route.model or "").removeprefix("models/")
+            for info in infos:
+                if info.id == wanted:
+                    await respond_bytes(responder, 200, encode_model(dialect, info))
+                    return
+            await respond_error(
+                responder,
+                dialect,
+                GatewayError(
+                    status=404,
+                    category=ErrorCategory.REQUEST,
+                    code="gw.request.not_found",
+                    message=f"model {wanted!r} not found",
+                ),
+            )
+            return
+        await respond_bytes(responder, 200, encode_model_list(dialect, infos))
+
+    def _candidate(self, cand: RoutedCandidate, sticky: str | None) -> Candidate:
+        provider = self.config.provider(cand.provider)
+        key = resolve_template(provider.key, self.env) if provider.key else ""
+        return Candidate(
+            name=provider.name,
+            dialect=provider.protocol,
+            base_url=provider.base_url,
+            key=key,
+            model=cand.model,
+            headers=tuple(
+                (k.lower().encode(), resolve_template(v, self.env).encode())
+                for k, v in provider.headers
+            ),
+            sticky=cand.provider == sticky,
+        )
+
+    async def _generate(
+        self,
+        request: Request,
+        responder: Responder,
+        route: Route,
+        dialect: Dialect,
+        client_name: str,
+    ) -> None:
+        started = self.clock()
+        row = RequestRow(
+            id=uuid.uuid4().hex,
+            ts=self.wall(),
+            path=request.path,
+            key_name=client_name,
+            format=dialect.value,
+        )
+        if self.events is not None:
+            self.events.request_started(row)
+        try:
+            body = _json.loads(request.body) if request.body else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            err = GatewayError(
+                status=400,
+                category=ErrorCategory.REQUEST,
+                code="gw.request.bad_json",
+                message="the request body must be a JSON object",
+            )
+            row.status, row.error_code = 400, err.code
+            self._record(row)
+            await respond_error(responder, dialect, err)
+            return
+        model = route.model if route.model is not None else body.get("model")
+        stream = route.stream if dialect is Dialect.GEMINI else bool(body.get("stream"))
+        if not isinstance(model, str) or not model:
+            err = GatewayError(
+                status=400,
+                category=ErrorCategory.REQUEST,
+                code="gw.request.bad_json",
+                message="the request names no model",
+            )
+            row.status, row.error_code = 400, err.code
+            self._record(row)
+            await respond_error(responder, dialect, err)
+            return
+        row.model = model
+        row.stream = stream
+        summary = summarize(body, dialect)
+        facts = RequestFacts(
+            model=model,
+            dialect=dialect,
+            client=client_name,
+            input_tokens=summary.input_tokens,
+            max_tokens=summary.max_tokens,
+            tool_count=summary.tool_count,
+            tools=summary.tool_count > 0,
+            image=summary.image,
+            thinking=summary.thinking,
+            stream=stream,
+        )
+        session = session_id(request.headers, prompt_cache_key=summary.prompt_cache_key)
+        row.session = session[:200] if session else None
+        conversation = conversation_key(
+            session,
+            fingerprint(summary.system_text, summary.first_user_text)
+            if summary.first_user_text
+            else None,
+        )
+        plan = self.router.plan(
+            facts,
+            now=self.clock(),
+            conversation=conversation,
+            new_turn=is_new_turn(summary.last_kind),
+        )
+        decision = plan.decision
+        row.routing = {
+            "route": decision.route,
+            "rule": decision.rule,
+            "group": decision.group,
+            "skipped": [
+                {"provider": s.provider, "model": s.model, "reason": s.reason.value}
+                for s in decision.skipped
+            ],
+        }
+        if decision.denied:
+            err = GatewayError(
+                status=403,
+                category=ErrorCategory.DENIED,
+                code="gw.rule.denied",
+                message=decision.deny_message or "this request is not allowed",
+            )
+            row.status, row.error_code = 403, err.code
+            self._record(row)
+            await respond_error(responder, dialect, err)
+            return
+        if not plan.candidates:
+            err = GatewayError(
+                status=404 if decision.skipped else 503,
+                category=ErrorCategory.CONFIG,
+                code="gw.no_upstream",
+                message=f"no upstream offers the model {model!r}"
+                if decision.skipped
+                else "no upstream is configured",
+            )
+            row.status, row.error_code = err.status, err.code
+            self._record(row)
+            await respond_error(responder, dialect, err)
+            return
+        candidates = [self._candidate(c, plan.sticky) for c in plan.candidates]
+        if self.events is not None:
+            self.events.request_routed(row, plan)
+        req = RelayRequest(
+            client_dialect=dialect,
+            operation=route.operation,
+            body=request.body,
+            headers=request.headers,
+            model=model,
+            stream=stream,
+            sse=route.sse,
+            query=strip_key_param(request.query),
+            owner=row.id,
+        )
+        outcome = None
+        try:
+            outcome = await relay(
+                self.upstream,
+                self.hooks,
+                candidates,
+                req,
+                responder,
+                settings=self.settings,
+                clock=self.clock,
+                wall=self.wall,
+                rng=self.rng.random,
+            )
+        finally:
+            row.duration_ms = int((self.clock() - started) * 1000)
+            if outcome is None or outcome.cancelled:
+                row.cancelled = True
+            if outcome is not None:
+                self._fill_row(row, outcome)
+                usage = outcome.usage
+                if conversation and outcome.provider and usage is not None:
+                    self.router.record_answer(
+                        conversation,
+                        outcome.provider,
+                        cached_tokens=(usage.cache_read_tokens or 0)
+                        + (usage.cache_write_tokens or 0),
+                        now=self.clock(),
+                    )
+            self._record(row)
+
+    def _fill_row(self, row: RequestRow, outcome: RelayOutcome) -> None:
+        row.status = outcome.status
+        row.provider = outcome.provider
+        row.ttfb_ms = outcome.ttfb_ms
+        row.error_code = outcome.error_code
+        row.translated = outcome.translated
+        routing = row.routing or {}
+        routing["attempts"] = [attempt_view(a) for a in outcome.attempts]
+        row.routing = routing
+        usage = outcome.usage
+        if usage is not None:
+            row.input_tokens = usage.input_tokens
+            row.output_tokens = usage.output_tokens
+            row.cache_read_tokens = usage.cache_read_tokens
+            row.cache_write_tokens = usage.cache_write_tokens
+            row.reasoning_tokens = usage.reasoning_tokens
+
+    def _record(self, row: RequestRow) -> None:
+        self.store.record(row)
+        if self.on_finished is not None:
+            self.on_finished(row)
+        for listener in self.row_listeners:
+            listener(row)
+        if self.events is not None:
+            self.events.request_ended(row)
+
+
+def attempt_view(record: AttemptRecord) -> dict[str, Any]:
+    """One attempt as the request row's routing JSON keeps it (SPEC §16)."""
+    return {
+        "provider": record.provider,
+        "outcome": record.outcome.value,
+        "status": record.status,
+        "error": record.error,
+        "ms": _span_ms(record.sent_at, record.ended_at),
+        "queued_ms": record.queued_ms,
+        "skipped": record.skipped.value if record.skipped else None,
+        "retry": record.retry_round,
+        "backoff_ms": record.backoff_ms,
+        "resend": record.resend.value if record.resend else None,
+    }
+
+
+def _span_ms(start: float | None, end: float | None) -> int | None:
+    if start is None or end is None:
+        return None
+    return int((end - start) * 1000)

@@ -1,0 +1,188 @@
+"""Prometheus metrics, served by the control plane at ``GET /metrics``.
+
+Counters are counted from each request's stored row (`Metrics.observe_row` is a gateway row
+listener), so the metrics and the request store never disagree about what happened: the
+status, the upstream that answered, every attempt with its outcome and retry round, and the
+time to first content. Gauges of live state — in flight and paused per upstream — are read
+from the router when Prometheus scrapes (`_LiveState`), so they cannot drift from what they
+show.
+The number of requests in flight is kept from the events (`Metrics.on_event`), by request id.
+
+Every app instance has its own `CollectorRegistry`: nothing touches prometheus-client's global
+default registry, so several gateways can run in one process (the tests do).
+
+Fallbacks and retries, per request, from its attempts in order (skipped candidates left out):
+an attempt that goes to another upstream within the same retry round is a *fallback*; an
+attempt in a retry round above 0 is a *retry*, labelled with the upstream it went to.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from twengine.router import Router
+from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
+from twserve.store import RequestRow
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Seconds; first bytes range from tens of milliseconds (cached, small) to a minute (slow
+# reasoning models before their first token).
+TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+class _LiveState(Collector):
+    """In-flight attempts and pauses per upstream, read from the router at scrape time."""
+
+    def __init__(self, router: Callable[[], Router], clock: Callable[[], float]) -> None:
+        self._router = router
+        self._clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        router = self._router()
+        now = self._clock()
+        in_flight = GaugeMetricFamily(
+            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
+        )
+        paused = GaugeMetricFamily(
+            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
+        )
+        for provider in router.config.providers:
+            name = provider.name
+            in_flight.add_metric([name], router.slots.in_flight(name))
+            paused.add_metric([name], 1.0 if router.health.is_paused(name, now) else 0.0)
+        yield in_flight
+        yield paused
+
+
+class Metrics:
+    """One gateway's metrics (see the module docstring)."""
+
+    def __init__(
+        self, router: Callable[[], Router], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.requests = Counter(
+            "gateway_requests",
+            "Requests by client format, final status and the upstream that answered",
+            ["format", "status", "provider"],
+            registry=reg,
+        )
+        self.attempts = Counter(
+            "gateway_provider_attempts",
+            "Attempts by upstream and outcome (ok, failed, skipped, cancelled, ...)",
+            ["provider", "outcome"],
+            registry=reg,
+        )
+        self.fallbacks = Counter(
+            "gateway_provider_fallback",
+            "Attempts that moved to another upstream within a retry round",
+            registry=reg,
+        )
+        self.retries = Counter(
+            "gateway_provider_retry",
+            "Attempts in a retry round above 0, by the upstream retried",
+            ["provider"],
+            registry=reg,
+        )
+        self.ttfb = Histogram(
+            "gateway_ttfb_seconds",
+            "From sending to the answering upstream to its first content (unstreamed: answer)",
+            ["provider"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        self._open: set[str] = set()
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
+        )
+        self.in_flight.set_function(lambda: float(len(self._open)))
+        reg.register(_LiveState(router, clock))
+        self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._open)
+
+    def on_event(self, event: Event) -> None:
+        """An `EventBus` listener: keeps the set of requests in flight."""
+        if isinstance(event, RequestStarted):
+            self._open.add(event.id)
+        elif isinstance(event, RequestFinished | RequestFailed):
+            self._open.discard(event.id)
+
+    def observe_row(self, row: RequestRow) -> None:
+        """A gateway row listener: count one ended request."""
+        provider = row.provider or "none"
+        status = "none" if row.status is None else str(row.status)
+        self.requests.labels(row.format or "unknown", status, provider).inc()
+        self.totals["requests"] += 1
+        if row.cancelled:
+            self.totals["cancelled"] += 1
+        elif row.status is not None and row.status < 400:
+            self.totals["ok"] += 1
+        else:
+            self.totals["failed"] += 1
+        if row.ttfb_ms is not None and row.provider:
+            self.ttfb.labels(row.provider).observe(row.ttfb_ms / 1000)
+        attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
+        previous: dict[str, Any] | None = None
+        for attempt in attempts:
+            name = str(attempt.get("provider"))
+            outcome = str(attempt.get("outcome"))
+            self.attempts.labels(name, outcome).inc()
+            if outcome == "skipped":
+                continue
+            round_ = int(attempt.get("retry") or 0)
+            if round_ > 0:
+                self.retries.labels(name).inc()
+            if (
+                previous is not None
+                and previous.get("provider") != name
+                and int(previous.get("retry") or 0) == round_
+            ):
+                self.fallbacks.inc()
+            previous = attempt
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated(CollectorRegistry):
+    """A view of a registry without the ``*_created`` series.
+
+    prometheus-client adds a ``_created`` timestamp series next to every counter and histogram;
+    in the text format each becomes a series of its own that nobody here reads. Turning them
+    off with ``disable_created_metrics`` would change every registry in the process, so they are
+    left out of this registry's exposition instead.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(auto_describe=False)
+        self._source = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._source.collect():
+            kept = copy.copy(metric)
+            kept.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield kept

@@ -1,0 +1,726 @@
+"""Carrying one request to its upstreams and the answer back: the attempt machine's IO.
+
+`twengine.attempt.AttemptMachine` decides everything — which upstream next, when to wait, when
+the client's 200 goes out, how the request ends. This module only carries its actions out and
+feeds it what happened:
+
+* Each `Send` starts a *reader* task for that attempt. The reader opens the upstream request
+  (httpcore) and posts what arrives — head, error body, chunks, end, break — into the request's
+  inbox, a small memory stream, so a slow client slows the upstream read instead of growing a
+  buffer. `CancelAttempt` cancels the reader's scope, which closes the upstream connection.
+* The main loop takes one inbox item at a time, or wakes at the machine's `next_deadline()` and
+  calls `on_timer`. Before first content, chunks go through `twproto.first_content.OpeningHold`;
+  its verdict becomes `first_content` or `failed`. After the commit, chunks go through the
+  `twproto.translate.StreamTranslator` (which relays a same-format stream unchanged while
+  watching it) straight to the client.
+* Slots: `Send` takes a slot through the hooks; `WaitForSlot` queues a ticket whose grant comes
+  back through the inbox as `slot_granted`. Every slot is given back when its attempt ends or
+  the client leaves.
+
+A client that leaves cancels the handler's scope (see twserve.http1); the `finally` here gives
+back slots, cancels tickets and closes the machine's records with `client_gone`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from twengine.attempt import (
+    Action,
+    AttemptMachine,
+    AttemptRecord,
+    AttemptSettings,
+    Backoff,
+    CancelAttempt,
+    CandidateRef,
+    Commit,
+    EndStreamWithError,
+    Finish,
+    PassThroughUpstreamError,
+    Resend,
+    RespondError,
+    Send,
+    SendKeepAlive,
+    WaitForSlot,
+)
+from twengine.slots import Permit, Ticket
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.failures import (
+    Failure,
+    FailureKind,
+    PauseRule,
+    classify_response,
+    classify_transport,
+    stream_ended_early,
+)
+from twproto.first_content import FailedBeforeContent, Holding, OpeningHold, Released
+from twproto.paths import Operation, upstream_path
+from twproto.sse import encode_comment
+from twproto.translate import (
+    StreamTranslator,
+    TranslatedRequest,
+    TranslationError,
+    translate_request,
+    translate_response,
+)
+from twserve.httptypes import Headers, Responder
+from twserve.upstream import (
+    UpstreamBroken,
+    UpstreamClient,
+    UpstreamUnreachable,
+    auth_headers,
+    forwardable_headers,
+)
+
+__all__ = ["Candidate", "RelayHooks", "RelayOutcome", "RelayRequest", "relay"]
+
+ERROR_BODY_LIMIT = 64 * 1024
+WHOLE_BODY_LIMIT = 64 * 1024 * 1024
+INBOX_SIZE = 8
+KEEPALIVE = encode_comment("keep-alive")
+
+# Upstream response headers that describe the hop, not the answer.
+_HOP_HEADERS = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"content-length",
+        b"content-encoding",
+        b"date",
+        b"server",
+        b"set-cookie",
+        b"alt-svc",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One upstream to try, as routing decided it: where, with which key, for which model."""
+
+    name: str
+    dialect: Dialect
+    base_url: str
+    key: str
+    model: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    sticky: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class RelayRequest:
+    client_dialect: Dialect
+    operation: Operation
+    body: bytes
+    headers: Headers
+    model: str
+    stream: bool
+    sse: bool  # Gemini clients: SSE (alt=sse) or a JSON-array stream
+    query: str = ""
+    owner: str = ""  # request id, for slot bookkeeping
+
+
+@dataclass(slots=True, kw_only=True)
+class RelayOutcome:
+    status: int | None = None
+    provider: str | None = None
+    ttfb_ms: int | None = None
+    usage: Any = None
+    error_code: str | None = None
+    attempts: tuple[AttemptRecord, ...] = ()
+    translated: list[str] = field(default_factory=list)
+    cancelled: bool = False
+
+
+class RelayHooks(Protocol):
+    """What the relay needs from the gateway's shared state (slots, health)."""
+
+    def free(self, names: Collection[str]) -> set[str]: ...
+
+    def paused(self, names: Collection[str], now: float) -> set[str]: ...
+
+    def acquire(self, name: str, owner: str) -> Permit | None: ...
+
+    def wait(
+        self, names: tuple[str, ...], owner: str, deadline: float, deliver: Callable[[Permit], bool]
+    ) -> Ticket: ...
+
+    def cancel_wait(self, ticket: Ticket) -> None: ...
+
+    def release(self, permit: Permit) -> None: ...
+
+    def failed(self, provider: str, failure: Failure, now: float) -> None: ...
+
+    def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
+
+
+# --- inbox items: what a reader task saw --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    index: int
+    status: int
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class _ErrorBody:
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    index: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Broken:
+    index: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _AttemptFailed:
+    index: int
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class _Granted:
+    permit: Permit
+
+
+_Item = _Head | _ErrorBody | _Chunk | _Whole | _End | _Broken | _AttemptFailed | _Granted
+
+
+def _client_headers(upstream: Headers) -> Headers:
+    return [(k, v) for k, v in upstream if k not in _HOP_HEADERS]
+
+
+@dataclass(slots=True)
+class _Live:
+    """The attempt in flight."""
+
+    index: int
+    cand: Candidate
+    scope: anyio.CancelScope
+    sent_at: float
+    upstream_sse: bool
+    status: int = 0
+    headers: Headers = field(default_factory=list)
+    hold: OpeningHold | None = None
+    translator: StreamTranslator | None = None
+    pending: bytes = b""
+    whole: bytes | None = None
+
+
+class _Relay:
+    def __init__(
+        self,
+        up: UpstreamClient,
+        hooks: RelayHooks,
+        candidates: list[Candidate],
+        req: RelayRequest,
+        responder: Responder,
+        settings: AttemptSettings,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        rng: Callable[[], float],
+    ) -> None:
+        self.up = up
+        self.hooks = hooks
+        self.cands = {c.name: c for c in candidates}
+        self.names = [c.name for c in candidates]
+        self.req = req
+        self.responder = responder
+        self.clock = clock
+        self.wall = wall
+        self.out = RelayOutcome()
+        self.machine = AttemptMachine(
+            candidates=[CandidateRef(name=c.name, sticky=c.sticky) for c in candidates],
+            client_stream=req.stream,
+            client_is_gemini=req.client_dialect is Dialect.GEMINI,
+            arrival=clock(),
+            settings=settings,
+            rng=rng,
+        )
+        send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
+        self.inbox_send: MemoryObjectSendStream[_Item] = send
+        self.inbox: MemoryObjectReceiveStream[_Item] = receive
+        self.live: _Live | None = None
+        self.permits: dict[str, Permit] = {}
+        self.ticket: Ticket | None = None
+        self.passthrough: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
+        self.translated: dict[str, TranslatedRequest] = {}
+        self.started = False
+        self.tg: anyio.abc.TaskGroup | None = None
+
+    # -- snapshots for the machine ---------------------------------------------------------
+
+    def _free(self) -> set[str]:
+        free = self.hooks.free(self.names)
+        # A slot this request already holds counts as free for it.
+        return free | set(self.permits)
+
+    def _paused(self, now: float) -> set[str]:
+        return self.hooks.paused(self.names, now)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> RelayOutcome:
+        try:
+            async with anyio.create_task_group() as tg:
+                self.tg = tg
+                now = self.clock()
+                await self._carry_out(
+                    self.machine.start(now, free=self._free(), paused=self._paused(now))
+                )
+                while not self.machine.done:
+                    deadline = self.machine.next_deadline()
+                    item: _Item | None = None
+                    if deadline is None:
+                        item = await self.inbox.receive()
+                    else:
+                        with anyio.move_on_after(max(0.0, deadline - self.clock())):
+                            item = await self.inbox.receive()
+                    now = self.clock()
+                    if item is None:
+                        actions = self.machine.on_timer(
+                            now, free=self._free(), paused=self._paused(now)
+                        )
+                    else:
+                        actions = await self._on_item(item, now)
+                    await self._carry_out(actions)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                self._cleanup()
+        self.out.attempts = self.machine.attempts
+        return self.out
+
+    def _cleanup(self) -> None:
+        if not self.machine.done:
+            self.machine.client_gone(self.clock())
+            self.out.cancelled = True
+        if self.ticket is not None:
+            self.hooks.cancel_wait(self.ticket)
+            self.ticket = None
+        for permit in self.permits.values():
+            self.hooks.release(permit)
+        self.permits.clear()
+        self.inbox_send.close()
+        self.inbox.close()
+
+    async def _on_item(self, item: _Item, now: float) -> list[Action]:
+        if isinstance(item, _Granted):
+            self.ticket = None
+            self.permits[item.permit.name] = item.permit
+            return self.machine.slot_granted(item.permit.name, now)
+        live = self.live
+        if live is None or item.index != live.index:
+            return []  # from an attempt already given up
+        if isinstance(item, _Head):
+            live.status, live.headers = item.status, item.headers
+            return self.machine.response_head(now, status=item.status)
+        if isinstance(item, _ErrorBody):
+            failure = classify_response(live.status, live.headers, item.body, now=self.wall())
+            self.passthrough[live.index] = (
+                live.status,
+                _client_headers(live.headers),
+                item.body,
+                live.cand.dialect,
+            )
+            return self._failed(live, failure, now)
+        if isinstance(item, _AttemptFailed):
+            return self._failed(live, item.failure, now)
+        if isinstance(item, _Whole):
+            live.whole = item.body
+            self.out.ttfb_ms = int((now - live.sent_at) * 1000)
+            actions = self.machine.first_content(now)
+            await self._carry_out(actions)
+            return self.machine.ended(now, clean=True)
+        if isinstance(item, _Chunk):
+            if live.translator is None:
+                return self._hold(live, live.hold.feed(item.data, now=self.wall()), now)  # type: ignore[union-attr]
+            data = live.translator.feed(item.data)
+            if data:
+                await self.responder.send(data)
+                return self.machine.content(now)
+            return []
+        if isinstance(item, _End):
+            if live.translator is None:
+                actions = self._hold(live, live.hold.end(now=self.wall()), now)  # type: ignore[union-attr]
+                if live.translator is None:
+                    return actions
+                await self._carry_out(actions)
+            return await self._ended(live, now, broke=False)
+        assert isinstance(item, _Broken)
+        if live.translator is None:
+            return self._failed(live, stream_ended_early(), now)
+        return await self._ended(live, now, broke=True)
+
+    def _failed(self, live: _Live, failure: Failure, now: float) -> list[Action]:
+        self._end_attempt(live, failure=failure, now=now)
+        return self.machine.failed(failure, now, free=self._free(), paused=self._paused(now))
+
+    def _hold(self, live: _Live, outcome: object, now: float) -> list[Action]:
+        if isinstance(outcome, Holding):
+            return []
+        if isinstance(outcome, FailedBeforeContent):
+            return self._failed(live, outcome.failure, now)
+        assert isinstance(outcome, Released)
+        translated = self.translated.get(live.cand.name)
+        live.translator = StreamTranslator(
+            live.cand.dialect,
+            self.req.client_dialect,
+            client_model=self.req.model,
+            upstream_sse=live.upstream_sse,
+            client_stream=self.req.stream,
+            client_sse=self.req.sse,
+            tool_names=translated.tool_names if translated is not None else None,
+            created=int(self.wall()),
+        )
+        live.pending = live.translator.feed(outcome.data)
+        self.out.ttfb_ms = int((now - live.sent_at) * 1000)
+        return self.machine.first_content(now)
+
+    async def _ended(self, live: _Live, now: float, *, broke: bool) -> list[Action]:
+        translator = live.translator
+        assert translator is not None
+        if broke:
+            return self.machine.ended(now, clean=False)
+        # end() flushes a last event that came without its blank line, so `finished` is only
+        # known after it.
+        tail = translator.end()
+        clean = translator.finished
+        if tail and clean:
+            await self.responder.send(tail)
+        return self.machine.ended(now, clean=clean)
+
+    def _end_attempt(self, live: _Live, *, failure: Failure | None, now: float) -> None:
+        """The attempt in flight is over: stop its reader, count the failure, free its slot."""
+        live.scope.cancel()
+        if failure is not None:
+            self.hooks.failed(live.cand.name, failure, now)
+        permit = self.permits.pop(live.cand.name, None)
+        if permit is not None:
+            self.hooks.release(permit)
+        self.live = None
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def _carry_out(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(action.provider, action.index)
+            elif isinstance(action, Resend):
+                # The rewrite for a refused effort level or sealed reasoning is a later step;
+                # until then the resend carries the same body, which the machine bounds to once.
+                self._send(action.provider, action.index)
+            elif isinstance(action, WaitForSlot):
+                self.ticket = self.hooks.wait(
+                    action.providers, self.req.owner, action.until, self._deliver
+                )
+            elif isinstance(action, Backoff):
+                pass  # the machine's deadline wakes the loop
+            elif isinstance(action, Commit):
+                await self._commit(action)
+            elif isinstance(action, SendKeepAlive):
+                await self.responder.send(KEEPALIVE)
+            elif isinstance(action, CancelAttempt):
+                if self.live is not None and self.live.index == action.index:
+                    self._end_attempt(self.live, failure=action.failure, now=self.clock())
+            elif isinstance(action, RespondError):
+                await self._respond_error(action.error)
+            elif isinstance(action, EndStreamWithError):
+                await self._end_stream_with_error(action.error)
+            elif isinstance(action, PassThroughUpstreamError):
+                await self._pass_through(action)
+            elif isinstance(action, Finish):
+                await self._finish(action)
+
+    def _deliver(self, permit: Permit) -> bool:
+        try:
+            self.inbox_send.send_nowait(_Granted(permit))
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+    def _send(self, provider: str, index: int) -> None:
+        cand = self.cands[provider]
+        if provider not in self.permits:
+            permit = self.hooks.acquire(provider, self.req.owner)
+            if permit is not None:
+                self.permits[provider] = permit
+        same = cand.dialect is self.req.client_dialect
+        upstream_sse = True if cand.dialect is not Dialect.GEMINI or not same else self.req.sse
+        live = _Live(
+            index=index,
+            cand=cand,
+            scope=anyio.CancelScope(),
+            sent_at=self.clock(),
+            upstream_sse=upstream_sse,
+        )
+        if self.req.stream:
+            live.hold = OpeningHold(cand.dialect, sse=upstream_sse)
+        self.live = live
+        self.machine.attempt_sent(live.sent_at)
+        assert self.tg is not None
+        self.tg.start_soon(self._reader, live)
+
+    def _request_for(self, cand: Candidate) -> tuple[str, Headers, bytes]:
+        req = self.req
+        same = cand.dialect is req.client_dialect
+        translated = self.translated.get(cand.name)
+        if translated is None:
+            translated = translate_request(
+                req.body, req.client_dialect, cand.dialect, model=cand.model, stream=req.stream
+            )
+            self.translated[cand.name] = translated
+            self.out.translated = list(translated.dropped)
+        sse = req.sse if same else True
+        path = upstream_path(
+            cand.dialect, req.operation, model=cand.model, stream=req.stream, sse=sse
+        )
+        if same and cand.dialect is Dialect.GEMINI and req.query:
+            extra = "&".join(p for p in req.query.split("&") if p and p != "alt=sse")
+            if extra:
+                path += ("&" if "?" in path else "?") + extra
+        headers: Headers = [
+            (b"content-type", b"application/json"),
+            (b"accept-encoding", b"identity"),
+            *auth_headers(cand.dialect, cand.key),
+            *cand.headers,
+            *forwardable_headers(req.headers, req.client_dialect, same_format=same),
+        ]
+        if cand.dialect is Dialect.ANTHROPIC and not any(
+            k == b"anthropic-version" for k, _ in headers
+        ):
+            headers.append((b"anthropic-version", b"2023-06-01"))
+        return cand.base_url.rstrip("/") + path, headers, translated.body
+
+    async def _reader(self, live: _Live) -> None:
+        post = self.inbox_send.send
+        index = live.index
+        try:
+            with live.scope:
+                try:
+                    url, headers, body = self._request_for(live.cand)
+                except TranslationError as exc:
+                    # The request cannot be written for this upstream: the client's to fix.
+                    await post(_AttemptFailed(index, _request_failure(exc)))
+                    return
+                try:
+                    async with self.up.open("POST", url, headers=headers, body=body) as resp:
+                        await post(_Head(index, resp.status, resp.headers))
+                        if resp.status >= 400:
+                            await post(_ErrorBody(index, await resp.read_prefix(ERROR_BODY_LIMIT)))
+                            return
+                        if not self.req.stream:
+                            # Not read_prefix, which stops quietly at a break: a whole answer
+                            # cut off half-way must fail the attempt (UpstreamBroken below),
+                            # never pass for a complete one.
+                            parts: list[bytes] = []
+                            size = 0
+                            async for chunk in resp.chunks():
+                                parts.append(chunk)
+                                size += len(chunk)
+                                if size > WHOLE_BODY_LIMIT:
+                                    break
+                            whole = b"".join(parts)
+                            if len(whole) > WHOLE_BODY_LIMIT:
+                                await post(_Broken(index, "answer larger than the gateway reads"))
+                            else:
+                                await post(_Whole(index, whole))
+                            return
+                        async for chunk in resp.chunks():
+                            await post(_Chunk(index, chunk))
+                        await post(_End(index))
+                except UpstreamUnreachable as exc:
+                    await post(_AttemptFailed(index, classify_transport(exc.fault)))
+                except UpstreamBroken as exc:
+                    await post(_Broken(index, str(exc)))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the request is over; nobody reads this attempt any more
+
+    # -- writing to the client -------------------------------------------------------------
+
+    async def _start_stream(self) -> None:
+        if not self.started:
+            self.started = True
+            kind = b"text/event-stream" if self.req.sse else b"application/json"
+            await self.responder.start(
+                200,
+                [
+                    (b"content-type", kind),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            )
+
+    async def _commit(self, action: Commit) -> None:
+        if action.send_headers:
+            await self._start_stream()
+        live = self.live
+        if action.provider is not None and live is not None and live.pending:
+            data, live.pending = live.pending, b""
+            await self.responder.send(data)
+
+    async def _finish(self, action: Finish) -> None:
+        live = self.live
+        if action.cancelled or live is None:
+            return
+        self.out.provider = live.cand.name
+        self.out.status = 200
+        first = None
+        if self.req.stream and self.out.ttfb_ms is not None:
+            first = self.out.ttfb_ms / 1000
+        self.hooks.succeeded(live.cand.name, self.clock(), first)
+        if live.whole is not None:
+            await self._write_whole(live, live.whole)
+        else:
+            translator = live.translator
+            assert translator is not None
+            self.out.usage = translator.usage
+            self.out.translated.extend(translator.dropped)
+            await self.responder.end()
+        self._end_attempt(live, failure=None, now=self.clock())
+
+    async def _write_whole(self, live: _Live, body: bytes) -> None:
+        same = live.cand.dialect is self.req.client_dialect
+        translated = self.translated.get(live.cand.name)
+        try:
+            answer = translate_response(
+                body,
+                live.cand.dialect,
+                self.req.client_dialect,
+                client_model=self.req.model,
+                tool_names=translated.tool_names if translated is not None else None,
+                created=int(self.wall()),
+            )
+        except TranslationError as exc:
+            if not same:
+                await self._respond_error(
+                    GatewayError(
+                        status=502,
+                        category=ErrorCategory.UPSTREAM,
+                        code="gw.upstream.error",
+                        message=f"the answer from {live.cand.name} could not be read: {exc}",
+                    )
+                )
+                return
+            answer = None  # a same-format answer goes through as it came
+        if answer is not None:
+            self.out.usage = answer.usage
+            self.out.translated.extend(answer.dropped)
+        payload = body if same or answer is None else answer.body
+        headers = (
+            _client_headers(live.headers) if same else [(b"content-type", b"application/json")]
+        )
+        await self.responder.start(200, [*headers, (b"content-length", str(len(payload)).encode())])
+        await self.responder.send(payload)
+        await self.responder.end()
+
+    async def _respond_error(self, err: GatewayError) -> None:
+        self.out.status = err.status
+        self.out.error_code = err.code
+        body = error_body(self.req.client_dialect, err)
+        await self.responder.start(
+            err.status, [*error_headers(err), (b"content-length", str(len(body)).encode())]
+        )
+        await self.responder.send(body)
+        await self.responder.end()
+
+    async def _end_stream_with_error(self, err: GatewayError) -> None:
+        self.out.error_code = err.code
+        self.out.status = 200 if self.started else err.status
+        live = self.live
+        translator = live.translator if live is not None else None
+        if translator is None:
+            translator = StreamTranslator(
+                self.req.client_dialect,
+                self.req.client_dialect,
+                client_model=self.req.model,
+                client_sse=self.req.sse,
+            )
+        else:
+            self.out.usage = translator.usage
+        await self._start_stream()
+        await self.responder.send(translator.fail(err))
+        await self.responder.end()
+        if live is not None:
+            self._end_attempt(live, failure=None, now=self.clock())
+
+    async def _pass_through(self, action: PassThroughUpstreamError) -> None:
+        saved = self.passthrough.get(action.index)
+        if saved is None:
+            await self._respond_error(_as_gateway_error(action.failure))
+            return
+        status, headers, body, dialect = saved
+        if dialect is not self.req.client_dialect:
+            await self._respond_error(_as_gateway_error(action.failure))
+            return
+        self.out.status = status
+        self.out.error_code = "gw.upstream.error"
+        await self.responder.start(status, [*headers, (b"content-length", str(len(body)).encode())])
+        await self.responder.send(body)
+        await self.responder.end()
+
+
+def _request_failure(exc: TranslationError) -> Failure:
+    return Failure(
+        kind=FailureKind.CLIENT_ERROR,
+        failover=False,
+        temporary=False,
+        pause=PauseRule.NONE,
+        status=exc.status,
+        message=str(exc),
+    )
+
+
+def _as_gateway_error(failure: Failure) -> GatewayError:
+    status = failure.status if failure.status and 400 <= failure.status < 600 else 502
+    return GatewayError(
+        status=status,
+        category=ErrorCategory.UPSTREAM,
+        code="gw.upstream.error",
+        message=failure.message or failure.kind.value,
+    )
+
+
+async def relay(
+    up: UpstreamClient,
+    hooks: RelayHooks,
+    candidates: list[Candidate],
+    req: RelayRequest,
+    responder: Responder,
+    *,
+    settings: AttemptSettings,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    rng: Callable[[], float],
+) -> RelayOutcome:
+    """Carry `req` to `candidates` under the attempt machine; write the answer or an error."""
+    return await _Relay(up, hooks, candidates, req, responder, settings, clock, wall, rng).run()
