@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import httpcore
 
 from twengine.config import Config, build_config
 from twserve.app import GatewayApp
+from twserve.mock.script import ErrorSpec, MockSettings, Script
 from twserve.store import RequestRow
 
 DEMO_KEY = "demo-key"
@@ -30,9 +32,26 @@ MODELS = {
     "openai-responses": "gpt-demo-responses",
     "gemini": "gemini-demo",
 }
+# Served by a load-balance group of three Anthropic-format upstreams, one of them flaky.
+POOL_MODEL = "claude-pool"
 
 
-def demo_config(mock_port: int, gateway_port: int) -> Config:
+def demo_mock_settings() -> MockSettings:
+    """One mock process playing every demo upstream: a profile per path prefix."""
+    streamy = Script(chunks=12, chunk_delay=0.02)
+    return MockSettings(
+        script=streamy,
+        profiles={
+            "main": streamy,
+            "relay": replace(streamy, first_delay=0.15),
+            # Fails one request in three before its first content, like an overloaded relay.
+            "flaky": replace(streamy, fail_rate=0.35, error=ErrorSpec(status=529)),
+        },
+        seed=7,
+    )
+
+
+def demo_config(mock_port: int) -> Config:
     base = f"http://127.0.0.1:{mock_port}"
     providers: list[dict[str, Any]] = [
         {
@@ -63,13 +82,52 @@ def demo_config(mock_port: int, gateway_port: int) -> Config:
             "key": "mock",
             "models": [MODELS["gemini"]],
         },
+        {
+            "name": "pool-main",
+            "protocol": "anthropic",
+            "base_url": base + "/main",
+            "key": "mock",
+            "models": [POOL_MODEL],
+        },
+        {
+            "name": "pool-relay",
+            "protocol": "anthropic",
+            "base_url": base + "/relay",
+            "key": "mock",
+            "models": [POOL_MODEL],
+        },
+        {
+            "name": "pool-flaky",
+            "protocol": "anthropic",
+            "base_url": base + "/flaky",
+            "key": "mock",
+            "models": [POOL_MODEL],
+        },
     ]
     return build_config(
         {
             "version": 1,
-            "listen": {"gateway": {"bind": "127.0.0.1", "port": gateway_port}},
             "clients": [{"name": "demo", "key": DEMO_KEY}],
             "providers": providers,
+            "groups": [
+                {
+                    "name": "pool",
+                    "type": "load-balance",
+                    "providers": [
+                        {"name": "pool-main", "weight": 5},
+                        {"name": "pool-relay", "weight": 3},
+                        {"name": "pool-flaky", "weight": 2},
+                    ],
+                }
+            ],
+            "routes": [
+                {
+                    "name": "default",
+                    "rules": [
+                        {"name": "pool", "when": {"model": POOL_MODEL}, "to": "pool"},
+                    ],
+                }
+            ],
         }
     )
 
@@ -132,6 +190,14 @@ def banner_requests(port: int) -> list[tuple[str, str, dict[str, str], str]]:
             anthropic_body(gemini_model),
         ),
         (
+            "Load-balance group 5:3:2 with a flaky member: run it a few times and watch the"
+            " [row] lines spread across pool-main / pool-relay / pool-flaky, failing over"
+            " invisibly when pool-flaky answers 529",
+            f"{g}/v1/chat/completions",
+            bearer,
+            chat_body(POOL_MODEL),
+        ),
+        (
             "Gemini client → OpenAI Responses upstream (converted), whole answer",
             f"{g}/v1beta/models/{responses_model}:generateContent",
             goog,
@@ -150,7 +216,13 @@ def curl_line(url: str, headers: dict[str, str], body: str) -> str:
 
 def row_line(row: RequestRow) -> str:
     attempts = (row.routing or {}).get("attempts", [])
-    path = " → ".join(f"{a['provider']}:{a['outcome']}" for a in attempts) or "-"
+    path = (
+        " → ".join(
+            f"{a['provider']}:{a['outcome']}" + (f"({a['error']})" if a.get("error") else "")
+            for a in attempts
+        )
+        or "-"
+    )
     tokens = (
         f"in={row.input_tokens} out={row.output_tokens}" if row.input_tokens is not None else ""
     )
@@ -161,27 +233,31 @@ def row_line(row: RequestRow) -> str:
 
 
 async def _run_once(port: int) -> None:
+    """Send each banner request once (the pool's ten times) and print what came back."""
     async with httpcore.AsyncConnectionPool() as pool:
         for title, url, headers, body in banner_requests(port):
-            print(f"\n== {title}")
-            resp = await pool.request(
-                "POST", url, headers=list(headers.items()), content=body.encode()
-            )
-            text = resp.content.decode("utf-8", "replace")
-            print(f"HTTP {resp.status}\n{text[:1200]}")
+            print(f"\n== {title}", flush=True)
+            repeat = 10 if POOL_MODEL in body else 1
+            for _ in range(repeat):
+                resp = await pool.request(
+                    "POST", url, headers=list(headers.items()), content=body.encode()
+                )
+                if repeat == 1:
+                    text = resp.content.decode("utf-8", "replace")
+                    print(f"HTTP {resp.status}\n{text[:900]}", flush=True)
 
 
 async def run_demo(*, port: int = 8788, mock_port: int = 0, once: bool = False) -> None:
-    from twserve.mock.app import MockSettings, serve_mock
+    from twserve.mock.app import serve_mock
 
     home = Path(tempfile.mkdtemp(prefix="twserve-demo-"))
     async with anyio.create_task_group() as tg:
         bound_mock = await tg.start(
             lambda task_status: serve_mock(
-                MockSettings(), host="127.0.0.1", port=mock_port, task_status=task_status
+                demo_mock_settings(), host="127.0.0.1", port=mock_port, task_status=task_status
             )
         )
-        config = demo_config(bound_mock, port)
+        config = demo_config(bound_mock)
         app = GatewayApp(config, home, env={}, port=0 if once else port)
         app.gateway.on_finished = lambda row: print(row_line(row), flush=True)
         bound = await tg.start(app.run)

@@ -1,0 +1,34 @@
+"""`twserve demo --once`: the newcomer's first command answers every banner request."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import pytest
+
+from twserve.demo import banner_requests, curl_line, run_demo
+
+
+def test_demo_once_answers_every_banner_request(capsys: pytest.CaptureFixture[str]) -> None:
+    anyio.run(lambda: run_demo(once=True))
+    out = capsys.readouterr().out
+    titles = [t for t, *_ in banner_requests(1)]
+    assert out.count("HTTP 200") == len(titles) - 1  # the pool request prints rows only
+    rows = [line for line in out.splitlines() if line.startswith("[row]")]
+    assert len(rows) == len(titles) - 1 + 10
+    assert all("status=200" in row for row in rows)
+    pool = [row for row in rows if "claude-pool" in row]
+    served = {m.group(1) for row in pool if (m := re.search(r"via (\S+)", row))}
+    # Ten requests at 5:3:2 reach at least the two heavier members.
+    assert {"pool-main", "pool-relay"} <= served
+    # Conversions in the banner really went to the other format's upstream.
+    assert any("openai-chat claude-demo" in r and "via mock-anthropic" in r for r in rows)
+    assert any("gemini gpt-demo-responses" in r and "via mock-responses" in r for r in rows)
+
+
+def test_curl_lines_quote_bodies() -> None:
+    _title, url, headers, body = banner_requests(8788)[0]
+    line = curl_line(url, headers, body)
+    assert line.startswith("curl -N http://127.0.0.1:8788/v1/messages ")
+    assert "x-api-key: demo-key" in line and "'content-type: application/json'" in line
