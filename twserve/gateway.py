@@ -8,6 +8,7 @@ Every request that got as far as a key check leaves one row in the request store
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -111,6 +112,10 @@ class Gateway:
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
         self._configured = False
+        # Request ids: a random prefix per process and a counter (one urandom call, not one
+        # per request).
+        self._id_prefix = uuid.uuid4().hex[:12]
+        self._id_counter = itertools.count(1)
         self.rng = random.Random()
         self.apply_config(config)
 
@@ -255,7 +260,7 @@ class Gateway:
     ) -> None:
         started = self.clock()
         row = RequestRow(
-            id=uuid.uuid4().hex,
+            id=self._next_id(),
             ts=self.wall(),
             path=request.path,
             key_name=client_name,
@@ -414,6 +419,9 @@ class Gateway:
             row.cache_read_tokens = usage.cache_read_tokens
             row.cache_write_tokens = usage.cache_write_tokens
             row.reasoning_tokens = usage.reasoning_tokens
+
+    def _next_id(self) -> str:
+        return f"{self._id_prefix}{next(self._id_counter):012x}"
 
     def _record(self, row: RequestRow) -> None:
         self.store.record(row)

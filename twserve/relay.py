@@ -70,6 +70,7 @@ from twproto.translate import (
     translate_request,
     translate_response,
 )
+from twserve.http1 import ClientGone
 from twserve.httptypes import Headers, Responder
 from twserve.upstream import (
     UpstreamBroken,
@@ -84,6 +85,7 @@ __all__ = ["Candidate", "RelayHooks", "RelayOutcome", "RelayRequest", "relay"]
 ERROR_BODY_LIMIT = 64 * 1024
 WHOLE_BODY_LIMIT = 64 * 1024 * 1024
 INBOX_SIZE = 8
+REPORT_EVERY = 0.5
 KEEPALIVE = encode_comment("keep-alive")
 
 # Upstream response headers that describe the hop, not the answer.
@@ -234,6 +236,12 @@ class _Live:
     translator: StreamTranslator | None = None
     pending: bytes = b""
     whole: bytes | None = None
+    # Chunks of this attempt still in the inbox; once the answer is committed and none are
+    # left, the reader writes to the client itself (`direct`), sparing each chunk the hop.
+    queued: int = 0
+    committed: bool = False
+    direct: bool = False
+    reported: float = 0.0
 
 
 class _Relay:
@@ -314,6 +322,8 @@ class _Relay:
                         actions = await self._on_item(item, now)
                     await self._carry_out(actions)
                 tg.cancel_scope.cancel()
+        except* ClientGone:
+            pass  # the client left mid-answer; _cleanup records it
         finally:
             with anyio.CancelScope(shield=True):
                 self._cleanup()
@@ -358,23 +368,28 @@ class _Relay:
         if isinstance(item, _Whole):
             live.whole = item.body
             self.out.ttfb_ms = int((now - live.sent_at) * 1000)
-            actions = self.machine.first_content(now)
-            await self._carry_out(actions)
+            await self._carry_out(self.machine.first_content(now))
             return self.machine.ended(now, clean=True)
         if isinstance(item, _Chunk):
+            live.queued -= 1
             if live.translator is None:
                 return self._hold(live, live.hold.feed(item.data, now=self.wall()), now)  # type: ignore[union-attr]
             data = live.translator.feed(item.data)
+            follow: list[Action] = []
             if data:
                 await self.responder.send(data)
-                return self.machine.content(now)
-            return []
+                live.reported = now
+                follow = self.machine.content(now)
+            # Only after our own write is done may the reader write (one writer at a time).
+            if live.committed and live.queued == 0:
+                live.direct = True
+            return follow
         if isinstance(item, _End):
             if live.translator is None:
-                actions = self._hold(live, live.hold.end(now=self.wall()), now)  # type: ignore[union-attr]
+                released = self._hold(live, live.hold.end(now=self.wall()), now)  # type: ignore[union-attr]
                 if live.translator is None:
-                    return actions
-                await self._carry_out(actions)
+                    return released
+                await self._carry_out(released)
             return await self._ended(live, now, broke=False)
         assert isinstance(item, _Broken)
         if live.translator is None:
@@ -556,14 +571,32 @@ class _Relay:
                                 await post(_Whole(index, whole))
                             return
                         async for chunk in resp.chunks():
-                            await post(_Chunk(index, chunk))
+                            if live.direct:
+                                await self._write_direct(live, chunk)
+                            else:
+                                live.queued += 1
+                                await post(_Chunk(index, chunk))
                         await post(_End(index))
                 except UpstreamUnreachable as exc:
                     await post(_AttemptFailed(index, classify_transport(exc.fault)))
                 except UpstreamBroken as exc:
                     await post(_Broken(index, str(exc)))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ClientGone):
             pass  # the request is over; nobody reads this attempt any more
+
+    async def _write_direct(self, live: _Live, chunk: bytes) -> None:
+        """A committed answer's chunk, from the reader straight to the client."""
+        translator = live.translator
+        assert translator is not None
+        data = translator.feed(chunk)
+        if data:
+            await self.responder.send(data)
+            # The idle clock only needs to know that content keeps coming; telling it at most
+            # every REPORT_EVERY seconds keeps the machine off the per-chunk path.
+            now = self.clock()
+            if now - live.reported >= REPORT_EVERY:
+                live.reported = now
+                self.machine.content(now)
 
     # -- writing to the client -------------------------------------------------------------
 
@@ -584,9 +617,12 @@ class _Relay:
         if action.send_headers:
             await self._start_stream()
         live = self.live
-        if action.provider is not None and live is not None and live.pending:
-            data, live.pending = live.pending, b""
-            await self.responder.send(data)
+        if action.provider is not None and live is not None:
+            live.committed = True
+            if live.pending:
+                data, live.pending = live.pending, b""
+                await self.responder.send(data)
+            live.direct = live.queued == 0 and live.translator is not None
 
     async def _finish(self, action: Finish) -> None:
         live = self.live
@@ -635,7 +671,8 @@ class _Relay:
         if answer is not None:
             self.out.usage = answer.usage
             self.out.translated.extend(answer.dropped)
-        payload = body if same or answer is None else answer.body
+        # Same format: the upstream's bytes, with only the model renamed (translate_response).
+        payload = body if answer is None else answer.body
         headers = (
             _client_headers(live.headers) if same else [(b"content-type", b"application/json")]
         )

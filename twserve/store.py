@@ -18,13 +18,15 @@ import math
 import os
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from twproto import _json
 
 __all__ = ["RequestRow", "RequestStore"]
 
@@ -120,13 +122,33 @@ class RequestRow:
     cancelled: bool = False
 
     def as_params(self) -> tuple[Any, ...]:
-        values = asdict(self)
-        values["routing"] = json.dumps(self.routing) if self.routing is not None else None
-        values["translated"] = json.dumps(self.translated) if self.translated else None
-        values["stream"] = int(self.stream)
-        values["local"] = int(self.local)
-        values["cancelled"] = int(self.cancelled)
-        return tuple(values[c] for c in _COLUMNS)
+        # Plain attribute reads: dataclasses.asdict deep-copies the routing JSON for nothing.
+        return (
+            self.id,
+            self.ts,
+            self.key_name,
+            self.session,
+            self.path,
+            self.format,
+            self.model,
+            self.provider,
+            self.status,
+            int(self.stream),
+            self.ttfb_ms,
+            self.duration_ms,
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+            self.cost_micros,
+            self.cost_state,
+            _json.dumps(self.routing).decode() if self.routing is not None else None,
+            _json.dumps(self.translated).decode() if self.translated else None,
+            self.error_code,
+            int(self.local),
+            int(self.cancelled),
+        )
 
 
 def _connect(path: Path) -> sqlite3.Connection:
