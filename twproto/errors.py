@@ -124,10 +124,17 @@ def _gemini_status(status: int) -> str:
 
 def _error_object(dialect: Dialect, err: GatewayError) -> dict[str, object]:
     if dialect is Dialect.ANTHROPIC:
-        return {"type": "error", "error": {"type": _anthropic_type(err.status), "message": err.message}}
+        return {
+            "type": "error",
+            "error": {"type": _anthropic_type(err.status), "message": err.message},
+        }
     if dialect is Dialect.GEMINI:
         return {
-            "error": {"code": err.status, "message": err.message, "status": _gemini_status(err.status)}
+            "error": {
+                "code": err.status,
+                "message": err.message,
+                "status": _gemini_status(err.status),
+            }
         }
     return {
         "error": {

@@ -112,7 +112,9 @@ def upstream_path(
 ) -> str:
     """The path (with query) the official SDK of `dialect` appends to its base URL."""
     if dialect is Dialect.ANTHROPIC:
-        return "/v1/messages/count_tokens" if operation is Operation.COUNT_TOKENS else "/v1/messages"
+        return (
+            "/v1/messages/count_tokens" if operation is Operation.COUNT_TOKENS else "/v1/messages"
+        )
     if dialect is Dialect.OPENAI_CHAT:
         return "/chat/completions"
     if dialect is Dialect.OPENAI_RESPONSES:

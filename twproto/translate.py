@@ -425,6 +425,7 @@ _WATCH_MARKERS: dict[Dialect, tuple[bytes, ...]] = {
         b"[DONE]",
     ),
     Dialect.OPENAI_RESPONSES: (
+        b"response.created",
         b"response.completed",
         b"response.incomplete",
         b"response.failed",
@@ -597,8 +598,11 @@ class StreamTranslator:
         "_feed_into",
         "_framing_feed",
         "_handler",
+        "_last_sequence",
         "_relayed",
+        "_sequence_tail",
         "_sse",
+        "_track_sequence",
         "_watch",
         "_watcher",
     )
@@ -632,6 +636,9 @@ class StreamTranslator:
         self._decoder: StreamDecoder = new_stream_decoder(upstream)
         self._feed_into = self._decoder.feed_into
         self._watch = client_stream and upstream is client and upstream_sse == self._client_sse
+        self._track_sequence = self._watch and client is Dialect.OPENAI_RESPONSES
+        self._last_sequence = -1
+        self._sequence_tail = b""
         self._watcher: _Watcher | None = None
         if self._watch and upstream_sse:
             self._watcher = _Watcher(self._decoder, upstream)
@@ -670,6 +677,8 @@ class StreamTranslator:
     def feed(self, chunk: bytes) -> bytes:
         """Take the next upstream bytes; return the client bytes to send now."""
         if self._watch:
+            if self._track_sequence and chunk:
+                self._note_sequence(chunk)
             if self._watcher is not None:
                 if chunk:
                     self._watcher.feed(chunk)
@@ -737,7 +746,32 @@ class StreamTranslator:
             return opener + error_body(self._client, err) + b"]"
         # An event cut off mid-way would swallow the error event, so a blank line ends whatever
         # was pending first (after a complete event it is an empty line, which SSE ignores).
+        if self._track_sequence:
+            decoder = self._decoder
+            return b"\n\n" + stream_error_event(
+                self._client,
+                err,
+                response_id=getattr(decoder, "response_id", None) or "resp_gateway_error",
+                model=getattr(decoder, "response_model", None) or self._client_model,
+                created_at=getattr(decoder, "created_at", None) or self._created or 0,
+                sequence_number=self._last_sequence + 1,
+            )
         return b"\n\n" + stream_error_event(self._client, err)
+
+    def _note_sequence(self, chunk: bytes) -> None:
+        # The last sequence_number relayed, so an error ending continues the numbering. The
+        # tail of the previous chunk is searched too: the field may straddle two chunks.
+        window = self._sequence_tail + chunk
+        self._sequence_tail = window[-40:]
+        at = window.rfind(b'"sequence_number":')
+        if at < 0:
+            return
+        digits = window[at + 18 : at + 40].lstrip(b" ")
+        end = 0
+        while end < len(digits) and 48 <= digits[end] <= 57:
+            end += 1
+        if end:
+            self._last_sequence = int(digits[:end])
 
     # -- what the gateway records -------------------------------------------------------------
 

@@ -119,7 +119,7 @@ def test_fault_on_first_upstream_fails_over(
 
 
 @pytest.mark.sdk
-@pytest.mark.parametrize("fmt", ["anthropic", "openai-chat", "gemini"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_stream_cut_after_content_is_an_error(stack: StackFactory, sdks: Sdks, fmt: str) -> None:
     st = stack(
         {"a": _up(fmt, {"chunks": 6, "break_after": 3}), "b": _healthy(fmt)},

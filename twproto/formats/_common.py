@@ -170,6 +170,16 @@ def image_from_url(url: str, detail: str | None = None) -> ir.Image:
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}|[A-Za-z0-9_-]*={0,2}")
+_URL_SAFE = str.maketrans("-_", "+/")
+
+
+def standard_base64(value: str) -> str:
+    """`value` in the standard base64 alphabet, padded. Google's SDKs write bytes fields
+    (``inlineData.data``) URL-safe, which Gemini accepts and the other APIs refuse."""
+    if "-" not in value and "_" not in value and len(value) % 4 == 0:
+        return value
+    value = value.translate(_URL_SAFE).rstrip("=")
+    return value + "=" * (-len(value) % 4)
 
 
 def is_base64(value: str) -> bool:

@@ -53,6 +53,7 @@ from twproto.formats._common import (
     flatten_call,
     flatten_tool,
     gateway_error,
+    is_base64,
     json_text,
     need_int,
     need_str,
@@ -61,6 +62,7 @@ from twproto.formats._common import (
     opt_int,
     parse_arguments,
     prefixed_id,
+    standard_base64,
     usage_or_zero,
 )
 from twproto.sse import SSEEvent
@@ -391,6 +393,10 @@ def _encode_part(part: ir.Part, dropped: Dropped) -> dict[str, Any] | None:
         if not seal:
             dropped.add("reasoning (no signature)")
             return None
+        if ("-" in seal or "_" in seal) and is_base64(seal):
+            # Signatures are standard base64; Google's SDK gives a seal it carried back in the
+            # URL-safe alphabet (it decodes bytes fields and encodes them again).
+            seal = standard_base64(seal)
         return {"type": "thinking", "thinking": part.text, "signature": seal}
     if part.dialect is DIALECT:
         return dict(part.raw)

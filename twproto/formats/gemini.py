@@ -68,6 +68,7 @@ from twproto.formats._common import (
     opt_float,
     opt_int,
     parse_arguments,
+    standard_base64,
 )
 from twproto.formats._schema import sanitize_schema
 from twproto.sse import SSEEvent
@@ -216,7 +217,12 @@ def _decode_parts(
                 )
             )
         elif isinstance(inline, Mapping) and isinstance(inline.get("data"), str):
-            out.append(ir.Image(data=inline["data"], media_type=as_str(_get(inline, "mimeType"))))
+            out.append(
+                ir.Image(
+                    data=standard_base64(inline["data"]),
+                    media_type=as_str(_get(inline, "mimeType")),
+                )
+            )
         elif isinstance(file_data, Mapping) and isinstance(_get(file_data, "fileUri"), str):
             out.append(
                 ir.Image(

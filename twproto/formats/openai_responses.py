@@ -854,13 +854,19 @@ class StreamDecoder:
         "_saw_calls",
         "_stopped",
         "_text_parts",
+        "created_at",
         "dropped",
         "error",
         "finished",
+        "response_id",
+        "response_model",
         "usage",
     )
 
     def __init__(self) -> None:
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.created_at: int | None = None
         self._items: dict[int, tuple[str, int]] = {}  # output_index → (item type, IR index)
         self._text_parts: dict[tuple[int, int], int] = {}
         self._custom: set[int] = set()
@@ -960,6 +966,11 @@ class StreamDecoder:
                     h.reasoning(entry[1], "\n\n")
             elif kind == "response.created":
                 response = as_dict(obj.get("response"))
+                # Kept for an error ending written on the unchanged (watch) path: the SDK
+                # refuses a response.failed naming another response.
+                self.response_id = str(response.get("id", "")) or None
+                self.response_model = str(response.get("model", "")) or None
+                self.created_at = opt_int(response.get("created_at"))
                 h.message_start(
                     str(response.get("id", "")),
                     str(response.get("model", "")),
