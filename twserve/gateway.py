@@ -334,6 +334,10 @@ class Gateway:
                 {"provider": s.provider, "model": s.model, "reason": s.reason.value}
                 for s in decision.skipped
             ],
+            # Candidates ordered last because they were paused or full when the request came.
+            "paused": list(plan.paused),
+            "full": list(plan.full),
+            "sticky": plan.sticky,
         }
         if decision.denied:
             err = GatewayError(
