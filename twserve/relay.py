@@ -519,7 +519,9 @@ class _Relay:
         path = upstream_path(
             cand.dialect, req.operation, model=cand.model, stream=req.stream, sse=sse
         )
-        if same and cand.dialect is Dialect.GEMINI and req.query:
+        if same and req.query:
+            # The client's own query (Claude Code's ?beta=true, Gemini's alt) goes along to a
+            # same-format upstream; the gateway key was stripped from it already.
             extra = "&".join(p for p in req.query.split("&") if p and p != "alt=sse")
             if extra:
                 path += ("&" if "?" in path else "?") + extra
@@ -694,6 +696,8 @@ class _Relay:
         self.out.error_code = err.code
         self.out.status = 200 if self.started else err.status
         live = self.live
+        if live is not None and live.committed:
+            self.out.provider = live.cand.name  # it answered, then broke off
         translator = live.translator if live is not None else None
         if translator is None:
             translator = StreamTranslator(

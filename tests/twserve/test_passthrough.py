@@ -91,6 +91,7 @@ def test_claude_code_turn_passes_through_unchanged(
 
     received = st.mock("up").received[-1]
     assert received.path == "/v1/messages"
+    assert received.query == "beta=true"  # the client's query goes along to the same API
     assert received.body == req.body  # byte for byte
     sent = dict(req.headers)
     for name in sent:
