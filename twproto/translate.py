@@ -583,6 +583,9 @@ class StreamTranslator:
     `upstream_sse` False: the upstream sends Gemini's JSON-array stream. `client_stream` False:
     the client wants a whole answer (`feed` returns nothing, `end` the whole JSON body).
     `client_sse` False: the client is a Gemini client without ``alt=sse``.
+    `relay_unchanged` False: a same-format stream is decoded and encoded again instead of being
+    relayed as it came, so the answer names `client_model` (an alias sent another model name
+    upstream).
     """
 
     __slots__ = (
@@ -618,6 +621,7 @@ class StreamTranslator:
         client_sse: bool = True,
         tool_names: ir.ToolNames | None = None,
         created: int | None = None,
+        relay_unchanged: bool = True,
     ) -> None:
         if not upstream_sse and upstream is not Dialect.GEMINI:
             raise ValueError("only Gemini streams without SSE framing")
@@ -635,7 +639,12 @@ class StreamTranslator:
             self._framing_feed = self._array.feed
         self._decoder: StreamDecoder = new_stream_decoder(upstream)
         self._feed_into = self._decoder.feed_into
-        self._watch = client_stream and upstream is client and upstream_sse == self._client_sse
+        self._watch = (
+            relay_unchanged
+            and client_stream
+            and upstream is client
+            and upstream_sse == self._client_sse
+        )
         self._track_sequence = self._watch and client is Dialect.OPENAI_RESPONSES
         self._last_sequence = -1
         self._sequence_tail = b""

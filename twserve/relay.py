@@ -416,6 +416,8 @@ class _Relay:
             client_sse=self.req.sse,
             tool_names=translated.tool_names if translated is not None else None,
             created=int(self.wall()),
+            # Same format but another model name upstream (an alias): rename it in the answer.
+            relay_unchanged=live.cand.model == self.req.model,
         )
         live.pending = live.translator.feed(outcome.data)
         self.out.ttfb_ms = int((now - live.sent_at) * 1000)
