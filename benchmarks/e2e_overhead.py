@@ -103,8 +103,10 @@ providers:
 {extra}"""
 
 
-def request_for(mode: str, chunks: int) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
-    script = json.dumps({"chunks": chunks, "chunk_size": 8}).encode()
+def request_for(
+    mode: str, chunks: int, delay: float = 0.0
+) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
+    script = json.dumps({"chunks": chunks, "chunk_size": 8, "chunk_delay": delay}).encode()
     if mode == "convert":
         body = {
             "model": "bench",
@@ -175,8 +177,17 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--concurrent-requests", type=int, default=320)
+    ap.add_argument("--concurrent-requests", type=int, default=640)
+    ap.add_argument(
+        "--rps-chunks", type=int, default=20, help="chunks per answer in the requests/s phase"
+    )
     ap.add_argument("--mode", choices=["passthrough", "convert", "routing"], default="passthrough")
+    ap.add_argument(
+        "--chunk-delay",
+        type=float,
+        default=0.001,
+        help="seconds between chunks; 0 lets TCP coalesce chunks, which favours the raw proxy",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
@@ -213,9 +224,9 @@ def main() -> None:
     try:
         for port in (mock_port, raw_port, gw_port):
             wait_port(port)
-        path, headers, body = request_for(args.mode, args.chunks)
+        path, headers, body = request_for(args.mode, args.chunks, args.chunk_delay)
         # Direct and raw always speak the upstream's own format.
-        up_path, up_headers, up_body = request_for("passthrough", args.chunks)
+        up_path, up_headers, up_body = request_for("passthrough", args.chunks, args.chunk_delay)
         targets = {
             "direct": (mock_port, up_path, up_headers, up_body, None),
             "raw": (raw_port, up_path, up_headers, up_body, procs["raw"].pid),
@@ -230,24 +241,28 @@ def main() -> None:
                 before = cpu_seconds(pid) if pid else 0.0
                 t = anyio.run(sequential, port, p, h, b, args.requests)
                 chunks_sent = args.requests * args.chunks
-                if pid:
-                    cpu[name].append((cpu_seconds(pid) - before) / chunks_sent * 1000)
+                if pid:  # CPU milliseconds per 1,000 chunks
+                    cpu[name].append((cpu_seconds(pid) - before) / chunks_sent * 1_000_000)
                 ttfb[name].append(statistics.median(t) * 1000)
-        rps = {
-            name: anyio.run(concurrent, port, p, h, b, args.concurrent_requests, 32)
-            for name, (port, p, h, b, _) in targets.items()
-        }
+        small = request_for(args.mode, args.rps_chunks)
+        small_up = request_for("passthrough", args.rps_chunks)
+        rps = {}
+        for name, (port, *_rest) in targets.items():
+            p, h, b = small if name == "gateway" else small_up
+            rps[name] = anyio.run(concurrent, port, p, h, b, args.concurrent_requests, 32)
         med = {k: statistics.median(v) for k, v in cpu.items() if v}
         tt = {k: statistics.median(v) for k, v in ttfb.items()}
         figures = {
             "mode": args.mode,
             "chunks_per_request": args.chunks,
+            "chunk_delay_s": args.chunk_delay,
             "cpu_ms_per_1000_chunks": med,
             "cpu_ratio_gateway_to_raw": med["gateway"] / med["raw"],
             "ttfb_ms": tt,
             "ttfb_ratio_gateway_to_raw": tt["gateway"] / tt["raw"],
             "ttfb_added_ms_vs_direct": tt["gateway"] - tt["direct"],
             "rps_concurrency_32": rps,
+            "rps_ratio_gateway_to_raw": rps["gateway"] / rps["raw"],
             "peak_rss_kib": {
                 "raw": rss_kib(procs["raw"].pid),
                 "gateway": rss_kib(procs["gateway"].pid),

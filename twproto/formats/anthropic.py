@@ -344,7 +344,9 @@ def _encode_image(image: ir.Image) -> dict[str, Any]:
     return _with_cache({"type": kind, "source": source}, image.cache_control)
 
 
-def _encode_part(part: ir.Part, dropped: Dropped) -> dict[str, Any] | None:
+def _encode_part(
+    part: ir.Part, dropped: Dropped, *, url_safe_seals: bool = False
+) -> dict[str, Any] | None:
     if isinstance(part, ir.Text):
         if not part.text:
             return None  # the API refuses empty text blocks
@@ -393,9 +395,9 @@ def _encode_part(part: ir.Part, dropped: Dropped) -> dict[str, Any] | None:
         if not seal:
             dropped.add("reasoning (no signature)")
             return None
-        if ("-" in seal or "_" in seal) and is_base64(seal):
-            # Signatures are standard base64; Google's SDK gives a seal it carried back in the
-            # URL-safe alphabet (it decodes bytes fields and encodes them again).
+        if url_safe_seals and is_base64(seal):
+            # Signatures are standard base64; Google's SDK replays a thoughtSignature it was
+            # given in the URL-safe alphabet (it decodes bytes fields and encodes them again).
             seal = standard_base64(seal)
         return {"type": "thinking", "thinking": part.text, "signature": seal}
     if part.dialect is DIALECT:
@@ -430,6 +432,7 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
     dropped = Dropped()
     same = req.origin is DIALECT
+    from_gemini = req.origin is Dialect.GEMINI
     out: dict[str, Any] = {"model": model}
     max_tokens = req.max_output_tokens or DEFAULT_MAX_TOKENS
     out["max_tokens"] = max_tokens
@@ -449,7 +452,11 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     dropped.add(f"system message {part.kind}")
             continue
         role = "assistant" if message.role is ir.Role.ASSISTANT else "user"
-        blocks = [b for b in (_encode_part(p, dropped) for p in message.parts) if b is not None]
+        blocks = [
+            b
+            for b in (_encode_part(p, dropped, url_safe_seals=from_gemini) for p in message.parts)
+            if b is not None
+        ]
         if not blocks:
             continue
         if messages and messages[-1]["role"] == role:
