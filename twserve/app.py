@@ -12,6 +12,7 @@ changes go to the bus. The control listener only serves them.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
 
 __all__ = ["GatewayApp"]
+
+log = logging.getLogger("twserve")
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class GatewayApp:
         port: int | None = None,
         limits: http1.ServerLimits | None = None,
         control_port: int | None = None,
+        shutdown_grace: float = 30.0,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
@@ -65,6 +69,14 @@ class GatewayApp:
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
         gw.hooks.listeners.append(self.events.health_changed)
+        self.gateway_server = http1.Server(
+            self.gateway.handle, limits=limits, errors=transport_error
+        )
+        self.shutdown_grace = shutdown_grace
+        # Created on the event loop, in run().
+        self._stop: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+        self._stop_requested = False
         self.control_host = config.listen.control.bind
         self.control_port = control_port if control_port is not None else config.listen.control.port
         self.control: control.ControlPlane | None = None
@@ -76,23 +88,36 @@ class GatewayApp:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._write_rows)
-            tg.start_soon(self._end_pauses)
-            try:
-                async with anyio.create_task_group() as serving:
-                    port = await serving.start(self._serve)
-                    control_port = None
-                    if self.control is not None:
-                        control_port = await serving.start(self._serve_control)
-                    task_status.started(Bound(gateway_port=port, control_port=control_port))
-            finally:
-                # Whatever stopped the server, the writer gets every queued row out first.
-                tg.cancel_scope.cancel()
-                self.store.close()
-                with anyio.CancelScope(shield=True):
-                    await self.upstream.aclose()
-        self.store.close_db()
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write_rows)
+                tg.start_soon(self._end_pauses)
+                try:
+                    async with anyio.create_task_group() as serving:
+                        port = await serving.start(self._serve)
+                        control_port = None
+                        if self.control is not None:
+                            control_port = await serving.start(self._serve_control)
+                        task_status.started(Bound(gateway_port=port, control_port=control_port))
+                        await self._stop.wait()
+                        # Graceful stop: no new requests; streams in flight finish in the grace.
+                        log.info("draining requests in flight (up to %.0f s)", self.shutdown_grace)
+                        if not await self.gateway_server.drain(self.shutdown_grace):
+                            log.warning("requests still running after the grace period were cut")
+                        serving.cancel_scope.cancel()
+                finally:
+                    # Whatever stopped the server, the writer gets every queued row out first.
+                    tg.cancel_scope.cancel()
+                    self.store.close()
+                    with anyio.CancelScope(shield=True):
+                        await self.upstream.aclose()
+        finally:
+            self.store.close_db()
+            self._stopped.set()
 
     async def _end_pauses(self) -> None:
         """Wake when the earliest upstream pause runs out, so its end is published."""
@@ -105,13 +130,28 @@ class GatewayApp:
         with anyio.CancelScope(shield=True):
             await self.store.run()
 
+    def request_stop(self) -> None:
+        """Begin a graceful stop (what SIGTERM and the first Ctrl-C do)."""
+        self._stop_requested = True
+        if self._stop is not None:
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
+
+    async def wait_stopped(self) -> None:
+        """Return once `run` has finished (after a stop or a cancel)."""
+        while self._stopped is None:
+            await anyio.sleep(0.01)
+        await self._stopped.wait()
+
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         await http1.serve(
             self.gateway.handle,
             host=self.host,
             port=self.port,
-            limits=self.limits,
-            errors=transport_error,
+            server=self.gateway_server,
             task_status=task_status,
         )
 

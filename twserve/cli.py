@@ -8,13 +8,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from twengine.config import ConfigError
+from twserve.app import GatewayApp
 from twserve.configfile import (
     data_dir,
     load_config,
@@ -66,8 +69,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from twserve.app import GatewayApp
-
     path = _config_path(args)
     if not path.exists():
         key = new_key()
@@ -89,12 +90,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if bound.control_port is not None:
                 where = f"http://{app.control_host}:{bound.control_port}"
                 print(f"control plane on {where}", flush=True)
+            # The first SIGTERM / Ctrl-C drains requests in flight; a second one stops at once.
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    if app.stopping:
+                        tg.cancel_scope.cancel()
+                        break
+                    print("stopping: finishing requests in flight", flush=True)
+                    app.request_stop()
+                    tg.start_soon(_stop_when_done, app, tg)
 
     try:
         anyio.run(main)
     except KeyboardInterrupt:
         pass
     return 0
+
+
+async def _stop_when_done(app: GatewayApp, tg: anyio.abc.TaskGroup) -> None:
+    await app.wait_stopped()
+    tg.cancel_scope.cancel()
 
 
 def cmd_mock(args: argparse.Namespace) -> int:

@@ -35,9 +35,11 @@ from twserve.httptypes import Handler, Headers, Request
 
 log = logging.getLogger("twserve.http1")
 
-__all__ = ["ClientGone", "ErrorWriter", "ServerLimits", "serve", "serve_listener"]
+__all__ = ["ClientGone", "ErrorWriter", "Server", "ServerLimits", "serve", "serve_listener"]
 
 READ_SIZE = 65536
+# How long a closing connection waits for the client to close its side.
+LINGER_SECS = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +93,9 @@ class _Responder:
         if self._started:
             raise RuntimeError("response already started")
         self._started = True
+        if self._conn.closing:
+            # Draining: tell the client this connection ends with this answer.
+            headers = [*headers, (b"connection", b"close")]
         await self._conn.write(h11.Response(status_code=status, headers=headers))
 
     async def send(self, data: bytes) -> None:
@@ -124,6 +129,9 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
         self.client_gone = anyio.Event()
+        # Draining: finish the request in progress, take no further one on this connection.
+        self.closing = False
+        self.idle_scope: anyio.CancelScope | None = None
         try:
             peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
             self.peer: tuple[str, int] = (
@@ -145,11 +153,31 @@ class _Connection:
                 raise ClientGone() from exc
 
     async def close(self) -> None:
+        """Drop the connection at once (a broken exchange, a client that left)."""
         if not self.closed:
             self.closed = True
             self.client_gone.set()
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def close_gracefully(self) -> None:
+        """End a healthy connection without losing what was written.
+
+        anyio's aclose aborts the transport, which drops unsent bytes and, with unread input,
+        makes the kernel answer with a reset. So: half-close first (the write buffer drains
+        before the FIN), read and discard until the client closes too, bounded in time.
+        """
+        if self.closed:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.stream.send_eof()
+                with anyio.move_on_after(LINGER_SECS):
+                    while await self._receive():
+                        pass
+            except Exception:
+                pass
+            await self.close()
 
     async def _receive(self) -> bytes:
         try:
@@ -170,22 +198,41 @@ class _Connection:
                 self.h11.receive_data(data)
 
     async def run(self) -> None:
+        graceful = False
         try:
             while not self.closed:
                 keep_going = await self._one_request()
                 if not keep_going:
+                    # An answer just ended and the connection goes with it: let it reach the
+                    # client. (Idle timeouts, broken exchanges and cancellation close at once.)
+                    graceful = self.h11.our_state in (h11.DONE, h11.MUST_CLOSE)
                     break
         except Exception:  # a bug: keep the server up, drop the connection
             log.exception("connection from %s failed", self.peer[0])
         finally:
-            await self.close()
+            if graceful:
+                await self.close_gracefully()
+            else:
+                await self.close()
 
     async def _one_request(self) -> bool:
         first = self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]
         timeout = self.limits.keepalive_timeout if first else self.limits.head_timeout
+        if self.closing and first:
+            return False
         try:
             try:
-                event = await self._next_event(timeout)
+                if first:
+                    # Waiting for the next request on a kept-alive connection: a drain may
+                    # end this wait at once.
+                    self.idle_scope = anyio.CancelScope()
+                    with self.idle_scope:
+                        event = await self._next_event(timeout)
+                    self.idle_scope = None
+                    if self.closing and self.h11.their_state is h11.IDLE:
+                        return False
+                else:
+                    event = await self._next_event(timeout)
             except TimeoutError:
                 if self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]:
                     return False  # idle keep-alive connection: close quietly
@@ -328,12 +375,84 @@ class _Connection:
             # The handler stopped without ending its answer: the connection cannot be reused.
             return False
         if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            if self.closing:
+                return False
             try:
                 self.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return False
             return True
         return False
+
+
+class Server:
+    """Serves one listener; `drain` stops accepting and lets requests in progress finish.
+
+    Connections run in the server's own task group, apart from the accept loop, so that the
+    accept loop can stop while answers already streaming carry on.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        limits: ServerLimits | None = None,
+        errors: ErrorWriter = plain_error,
+    ) -> None:
+        self.handler = handler
+        self.limits = limits or ServerLimits()
+        self.errors = errors
+        self.connections: set[_Connection] = set()
+        # Made on the event loop, in serve_listener (anyio objects need a running loop).
+        self._accepting: anyio.CancelScope | None = None
+        self._all: anyio.CancelScope | None = None
+        self._idle: anyio.Event | None = None  # set when the last connection ends
+        self._draining = False
+
+    async def serve_listener(self, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
+        if self._draining:
+            return
+        self._accepting = anyio.CancelScope()
+        self._all = anyio.CancelScope()
+        with self._all:
+            async with anyio.create_task_group() as tg:
+                with self._accepting:
+                    await listener.serve(lambda stream: self._run(stream), task_group=tg)
+                # Accepting stopped (drain): close the listening socket so new clients are
+                # refused at once; the connections finish in this task group.
+                with anyio.CancelScope(shield=True):
+                    await listener.aclose()
+
+    async def _run(self, stream: anyio.abc.SocketStream) -> None:
+        conn = _Connection(stream, self.handler, self.limits, self.errors)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            if not self.connections and self._idle is not None:
+                self._idle.set()
+
+    async def drain(self, grace: float) -> bool:
+        """Stop accepting, close idle connections, wait up to `grace` seconds for requests in
+        progress; then cancel what is left. True when everything finished in time."""
+        self._draining = True
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for conn in list(self.connections):
+            conn.closing = True
+            if conn.idle_scope is not None:
+                conn.idle_scope.cancel()
+        finished = True
+        with anyio.move_on_after(grace) as waited:
+            while self.connections:
+                self._idle = anyio.Event()
+                await self._idle.wait()
+        if waited.cancelled_caught:
+            finished = False
+        if self._all is not None:
+            self._all.cancel()
+        return finished
 
 
 async def serve_listener(
@@ -344,12 +463,7 @@ async def serve_listener(
     errors: ErrorWriter = plain_error,
 ) -> None:
     """Serve HTTP/1.1 on an already bound listener until cancelled."""
-    lim = limits or ServerLimits()
-
-    async def on_connect(stream: anyio.abc.SocketStream) -> None:
-        await _Connection(stream, handler, lim, errors).run()
-
-    await listener.serve(on_connect)
+    await Server(handler, limits=limits, errors=errors).serve_listener(listener)
 
 
 async def serve(
@@ -359,11 +473,14 @@ async def serve(
     port: int = 0,
     limits: ServerLimits | None = None,
     errors: ErrorWriter = plain_error,
+    server: Server | None = None,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind `host:port` and serve until cancelled; `task_status.started(port)` reports the port."""
+    """Bind `host:port` and serve until cancelled (or drained through `server`);
+    `task_status.started(port)` reports the bound port."""
+    srv = server or Server(handler, limits=limits, errors=errors)
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
     async with listener:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         task_status.started(int(bound))
-        await serve_listener(listener, handler, limits=limits, errors=errors)
+        await srv.serve_listener(listener)
