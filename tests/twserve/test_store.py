@@ -26,8 +26,14 @@ async def test_every_queued_row_is_written_before_close_returns(tmp_path: Path) 
         await tg.start(store.run)
         for i in range(500):
             store.record(
-                RequestRow(id=f"r{i}", ts=1000.0 + i, path="/v1/messages", input_tokens=i,
-                           routing={"attempts": [{"provider": "a"}]}, translated=["x"])
+                RequestRow(
+                    id=f"r{i}",
+                    ts=1000.0 + i,
+                    path="/v1/messages",
+                    input_tokens=i,
+                    routing={"attempts": [{"provider": "a"}]},
+                    translated=["x"],
+                )
             )
         store.close()
     assert store.written == 500
