@@ -74,25 +74,34 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
 
 
 def gateway_config(mock_port: int, port: int, mode: str) -> str:
-    base = f"http://127.0.0.1:{mock_port}"
+    """Two upstream sets on one mock: ``bench`` answers the long streams, ``bench-rps`` (the
+    mock's ``rps`` profile) the short ones of the requests/s phase; the model picks."""
+    lines = []
+    for model, prefix in (("bench", "/long"), ("bench-rps", "/rps")):
+        base = f"http://127.0.0.1:{mock_port}{prefix}"
+        count = 3 if mode == "routing" else 1
+        for i in range(count):
+            lines.append(
+                f"  - {{name: {model}-{i}, protocol: anthropic, base_url: '{base}', key: k,"
+                f" models: [{model}]}}"
+            )
+    extra = ""
     if mode == "routing":
-        providers = "\n".join(
-            f"  - {{name: m{i}, protocol: anthropic, base_url: '{base}', key: k}}" for i in range(3)
-        )
         extra = """
 groups:
   - name: pool
     type: load-balance
-    providers: [{name: m0, weight: 5}, {name: m1, weight: 3}, m2]
+    providers: [{name: bench-0, weight: 5}, {name: bench-1, weight: 3}, bench-2]
+  - name: pool-rps
+    type: load-balance
+    providers: [{name: bench-rps-0, weight: 5}, {name: bench-rps-1, weight: 3}, bench-rps-2]
 routes:
   - name: default
     rules:
-      - name: all
-        to: pool
+      - {name: long, when: {model: bench}, to: pool}
+      - {name: short, when: {model: bench-rps}, to: pool-rps}
 """
-    else:
-        providers = f"  - {{name: mock, protocol: anthropic, base_url: '{base}', key: k}}"
-        extra = ""
+    providers = "\n".join(lines)
     return f"""version: 1
 listen:
   gateway: {{bind: 127.0.0.1, port: {port}}}
@@ -103,29 +112,29 @@ providers:
 {extra}"""
 
 
-def request_for(
-    mode: str, chunks: int, delay: float = 0.0
-) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
-    script = json.dumps({"chunks": chunks, "chunk_size": 8, "chunk_delay": delay}).encode()
+def request_for(mode: str, model: str) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
+    """The client's request: Chat Completions in ``convert`` mode, else Anthropic Messages.
+
+    Direct and raw-proxy calls reach the mock's profile through the path (``/long``,
+    ``/rps``); through the gateway the model chooses the upstream that carries that path.
+    """
+    messages = [{"role": "user", "content": "benchmark"}]
     if mode == "convert":
-        body = {
-            "model": "bench",
-            "stream": True,
-            "messages": [{"role": "user", "content": "benchmark"}],
-        }
+        body: dict[str, object] = {"model": model, "stream": True, "messages": messages}
         headers = [(b"authorization", b"Bearer " + KEY.encode())]
         path = "/v1/chat/completions"
     else:
-        body = {
-            "model": "bench",
-            "max_tokens": 4096,
-            "stream": True,
-            "messages": [{"role": "user", "content": "benchmark"}],
-        }
+        body = {"model": model, "max_tokens": 4096, "stream": True, "messages": messages}
         headers = [(b"x-api-key", KEY.encode()), (b"anthropic-version", b"2023-06-01")]
         path = "/v1/messages"
-    headers += [(b"content-type", b"application/json"), (b"x-mock-script", script)]
+    headers.append((b"content-type", b"application/json"))
     return path, headers, json.dumps(body).encode()
+
+
+def direct_request(model: str) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
+    path, headers, body = request_for("passthrough", model)
+    prefix = "/long" if model == "bench" else "/rps"
+    return prefix + path, headers, body
 
 
 async def one(
@@ -199,7 +208,16 @@ def main() -> None:
     py = sys.executable
     procs = {
         "mock": subprocess.Popen(
-            [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)],
+            [
+                *(py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)),
+                "--profile",
+                "long="
+                + json.dumps(
+                    {"chunks": args.chunks, "chunk_size": 8, "chunk_delay": args.chunk_delay}
+                ),
+                "--profile",
+                "rps=" + json.dumps({"chunks": args.rps_chunks, "chunk_size": 8}),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
         ),
@@ -224,9 +242,8 @@ def main() -> None:
     try:
         for port in (mock_port, raw_port, gw_port):
             wait_port(port)
-        path, headers, body = request_for(args.mode, args.chunks, args.chunk_delay)
-        # Direct and raw always speak the upstream's own format.
-        up_path, up_headers, up_body = request_for("passthrough", args.chunks, args.chunk_delay)
+        path, headers, body = request_for(args.mode, "bench")
+        up_path, up_headers, up_body = direct_request("bench")
         targets = {
             "direct": (mock_port, up_path, up_headers, up_body, None),
             "raw": (raw_port, up_path, up_headers, up_body, procs["raw"].pid),
@@ -244,12 +261,16 @@ def main() -> None:
                 if pid:  # CPU milliseconds per 1,000 chunks
                     cpu[name].append((cpu_seconds(pid) - before) / chunks_sent * 1_000_000)
                 ttfb[name].append(statistics.median(t) * 1000)
-        small = request_for(args.mode, args.rps_chunks)
-        small_up = request_for("passthrough", args.rps_chunks)
+        small = request_for(args.mode, "bench-rps")
+        small_up = direct_request("bench-rps")
         rps = {}
-        for name, (port, *_rest) in targets.items():
+        cpu_per_request: dict[str, float] = {}
+        for name, (port, *_rest, pid) in targets.items():
             p, h, b = small if name == "gateway" else small_up
+            before = cpu_seconds(pid) if pid else 0.0
             rps[name] = anyio.run(concurrent, port, p, h, b, args.concurrent_requests, 32)
+            if pid:  # CPU milliseconds per request (short answers, concurrency 32)
+                cpu_per_request[name] = (cpu_seconds(pid) - before) / args.concurrent_requests * 1e3
         med = {k: statistics.median(v) for k, v in cpu.items() if v}
         tt = {k: statistics.median(v) for k, v in ttfb.items()}
         figures = {
@@ -261,6 +282,7 @@ def main() -> None:
             "ttfb_ms": tt,
             "ttfb_ratio_gateway_to_raw": tt["gateway"] / tt["raw"],
             "ttfb_added_ms_vs_direct": tt["gateway"] - tt["direct"],
+            "cpu_ms_per_request": cpu_per_request,
             "rps_concurrency_32": rps,
             "rps_ratio_gateway_to_raw": rps["gateway"] / rps["raw"],
             "peak_rss_kib": {
