@@ -226,6 +226,8 @@ def row_line(row: RequestRow) -> str:
     tokens = (
         f"in={row.input_tokens} out={row.output_tokens}" if row.input_tokens is not None else ""
     )
+    if row.cancelled:
+        path += " (the client left)"
     return (
         f"[row] {row.format} {row.model} status={row.status} via {row.provider} "
         f"ttfb={row.ttfb_ms}ms {tokens} attempts: {path}"

@@ -377,9 +377,10 @@ class Gateway:
             query=strip_key_param(request.query),
             owner=row.id,
         )
-        outcome = None
+        outcome = RelayOutcome()
+        finished = False
         try:
-            outcome = await relay(
+            await relay(
                 self.upstream,
                 self.hooks,
                 candidates,
@@ -389,22 +390,21 @@ class Gateway:
                 clock=self.clock,
                 wall=self.wall,
                 rng=self.rng.random,
+                out=outcome,
             )
+            finished = True
         finally:
             row.duration_ms = int((self.clock() - started) * 1000)
-            if outcome is None or outcome.cancelled:
-                row.cancelled = True
-            if outcome is not None:
-                self._fill_row(row, outcome)
-                usage = outcome.usage
-                if conversation and outcome.provider and usage is not None:
-                    self.router.record_answer(
-                        conversation,
-                        outcome.provider,
-                        cached_tokens=(usage.cache_read_tokens or 0)
-                        + (usage.cache_write_tokens or 0),
-                        now=self.clock(),
-                    )
+            row.cancelled = outcome.cancelled or not finished
+            self._fill_row(row, outcome)
+            usage = outcome.usage
+            if conversation and outcome.provider and usage is not None:
+                self.router.record_answer(
+                    conversation,
+                    outcome.provider,
+                    cached_tokens=(usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0),
+                    now=self.clock(),
+                )
             self._record(row)
 
     def _fill_row(self, row: RequestRow, outcome: RelayOutcome) -> None:

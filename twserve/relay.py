@@ -256,6 +256,7 @@ class _Relay:
         clock: Callable[[], float],
         wall: Callable[[], float],
         rng: Callable[[], float],
+        out: RelayOutcome,
     ) -> None:
         self.up = up
         self.hooks = hooks
@@ -265,7 +266,7 @@ class _Relay:
         self.responder = responder
         self.clock = clock
         self.wall = wall
-        self.out = RelayOutcome()
+        self.out = out
         self.machine = AttemptMachine(
             candidates=[CandidateRef(name=c.name, sticky=c.sticky) for c in candidates],
             client_stream=req.stream,
@@ -327,13 +328,21 @@ class _Relay:
         finally:
             with anyio.CancelScope(shield=True):
                 self._cleanup()
-        self.out.attempts = self.machine.attempts
         return self.out
 
     def _cleanup(self) -> None:
         if not self.machine.done:
             self.machine.client_gone(self.clock())
             self.out.cancelled = True
+            live = self.live
+            if live is not None:
+                # What the client had already received came from this upstream.
+                if live.committed:
+                    self.out.provider = live.cand.name
+                    self.out.status = 200 if self.started else None
+                if live.translator is not None:
+                    self.out.usage = live.translator.usage
+        self.out.attempts = self.machine.attempts
         if self.ticket is not None:
             self.hooks.cancel_wait(self.ticket)
             self.ticket = None
@@ -764,6 +773,13 @@ async def relay(
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
     rng: Callable[[], float],
+    out: RelayOutcome | None = None,
 ) -> RelayOutcome:
-    """Carry `req` to `candidates` under the attempt machine; write the answer or an error."""
-    return await _Relay(up, hooks, candidates, req, responder, settings, clock, wall, rng).run()
+    """Carry `req` to `candidates` under the attempt machine; write the answer or an error.
+
+    `out` is filled in as the request goes, so a caller whose scope is cancelled (the client
+    left) still has the attempts made so far.
+    """
+    out = out if out is not None else RelayOutcome()
+    r = _Relay(up, hooks, candidates, req, responder, settings, clock, wall, rng, out)
+    return await r.run()
