@@ -12,6 +12,8 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
+import anyio
+
 from twengine.health import HealthChanged
 from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
@@ -77,8 +79,36 @@ class EngineHooks:
                 # The waiter is gone: hand the slot straight on.
                 pending.extend(self.router.slots.release(grant.permit))
 
-    def key_permit(self, key: str, owner: str) -> Permit | None:
-        return self.router.slots.try_acquire(key, owner=owner, scope=SlotScope.KEY)
+    async def key_permit(self, key: str, owner: str, deadline: float) -> Permit | None:
+        """A permit of gateway key `key` (``clients[].max_concurrent``), waiting in line until
+        `deadline` if the key is at its limit; None when none freed in time."""
+        slots = self.router.slots
+        permit = slots.try_acquire(key, owner=owner, scope=SlotScope.KEY)
+        if permit is not None or deadline <= self.clock():
+            return permit
+        ticket = slots.wait([key], owner=owner, deadline=deadline, scope=SlotScope.KEY)
+        granted: list[Permit] = []
+        arrived = anyio.Event()
+
+        def deliver(p: Permit) -> bool:
+            granted.append(p)
+            arrived.set()
+            return True
+
+        self._deliver[ticket.id] = deliver
+        try:
+            with anyio.move_on_after(deadline - self.clock()):
+                await arrived.wait()
+        except BaseException:  # the client left while waiting
+            if granted:
+                self.release(granted[0])
+            else:
+                self.cancel_wait(ticket)
+            raise
+        if granted:
+            return granted[0]
+        self.cancel_wait(ticket)
+        return None
 
     # -- health --------------------------------------------------------------------------------
 

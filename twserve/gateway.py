@@ -377,6 +377,24 @@ class Gateway:
             query=strip_key_param(request.query),
             owner=row.id,
         )
+        client = self.config.client(client_name)
+        key_permit = None
+        if client.max_concurrent is not None:
+            # A key at its max_concurrent queues, within failover.wait_secs of arrival.
+            deadline = started + self.config.failover.wait_secs
+            key_permit = await self.hooks.key_permit(client_name, row.id, deadline)
+            if key_permit is None:
+                err = GatewayError(
+                    status=429,
+                    category=ErrorCategory.RATE_LIMITED,
+                    code="gw.key.busy",
+                    message=f"this key already has {client.max_concurrent} requests running",
+                    retry_after=1.0,
+                )
+                row.status, row.error_code = 429, err.code
+                self._record(row)
+                await respond_error(responder, dialect, err)
+                return
         outcome = RelayOutcome()
         finished = False
         try:
@@ -394,9 +412,11 @@ class Gateway:
             )
             finished = True
         finally:
+            if key_permit is not None:
+                self.hooks.release(key_permit)
             row.duration_ms = int((self.clock() - started) * 1000)
             row.cancelled = outcome.cancelled or not finished
-            self._fill_row(row, outcome)
+            self._fill_row(row, outcome, {c.name: c.model for c in candidates})
             usage = outcome.usage
             if conversation and outcome.provider and usage is not None:
                 self.router.record_answer(
@@ -407,14 +427,14 @@ class Gateway:
                 )
             self._record(row)
 
-    def _fill_row(self, row: RequestRow, outcome: RelayOutcome) -> None:
+    def _fill_row(self, row: RequestRow, outcome: RelayOutcome, models: dict[str, str]) -> None:
         row.status = outcome.status
         row.provider = outcome.provider
         row.ttfb_ms = outcome.ttfb_ms
         row.error_code = outcome.error_code
         row.translated = outcome.translated
         routing = row.routing or {}
-        routing["attempts"] = [attempt_view(a) for a in outcome.attempts]
+        routing["attempts"] = [attempt_view(a, models.get(a.provider)) for a in outcome.attempts]
         row.routing = routing
         usage = outcome.usage
         if usage is not None:
@@ -437,10 +457,12 @@ class Gateway:
             self.events.request_ended(row)
 
 
-def attempt_view(record: AttemptRecord) -> dict[str, Any]:
-    """One attempt as the request row's routing JSON keeps it (SPEC §16)."""
+def attempt_view(record: AttemptRecord, model: str | None) -> dict[str, Any]:
+    """One attempt as the request row's routing JSON keeps it (SPEC §16); `model` is the model
+    name sent to that upstream."""
     return {
         "provider": record.provider,
+        "model": model,
         "outcome": record.outcome.value,
         "status": record.status,
         "error": record.error,
