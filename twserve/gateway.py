@@ -191,29 +191,24 @@ class Gateway:
     ) -> None:
         from twproto.models import ModelInfo, encode_model, encode_model_list
 
-        if route.dialect is None and request.path.startswith("/v1/"):
-            dialect = (
-                Dialect.ANTHROPIC
-                if request.header(b"anthropic-version") or request.header(b"x-api-key")
-                else Dialect.OPENAI_CHAT
-            )
-        names: list[str] = []
-        for provider in self.config.providers:
-            for m in provider.models or ():
-                if m not in names:
-                    names.append(m)
-        for alias in self.config.aliases:
-            if alias.name not in names:
-                names.append(alias.name)
+        if route.dialect is None:
+            # The listing's shape follows the client (SPEC §3.1): Anthropic by its headers,
+            # Gemini by its key header (google-genai lists under /v1/models too), else OpenAI.
+            if request.header(b"anthropic-version") or request.header(b"x-api-key"):
+                dialect = Dialect.ANTHROPIC
+            elif request.header(b"x-goog-api-key"):
+                dialect = Dialect.GEMINI
+            else:
+                dialect = Dialect.OPENAI_CHAT
         infos = [
             ModelInfo(
-                id=n,
-                display_name=n,
-                context_window=None,
-                max_output_tokens=None,
+                id=name,
+                display_name=name,
+                context_window=spec[0],
+                max_output_tokens=spec[1],
                 owned_by="twserve",
             )
-            for n in names
+            for name, spec in self._listed_models().items()
         ]
         if route.operation is Operation.GET_MODEL:
             wanted = (route.model or "").removeprefix("models/")
@@ -233,6 +228,26 @@ class Gateway:
             )
             return
         await respond_bytes(responder, 200, encode_model_list(dialect, infos))
+
+    def _listed_models(self) -> dict[str, tuple[int | None, int | None]]:
+        """Every model an upstream lists, then every alias, with the context window and output
+        limit that `model_specs` give (for an alias: those of the first target that has one)."""
+        specs: dict[str, tuple[int | None, int | None]] = {}
+        for provider in self.config.providers:
+            for name in provider.models or ():
+                spec = provider.model_spec(name)
+                known = specs.get(name, (None, None))
+                if spec is not None:
+                    known = (
+                        known[0] or spec.context_window,
+                        known[1] or spec.max_output_tokens,
+                    )
+                specs[name] = known
+        for alias in self.config.aliases:
+            if alias.name not in specs:
+                targets = [specs.get(t, (None, None)) for t in alias.targets]
+                specs[alias.name] = next((t for t in targets if t != (None, None)), (None, None))
+        return specs
 
     def _candidate(self, cand: RoutedCandidate, sticky: str | None) -> Candidate:
         provider = self.config.provider(cand.provider)

@@ -1,0 +1,47 @@
+"""Model listings in the shape of the client's format, with aliases and model specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+from google import genai
+from google.genai import types
+
+from tests.twserve.stack import KEY, Upstream, running_stack
+
+CONFIG = {
+    "aliases": {"fast": "small-model"},
+}
+UPSTREAMS = {
+    "a": Upstream(
+        "anthropic",
+        models=["big-model", "small-model"],
+        extra={
+            "model_specs": {"big-model": {"context_window": 200000, "max_output_tokens": 64000}}
+        },
+    ),
+    "c": Upstream("openai-chat", models=["small-model", "chat-model"]),
+}
+
+
+@pytest.mark.sdk
+def test_each_sdk_lists_models_and_aliases(tmp_path: Path) -> None:
+    with running_stack(tmp_path, UPSTREAMS, config=CONFIG) as st:
+        oai = openai.OpenAI(base_url=st.url + "/v1", api_key=KEY, max_retries=0, timeout=5)
+        ant = anthropic.Anthropic(base_url=st.url, api_key=KEY, max_retries=0, timeout=5)
+        gem = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=st.url))
+        openai_ids = [m.id for m in oai.models.list()]
+        anthropic_ids = [m.id for m in ant.models.list()]
+        gemini = {m.name: m for m in gem.models.list()}
+        one = oai.models.retrieve("fast")
+        with pytest.raises(openai.NotFoundError):
+            oai.models.retrieve("nope")
+    expected = ["big-model", "small-model", "chat-model", "fast"]
+    assert openai_ids == expected and anthropic_ids == expected
+    assert one.id == "fast"
+    big = gemini["models/big-model"]
+    assert (big.input_token_limit, big.output_token_limit) == (200000, 64000)
+    assert set(gemini) == {f"models/{name}" for name in expected}
