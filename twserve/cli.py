@@ -81,7 +81,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"{path}: the config has problems:", file=sys.stderr)
         _print_problems(err)
         return 1
-    app = GatewayApp(config, data_dir() if not args.data_dir else Path(args.data_dir))
+    app = GatewayApp(
+        config, data_dir() if not args.data_dir else Path(args.data_dir), port=args.port
+    )
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
@@ -218,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--config", help="config file (default: $TWSERVE_HOME/config.yaml)")
     p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")
+    p.add_argument("--port", type=int, help="gateway port (default: listen.gateway.port)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("init", help="write a starting config with a generated key")
