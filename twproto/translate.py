@@ -61,6 +61,7 @@ from twproto.formats._common import (
     merge_dropped,
     tool_names_for,
 )
+from twproto.formats._effort import budget_for_effort, parse_effort
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
 
@@ -218,15 +219,21 @@ def translate_request(
     model: str | None = None,
     stream: bool | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
+    reasoning: str | None = None,
 ) -> TranslatedRequest:
     """Convert a client's request body in `source` format to `target` format.
 
     `model` / `stream` override the body's (and are required for Gemini sources, whose body has
     neither). `default_max_tokens` fills a missing output limit for an Anthropic target.
+    `max_tokens` and `reasoning` are a routing rule's ``set`` (SPEC §6, §13): the output limit
+    to use, and a reasoning level (``off``, ``low`` … ``max``) that changes the effort of a
+    request that already reasons, or with ``off`` removes reasoning; it never turns it on. With
+    either set, a same-format body is rewritten through the IR instead of passed through.
     Raises `TranslationError` (status 400) for a body that is not a JSON object.
     """
     obj = _parse_object(body, 400)
-    if source is target:
+    if source is target and max_tokens is None and reasoning is None:
         if target is Dialect.GEMINI:
             return TranslatedRequest(body=body, stream=bool(stream), model=model or "")
         body_model = obj.get("model")
@@ -248,6 +255,10 @@ def translate_request(
             model=model if model is not None else req.model,
             stream=req.stream if stream is None else stream,
         )
+        if max_tokens is not None:
+            req = replace(req, max_output_tokens=max_tokens)
+        if reasoning is not None:
+            req = replace(req, reasoning=_set_reasoning(req.reasoning, reasoning))
         if target is Dialect.ANTHROPIC and req.max_output_tokens is None:
             req = replace(req, max_output_tokens=default_max_tokens)
         encoded, dropped = get(target).encode_request(req, model=req.model)
@@ -262,6 +273,19 @@ def translate_request(
         dropped=merge_dropped(req.dropped, dropped),
         tool_names=tool_names_for(req.tools, target),
     )
+
+
+def _set_reasoning(current: ir.ReasoningConfig | None, level: str) -> ir.ReasoningConfig | None:
+    """A rule's reasoning level applied to what the client asked (SPEC §13)."""
+    if level == "off":
+        return None if current is None else ir.ReasoningConfig(enabled=False)
+    if current is None or not current.enabled:
+        return current  # a level never turns reasoning on
+    effort = parse_effort(level)
+    if effort is None:
+        raise ValueError(f"unknown reasoning level {level!r}")
+    budget = budget_for_effort(effort) if current.budget_tokens is not None else None
+    return replace(current, effort=effort, budget_tokens=budget)
 
 
 def _decode_answer(obj: dict[str, Any], upstream: Dialect) -> ir.Answer:

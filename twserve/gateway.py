@@ -263,6 +263,8 @@ class Gateway:
                 for k, v in provider.headers
             ),
             sticky=cand.provider == sticky,
+            max_tokens=cand.overrides.max_tokens,
+            reasoning=cand.overrides.reasoning.value if cand.overrides.reasoning else None,
         )
 
     async def _generate(

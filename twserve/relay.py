@@ -115,6 +115,9 @@ class Candidate:
     model: str
     headers: tuple[tuple[bytes, bytes], ...] = ()
     sticky: bool = False
+    # A routing rule's `set` for this hop (SPEC §6): output limit and reasoning level.
+    max_tokens: int | None = None
+    reasoning: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -522,7 +525,13 @@ class _Relay:
         translated = self.translated.get(cand.name)
         if translated is None:
             translated = translate_request(
-                req.body, req.client_dialect, cand.dialect, model=cand.model, stream=req.stream
+                req.body,
+                req.client_dialect,
+                cand.dialect,
+                model=cand.model,
+                stream=req.stream,
+                max_tokens=cand.max_tokens,
+                reasoning=cand.reasoning,
             )
             self.translated[cand.name] = translated
             self.out.translated = list(translated.dropped)
