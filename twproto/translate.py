@@ -221,6 +221,7 @@ def translate_request(
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     max_tokens: int | None = None,
     reasoning: str | None = None,
+    drop_sealed_reasoning: bool = False,
 ) -> TranslatedRequest:
     """Convert a client's request body in `source` format to `target` format.
 
@@ -230,10 +231,14 @@ def translate_request(
     to use, and a reasoning level (``off``, ``low`` … ``max``) that changes the effort of a
     request that already reasons, or with ``off`` removes reasoning; it never turns it on. With
     either set, a same-format body is rewritten through the IR instead of passed through.
+    `drop_sealed_reasoning` leaves out reasoning parts that carry a seal (signature, encrypted
+    content, redacted data): an upstream on another account refuses them (SPEC §14); their
+    removal is recorded in `dropped`.
     Raises `TranslationError` (status 400) for a body that is not a JSON object.
     """
     obj = _parse_object(body, 400)
-    if source is target and max_tokens is None and reasoning is None:
+    rewrite = max_tokens is not None or reasoning is not None or drop_sealed_reasoning
+    if source is target and not rewrite:
         if target is Dialect.GEMINI:
             return TranslatedRequest(body=body, stream=bool(stream), model=model or "")
         body_model = obj.get("model")
@@ -259,6 +264,8 @@ def translate_request(
             req = replace(req, max_output_tokens=max_tokens)
         if reasoning is not None:
             req = replace(req, reasoning=_set_reasoning(req.reasoning, reasoning))
+        if drop_sealed_reasoning:
+            req = _without_sealed_reasoning(req)
         if target is Dialect.ANTHROPIC and req.max_output_tokens is None:
             req = replace(req, max_output_tokens=default_max_tokens)
         encoded, dropped = get(target).encode_request(req, model=req.model)
@@ -272,6 +279,25 @@ def translate_request(
         model=req.model,
         dropped=merge_dropped(req.dropped, dropped),
         tool_names=tool_names_for(req.tools, target),
+    )
+
+
+def _without_sealed_reasoning(req: ir.Request) -> ir.Request:
+    messages = []
+    removed = 0
+    for message in req.messages:
+        parts = tuple(
+            p
+            for p in message.parts
+            if not (isinstance(p, ir.Reasoning) and (p.seal is not None or p.redacted_data))
+        )
+        removed += len(message.parts) - len(parts)
+        if parts:
+            messages.append(replace(message, parts=parts))
+    if not removed:
+        return req
+    return replace(
+        req, messages=tuple(messages), dropped=(*req.dropped, "reasoning:sealed_for_account")
     )
 
 

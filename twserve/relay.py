@@ -44,6 +44,7 @@ from twengine.attempt import (
     Finish,
     PassThroughUpstreamError,
     Resend,
+    ResendReason,
     RespondError,
     Send,
     SendKeepAlive,
@@ -286,6 +287,7 @@ class _Relay:
         self.ticket: Ticket | None = None
         self.passthrough: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
         self.translated: dict[str, TranslatedRequest] = {}
+        self._rewrites: dict[str, ResendReason] = {}
         self.started = False
         self.tg: anyio.abc.TaskGroup | None = None
 
@@ -465,8 +467,10 @@ class _Relay:
             if isinstance(action, Send):
                 self._send(action.provider, action.index)
             elif isinstance(action, Resend):
-                # The rewrite for a refused effort level or sealed reasoning is a later step;
-                # until then the resend carries the same body, which the machine bounds to once.
+                # Once to the same upstream, rewritten: without the reasoning effort it refused
+                # (SPEC §13), or without the reasoning sealed for another account (SPEC §14).
+                self._rewrites[action.provider] = action.reason
+                self.translated.pop(action.provider, None)
                 self._send(action.provider, action.index)
             elif isinstance(action, WaitForSlot):
                 self.ticket = self.hooks.wait(
@@ -523,6 +527,7 @@ class _Relay:
         req = self.req
         same = cand.dialect is req.client_dialect
         translated = self.translated.get(cand.name)
+        rewrite = self._rewrites.get(cand.name)
         if translated is None:
             translated = translate_request(
                 req.body,
@@ -531,7 +536,8 @@ class _Relay:
                 model=cand.model,
                 stream=req.stream,
                 max_tokens=cand.max_tokens,
-                reasoning=cand.reasoning,
+                reasoning="off" if rewrite is ResendReason.EFFORT_REFUSED else cand.reasoning,
+                drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING,
             )
             self.translated[cand.name] = translated
             self.out.translated = list(translated.dropped)
