@@ -17,7 +17,7 @@ from typing import Any
 from twproto import _json
 from twproto.dialect import Dialect
 
-__all__ = ["RequestSummary", "estimate_text_tokens", "summarize"]
+__all__ = ["RequestSummary", "count_tokens_body", "estimate_text_tokens", "summarize"]
 
 PER_MESSAGE_TOKENS = 4
 PER_IMAGE_TOKENS = 1000
@@ -303,3 +303,12 @@ def summarize(body: dict[str, Any], dialect: Dialect) -> RequestSummary:
         input_tokens=reader.tokens + reader.images * PER_IMAGE_TOKENS,
         prompt_cache_key=partial.prompt_cache_key,
     )
+
+
+def count_tokens_body(dialect: Dialect, input_tokens: int) -> bytes:
+    """A token-count answer in the client's format, for a count answered locally."""
+    if dialect is Dialect.GEMINI:
+        return _json.dumps({"totalTokens": input_tokens})
+    if dialect is Dialect.OPENAI_RESPONSES:
+        return _json.dumps({"object": "response.input_tokens", "input_tokens": input_tokens})
+    return _json.dumps({"input_tokens": input_tokens})

@@ -25,7 +25,7 @@ from twproto import _json
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.paths import Operation, Route, match_path
-from twproto.summary import summarize
+from twproto.summary import count_tokens_body, summarize
 from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
 from twserve.engine import EngineHooks
 from twserve.events import EventBus
@@ -381,6 +381,26 @@ class Gateway:
             await respond_error(responder, dialect, err)
             return
         candidates = [self._candidate(c, plan.sticky) for c in plan.candidates]
+        if route.operation is Operation.COUNT_TOKENS:
+            # Token counts go only to an upstream of the client's own format, without failover
+            # to another format or retries; with none, they are estimated here (SPEC §14).
+            candidates = [c for c in candidates if c.dialect is dialect][:1]
+            if not candidates:
+                row.local, row.status, row.cost_micros, row.cost_state = True, 200, 0, "local"
+                row.input_tokens = summary.input_tokens
+                self._record(row)
+                body_out = count_tokens_body(dialect, summary.input_tokens)
+                await responder.start(
+                    200,
+                    [
+                        (b"content-type", b"application/json"),
+                        (b"x-thinkwatch-local", b"1"),
+                        (b"content-length", str(len(body_out)).encode()),
+                    ],
+                )
+                await responder.send(body_out)
+                await responder.end()
+                return
         if self.events is not None:
             self.events.request_routed(row, plan)
         req = RelayRequest(
