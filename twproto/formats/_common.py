@@ -265,6 +265,23 @@ def custom_arguments(text: str) -> str:
     return json_text({"input": text})
 
 
+def carry_extras(out: dict[str, Any], req: ir.Request, *, same: bool, dropped: Dropped) -> None:
+    """The source format's fields with no IR slot: written back for the same format (never
+    over a field the encoder set), recorded as dropped for any other."""
+    for key, value in req.extras.items():
+        if same:
+            out.setdefault(key, value)
+        else:
+            dropped.add(key)
+
+
+def drop_cache_control(req: ir.Request, *, same: bool, dropped: Dropped) -> None:
+    """Formats without Anthropic's explicit cache markers: prompt caching is automatic (OpenAI)
+    or set up by other means (Gemini), so the markers are recorded as dropped."""
+    if not same and has_cache_control(req):
+        dropped.add("cache_control")
+
+
 def has_cache_control(req: ir.Request) -> bool:
     """Whether any part, system text or tool of `req` carries an Anthropic cache marker."""
     if any(t.cache_control is not None for t in req.system):

@@ -48,6 +48,7 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    carry_extras,
     error_status,
     flat_name,
     flatten_call,
@@ -555,11 +556,7 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         dropped.add("prompt_cache_key")
     if req.store is not None and not same:
         dropped.add("store")
-    for key, value in req.extras.items():
-        if same:
-            out.setdefault(key, value)
-        else:
-            dropped.add(key)
+    carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
 
 

@@ -55,12 +55,12 @@ from twproto.formats._common import (
     as_list,
     as_str,
     call_kinds,
+    drop_cache_control,
     error_status,
     flat_name,
     flatten_call,
     flatten_tool,
     gateway_error,
-    has_cache_control,
     is_base64,
     json_text,
     need_str,
@@ -581,9 +581,7 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         dropped.add("prompt_cache_key")
     if req.store is not None:
         dropped.add("store")
-    if not same and has_cache_control(req):
-        # Prompt caching is automatic (OpenAI) or explicit by other means (Gemini).
-        dropped.add("cache_control")
+    drop_cache_control(req, same=same, dropped=dropped)
     for key, value in req.extras.items():
         if key == "generationConfig":
             if not same:

@@ -45,15 +45,16 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    carry_extras,
     custom_arguments,
     custom_input,
     data_url,
+    drop_cache_control,
     error_status,
     flat_name,
     flatten_call,
     flatten_tool,
     gateway_error,
-    has_cache_control,
     image_from_url,
     json_text,
     need_str,
@@ -544,14 +545,8 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["response_format"] = {"type": "json_schema", "json_schema": schema}
         else:
             out["response_format"] = {"type": "json_object"}
-    if not same and has_cache_control(req):
-        # Prompt caching is automatic (OpenAI) or explicit by other means (Gemini).
-        dropped.add("cache_control")
-    for key, value in req.extras.items():
-        if same:
-            out.setdefault(key, value)
-        else:
-            dropped.add(key)
+    drop_cache_control(req, same=same, dropped=dropped)
+    carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
 
 

@@ -49,12 +49,13 @@ from twproto.formats._common import (
     as_list,
     as_str,
     call_kinds,
+    carry_extras,
     custom_arguments,
     custom_input,
     data_url,
+    drop_cache_control,
     error_status,
     gateway_error,
-    has_cache_control,
     image_from_url,
     json_text,
     need_int,
@@ -591,14 +592,8 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             if same
             else {"format": text_format}
         )
-    if not same and has_cache_control(req):
-        # Prompt caching is automatic (OpenAI) or explicit by other means (Gemini).
-        dropped.add("cache_control")
-    for key, value in req.extras.items():
-        if same:
-            out.setdefault(key, value)
-        else:
-            dropped.add(key)
+    drop_cache_control(req, same=same, dropped=dropped)
+    carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
 
 
