@@ -633,6 +633,10 @@ class Router:
             raise ValueError("a connection time cannot be negative")
         self._connection_tests[provider] = seconds
 
+    def connection_test(self, provider: str) -> float | None:
+        """The startup connection time recorded for `provider`, in seconds (None: none)."""
+        return self._connection_tests.get(provider)
+
     def record_success(self, provider: str, *, now: float) -> list[HealthChanged]:
         """An attempt got its answer: clears the failure run and ends a pause."""
         return self._health.record_success(provider, now)

@@ -17,11 +17,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 
 from twengine.config import Config
+from twengine.config.model import GroupType, Provider
 from twserve import control, http1
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
@@ -96,6 +98,7 @@ class GatewayApp:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._write_rows)
                 tg.start_soon(self._end_pauses)
+                tg.start_soon(self._test_connections)
                 try:
                     async with anyio.create_task_group() as serving:
                         port = await serving.start(self._serve)
@@ -118,6 +121,36 @@ class GatewayApp:
         finally:
             self.store.close_db()
             self._stopped.set()
+
+    async def _test_connections(self) -> None:
+        """Time a connection to each member of a url-test group once at startup: the group ranks
+        by it until an upstream has first-content samples of its own (SPEC §6)."""
+        names = {
+            member.provider
+            for group in self.config.groups
+            if group.type is GroupType.URL_TEST
+            for member in group.members
+        }
+        async with anyio.create_task_group() as tg:
+            for name in sorted(names):
+                tg.start_soon(self._test_connection, self.config.provider(name))
+
+    async def _test_connection(self, provider: Provider) -> None:
+        url = urlsplit(provider.base_url)
+        tls = url.scheme == "https"
+        port = url.port or (443 if tls else 80)
+        started = self.gateway.clock()
+        try:
+            with anyio.fail_after(provider.connect_timeout_secs):
+                host = url.hostname or ""
+                if tls:
+                    await (await anyio.connect_tcp(host, port, tls=True)).aclose()
+                else:
+                    await (await anyio.connect_tcp(host, port)).aclose()
+        except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
+            log.info("connection test to %s failed: %s", provider.name, exc)
+            return
+        self.gateway.router.record_connection_test(provider.name, self.gateway.clock() - started)
 
     async def _end_pauses(self) -> None:
         """Wake when the earliest upstream pause runs out, so its end is published."""
