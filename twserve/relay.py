@@ -294,6 +294,8 @@ class _Relay:
     # -- snapshots for the machine ---------------------------------------------------------
 
     def _free(self) -> set[str]:
+        if self.req.operation is Operation.COUNT_TOKENS:
+            return set(self.names)  # token counts take no slot (SPEC §8)
         free = self.hooks.free(self.names)
         # A slot this request already holds counts as free for it.
         return free | set(self.permits)
@@ -503,7 +505,7 @@ class _Relay:
 
     def _send(self, provider: str, index: int) -> None:
         cand = self.cands[provider]
-        if provider not in self.permits:
+        if provider not in self.permits and self.req.operation is not Operation.COUNT_TOKENS:
             permit = self.hooks.acquire(provider, self.req.owner)
             if permit is not None:
                 self.permits[provider] = permit
