@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import h11
 
+from twproto import _json
 from twproto.paths import split_target
 from twserve.httptypes import Handler, Headers, Request
 
@@ -57,9 +58,10 @@ ErrorWriter = Callable[[str | None, int, str, str], tuple[Headers, bytes]]
 
 
 def plain_error(path: str | None, status: int, code: str, message: str) -> tuple[Headers, bytes]:
-    body = b'{"error":{"message":"%s","type":"invalid_request_error","code":"%s"}}' % (
-        message.encode(),
-        code.encode(),
+    """The default error writer: an OpenAI-shaped JSON error (servers other than the gateway's
+    own, such as the mock upstream, use it)."""
+    body = _json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}
     )
     return [(b"content-type", b"application/json")], body
 
