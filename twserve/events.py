@@ -125,6 +125,28 @@ class RequestFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRetrying:
+    """Every candidate failed temporarily before content: the request waits `backoff_ms`, then
+    retry round `retry` begins (SPEC §9). Paired with the `RequestDequeued` that ends the wait."""
+
+    id: str
+    ts: float
+    retry: int
+    backoff_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestDequeued:
+    """A request that waited — a retry backoff, or for a slot — is sent on, to `provider`."""
+
+    id: str
+    ts: float
+    provider: str
+    retry: int
+    queued_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HealthChanged:
     """An upstream was paused (`paused`, for `pause_secs`) or its pause ended (`reason`)."""
 
@@ -163,6 +185,8 @@ class ConfigRejected:
 Event = (
     RequestStarted
     | RequestRouted
+    | RequestRetrying
+    | RequestDequeued
     | RequestFinished
     | RequestFailed
     | HealthChanged
@@ -173,6 +197,8 @@ Event = (
 EVENT_TYPES: tuple[type[Any], ...] = (
     RequestStarted,
     RequestRouted,
+    RequestRetrying,
+    RequestDequeued,
     RequestFinished,
     RequestFailed,
     HealthChanged,
@@ -336,6 +362,24 @@ class EventBus:
                 candidates=tuple(c.provider for c in plan.candidates),
                 sticky=plan.sticky,
                 held=plan.held,
+            )
+        )
+
+    def request_retrying(self, request_id: str, *, retry: int, backoff_ms: int) -> None:
+        self.publish(
+            RequestRetrying(id=request_id, ts=self.wall(), retry=retry, backoff_ms=backoff_ms)
+        )
+
+    def request_dequeued(
+        self, request_id: str, *, provider: str, retry: int, queued_ms: int
+    ) -> None:
+        self.publish(
+            RequestDequeued(
+                id=request_id,
+                ts=self.wall(),
+                provider=provider,
+                retry=retry,
+                queued_ms=queued_ms,
             )
         )
 

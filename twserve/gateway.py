@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
-from twengine.attempt import AttemptRecord, AttemptSettings
+from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Send
 from twengine.config import Config, resolve_template
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
@@ -446,6 +446,7 @@ class Gateway:
                 wall=self.wall,
                 rng=self.rng.random,
                 out=outcome,
+                observer=self._observer(row.id),
             )
             finished = True
         finally:
@@ -480,6 +481,26 @@ class Gateway:
             row.cache_read_tokens = usage.cache_read_tokens
             row.cache_write_tokens = usage.cache_write_tokens
             row.reasoning_tokens = usage.reasoning_tokens
+
+    def _observer(self, request_id: str) -> Callable[[Action], None] | None:
+        """Publishes RequestRetrying / RequestDequeued for the relay's waits."""
+        events = self.events
+        if events is None:
+            return None
+
+        def observe(action: Action) -> None:
+            if isinstance(action, Backoff):
+                backoff_ms = int(max(0.0, action.until - self.clock()) * 1000)
+                events.request_retrying(request_id, retry=action.retry_round, backoff_ms=backoff_ms)
+            elif isinstance(action, Send):
+                events.request_dequeued(
+                    request_id,
+                    provider=action.provider,
+                    retry=action.retry_round,
+                    queued_ms=action.backoff_ms or action.queued_ms,
+                )
+
+        return observe
 
     def _next_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):012x}"

@@ -23,6 +23,7 @@ back slots, cancels tickets and closes the machine's records with `client_gone`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ from twserve.upstream import (
 )
 
 __all__ = ["Candidate", "RelayHooks", "RelayOutcome", "RelayRequest", "relay"]
+
+log = logging.getLogger("twserve.relay")
 
 ERROR_BODY_LIMIT = 64 * 1024
 WHOLE_BODY_LIMIT = 64 * 1024 * 1024
@@ -261,6 +264,7 @@ class _Relay:
         wall: Callable[[], float],
         rng: Callable[[], float],
         out: RelayOutcome,
+        observer: Callable[[Action], None] | None,
     ) -> None:
         self.up = up
         self.hooks = hooks
@@ -290,6 +294,8 @@ class _Relay:
         self._rewrites: dict[str, ResendReason] = {}
         self.started = False
         self.tg: anyio.abc.TaskGroup | None = None
+        self.observer = observer
+        self._waited_since: float | None = None
 
     # -- snapshots for the machine ---------------------------------------------------------
 
@@ -467,6 +473,10 @@ class _Relay:
     async def _carry_out(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
+                if self._waited_since is not None or action.queued_ms:
+                    # The end of a retry backoff or of a slot wait (event RequestDequeued).
+                    self._note(action)
+                self._waited_since = None
                 self._send(action.provider, action.index)
             elif isinstance(action, Resend):
                 # Once to the same upstream, rewritten: without the reasoning effort it refused
@@ -479,7 +489,9 @@ class _Relay:
                     action.providers, self.req.owner, action.until, self._deliver
                 )
             elif isinstance(action, Backoff):
-                pass  # the machine's deadline wakes the loop
+                # The machine's deadline wakes the loop; the wait is announced.
+                self._waited_since = self.clock()
+                self._note(action)
             elif isinstance(action, Commit):
                 await self._commit(action)
             elif isinstance(action, SendKeepAlive):
@@ -495,6 +507,13 @@ class _Relay:
                 await self._pass_through(action)
             elif isinstance(action, Finish):
                 await self._finish(action)
+
+    def _note(self, action: Action) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(action)
+            except Exception:  # an observer's bug must not fail the request
+                log.exception("relay observer failed")
 
     def _deliver(self, permit: Permit) -> bool:
         try:
@@ -791,12 +810,14 @@ async def relay(
     wall: Callable[[], float] = time.time,
     rng: Callable[[], float],
     out: RelayOutcome | None = None,
+    observer: Callable[[Action], None] | None = None,
 ) -> RelayOutcome:
     """Carry `req` to `candidates` under the attempt machine; write the answer or an error.
 
     `out` is filled in as the request goes, so a caller whose scope is cancelled (the client
-    left) still has the attempts made so far.
+    left) still has the attempts made so far. `observer` sees the `Backoff` actions and the
+    `Send` that ends a wait (for the retry events).
     """
     out = out if out is not None else RelayOutcome()
-    r = _Relay(up, hooks, candidates, req, responder, settings, clock, wall, rng, out)
+    r = _Relay(up, hooks, candidates, req, responder, settings, clock, wall, rng, out, observer)
     return await r.run()
