@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import anyio
 import httpcore
 
 from twproto.dialect import Dialect
@@ -227,4 +228,7 @@ class UpstreamClient:
                 status=response.status, headers=list(response.headers), _response=response
             )
         finally:
-            await cm.__aexit__(None, None, None)
+            # Shielded: when the attempt is cancelled (the client left, a slow start, an idle
+            # timeout) the connection must still be closed, not left for the collector.
+            with anyio.CancelScope(shield=True):
+                await cm.__aexit__(None, None, None)
