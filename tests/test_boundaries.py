@@ -1,6 +1,7 @@
-"""twproto and twengine stay pure: no IO, clock, randomness or logging (SPEC §2).
+"""twproto, twengine and the pure part of twmock import no IO, clock, randomness or logging.
 
-Checked on the syntax tree, so an import hidden in a function body is caught too.
+docs/library.md ("What the pure packages may import") states the rule. Checked on the syntax
+tree, so an import hidden in a function body is caught too.
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ FORBIDDEN = {
 }
 # Calls that read the clock even through an allowed module.
 FORBIDDEN_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "urandom"}
-ALLOWED_IMPORTS = {"twproto": {"twengine"}, "twengine": set()}
+# Packages each pure package must not import (twserve is in FORBIDDEN for all of them).
+DISALLOWED_PACKAGES = {"twproto": {"twengine", "twmock"}, "twengine": {"twmock"}, "twmock": set()}
+# twmock's IO lives in these modules and nowhere else; its pure modules may not import them.
+TWMOCK_IO = {"twmock/__init__.py", "twmock/__main__.py", "twmock/server.py", "twmock/cli.py"}
+TWMOCK_IO_MODULES = {"twmock", "twmock.__main__", "twmock.server", "twmock.cli"}
 
 
 def _modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    paths = sorted((ROOT / package).rglob("*.py"))
+    if package == "twmock":
+        paths = [p for p in paths if p.relative_to(ROOT).as_posix() not in TWMOCK_IO]
+    return paths
 
 
 def _imports(tree: ast.AST) -> list[tuple[int, str]]:
@@ -60,14 +68,21 @@ def _imports(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["twproto", "twengine"])
+@pytest.mark.parametrize("package", ["twproto", "twengine", "twmock"])
 def test_pure_packages_import_no_io(package: str) -> None:
+    modules = _modules(package)
+    assert modules, package
     problems = []
-    for path in _modules(package):
+    for path in modules:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for line, name in _imports(tree):
             top = name.split(".")[0]
-            if name in FORBIDDEN or top in FORBIDDEN or top in ALLOWED_IMPORTS[package]:
+            if (
+                name in FORBIDDEN
+                or top in FORBIDDEN
+                or top in DISALLOWED_PACKAGES[package]
+                or name in TWMOCK_IO_MODULES
+            ):
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
         for node in ast.walk(tree):
             if (
@@ -84,3 +99,15 @@ def test_pure_packages_import_no_io(package: str) -> None:
 def test_checker_catches_a_forbidden_import() -> None:
     tree = ast.parse("def f():\n    import time\n    from os import path\n")
     assert [n for _, n in _imports(tree)] == ["time", "os"]
+
+
+def test_twmock_pure_modules_are_the_planner_and_writers() -> None:
+    """A new twmock module is pure unless it is added to TWMOCK_IO on purpose."""
+    pure = {p.relative_to(ROOT / "twmock").as_posix() for p in _modules("twmock")}
+    assert {"plan.py", "script.py", "answer.py", "shapes.py", "anthropic.py"} <= pure
+    assert all((ROOT / p).is_file() for p in TWMOCK_IO)
+
+
+def test_checker_catches_twmock_io_import_in_a_pure_module() -> None:
+    tree = ast.parse("from twmock.server import MockHandler\nimport twmock.cli\n")
+    assert {n for _, n in _imports(tree)} <= TWMOCK_IO_MODULES

@@ -115,7 +115,7 @@ async def _stop_when_done(app: GatewayApp, tg: anyio.abc.TaskGroup) -> None:
 
 
 def cmd_mock(args: argparse.Namespace) -> int:
-    from twserve.mock.app import serve_mock, settings_from_args
+    from twmock import serve_mock, settings_from_args
 
     settings = settings_from_args(args)
 
@@ -211,7 +211,7 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from twserve.mock.app import add_mock_arguments
+    from twmock import add_mock_arguments
 
     parser = argparse.ArgumentParser(prog="twserve", description="LLM API gateway")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")

@@ -20,8 +20,8 @@ import anyio
 import httpcore
 
 from twengine.config import Config, build_config
+from twmock.script import ErrorSpec, MockSettings, Script
 from twserve.app import GatewayApp
-from twserve.mock.script import ErrorSpec, MockSettings, Script
 from twserve.store import RequestRow
 
 DEMO_KEY = "demo-key"
@@ -104,6 +104,9 @@ def demo_config(mock_port: int) -> Config:
             "models": [POOL_MODEL],
         },
     ]
+    for provider in providers:
+        # Every upstream is the mock: let a curl's x-mock-script header script its answer.
+        provider["forward_mock_headers"] = True
     return build_config(
         {
             "version": 1,
@@ -250,7 +253,7 @@ async def _run_once(port: int) -> None:
 
 
 async def run_demo(*, port: int = 8788, mock_port: int = 0, once: bool = False) -> None:
-    from twserve.mock.app import serve_mock
+    from twmock import serve_mock
 
     home = Path(tempfile.mkdtemp(prefix="twserve-demo-"))
     async with anyio.create_task_group() as tg:

@@ -265,6 +265,7 @@ class Gateway:
             sticky=cand.provider == sticky,
             max_tokens=cand.overrides.max_tokens,
             reasoning=cand.overrides.reasoning.value if cand.overrides.reasoning else None,
+            mock_headers=provider.forward_mock_headers,
         )
 
     async def _generate(

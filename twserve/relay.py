@@ -122,6 +122,7 @@ class Candidate:
     # A routing rule's `set` for this hop (SPEC §6): output limit and reasoning level.
     max_tokens: int | None = None
     reasoning: str | None = None
+    mock_headers: bool = False  # the provider's forward_mock_headers
 
 
 @dataclass(slots=True, kw_only=True)
@@ -577,7 +578,9 @@ class _Relay:
             (b"accept-encoding", b"identity"),
             *auth_headers(cand.dialect, cand.key),
             *cand.headers,
-            *forwardable_headers(req.headers, req.client_dialect, same_format=same),
+            *forwardable_headers(
+                req.headers, req.client_dialect, same_format=same, mock_headers=cand.mock_headers
+            ),
         ]
         if cand.dialect is Dialect.ANTHROPIC and not any(
             k == b"anthropic-version" for k, _ in headers

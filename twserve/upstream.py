@@ -75,17 +75,20 @@ _PROTOCOL_PREFIXES: dict[Dialect, tuple[bytes, ...]] = {
 
 
 def forwardable_headers(
-    headers: list[tuple[bytes, bytes]], dialect: Dialect, *, same_format: bool
+    headers: list[tuple[bytes, bytes]],
+    dialect: Dialect,
+    *,
+    same_format: bool,
+    mock_headers: bool = False,
 ) -> list[tuple[bytes, bytes]]:
-    """The client's headers that go upstream: protocol headers for a same-format upstream."""
-    if not same_format:
-        return []
-    prefixes = _PROTOCOL_PREFIXES[dialect]
+    """The client's headers that go upstream: protocol headers for a same-format upstream, and
+    the mock upstream's ``x-mock-*`` only where the provider sets ``forward_mock_headers``."""
+    prefixes = _PROTOCOL_PREFIXES[dialect] if same_format else ()
     out = []
     for name, value in headers:
         if name in _HOP_BY_HOP or name == b"content-type":
             continue
-        if name.startswith(prefixes) or name.startswith(b"x-mock-"):
+        if name.startswith(prefixes) or (mock_headers and name.startswith(b"x-mock-")):
             out.append((name, value))
     return out
 

@@ -32,7 +32,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gtypes
 
-import twserve.mock.app
+import twmock.server
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twserve import http1
 
@@ -114,7 +114,7 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
 
 @pytest.fixture
 def frozen_mock_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(twserve.mock.app, "time", pytypes.SimpleNamespace(time=lambda: 1.8e9))
+    monkeypatch.setattr(twmock.server, "time", pytypes.SimpleNamespace(time=lambda: 1.8e9))
 
 
 def fallback(*names: str, **failover: Any) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from twengine.config import build_config
+from twmock.script import MockSettings
+from twmock.server import MockHandler, make_handler
 from twserve import http1
 from twserve.app import GatewayApp
-from twserve.mock.app import MockHandler, make_handler
-from twserve.mock.script import MockSettings
 
 KEY = "test-key"
 CONTROL_KEY = "control-key-for-tests-0123456789"

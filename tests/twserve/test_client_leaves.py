@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tests.twserve.stack import KEY, Upstream, running_stack
-from twserve.mock.script import MockSettings, Script
+from twmock.script import MockSettings, Script
 
 
 def test_leaving_mid_stream_is_recorded_and_frees_the_slot(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import anyio
 import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
-from twserve.mock.script import ErrorSpec, MockSettings, Script
+from twmock.script import ErrorSpec, MockSettings, Script
 
 N = 150
 

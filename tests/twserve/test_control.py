@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.twserve.stack import CONTROL_KEY, KEY, Stack, Upstream, running_stack
+from twmock.script import MockSettings, parse_script
 from twproto.sse import SSEDecoder, SSEEvent
 from twserve.cli import build_parser
 from twserve.control import CONTROL_API_VERSION, mask_secret, report_from_dict
@@ -25,7 +26,6 @@ from twserve.events import (
     RequestStarted,
     event_json,
 )
-from twserve.mock.script import MockSettings, parse_script
 
 LIMITED_KEY = "limited-client-secret-key-0987654321"
 TIMEOUT = {"timeout": {"connect": 5.0, "read": 10.0, "write": 5.0, "pool": 5.0}}

@@ -28,7 +28,7 @@ from google.genai import types as gtypes
 
 from tests.twserve.sdk_clients import SdkClients, sdk_clients
 from tests.twserve.stack import Stack, Upstream, running_stack
-from twserve.mock.script import MockSettings, parse_script
+from twmock.script import MockSettings, parse_script
 
 pytestmark = pytest.mark.sdk
 

@@ -33,7 +33,7 @@ from tests.twserve.conftest import (
     mock_origin,
 )
 from tests.twserve.stack import Stack, Upstream
-from twserve.mock.script import MockSettings, parse_script
+from twmock.script import MockSettings, parse_script
 
 B_TEXT = "A clean answer from upstream b."
 B_USAGE = {"input": 30, "cache_read": 10, "output": 8}

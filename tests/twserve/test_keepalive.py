@@ -11,7 +11,7 @@ from pathlib import Path
 import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
-from twserve.mock.script import ErrorSpec, MockSettings, Script
+from twmock.script import ErrorSpec, MockSettings, Script
 
 SLOW = MockSettings(script=Script(first_delay=1.0, chunks=3))
 

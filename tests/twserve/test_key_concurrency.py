@@ -11,7 +11,7 @@ import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
 from twengine.slots import SlotScope
-from twserve.mock.script import MockSettings, Script
+from twmock.script import MockSettings, Script
 
 BODY = json.dumps(
     {"model": "m", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": "x"}]}

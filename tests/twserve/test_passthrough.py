@@ -32,7 +32,7 @@ from tests.twserve.conftest import (
     mock_origin,
 )
 from tests.twserve.stack import Stack, Upstream
-from twserve.mock.script import MockSettings, parse_script
+from twmock.script import MockSettings, parse_script
 
 ONLY_UP = {"routes": [{"name": "default", "rules": [{"name": "up", "to": "up"}]}]}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
-from twserve.mock.script import ErrorSpec, MockSettings, Script
+from twmock.script import ErrorSpec, MockSettings, Script
 
 THINKING = {"type": "enabled", "budget_tokens": 31999}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
+from twmock.script import ErrorSpec, MockSettings, Script
 from twserve.events import RequestDequeued, RequestRetrying
-from twserve.mock.script import ErrorSpec, MockSettings, Script
 
 
 def test_retry_round_is_published(tmp_path: Path) -> None:

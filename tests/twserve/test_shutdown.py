@@ -12,10 +12,10 @@ import httpcore
 import pytest
 
 from twengine.config import build_config
+from twmock.script import MockSettings, Script
+from twmock.server import make_handler
 from twserve import http1
 from twserve.app import GatewayApp
-from twserve.mock.app import make_handler
-from twserve.mock.script import MockSettings, Script
 
 pytestmark = pytest.mark.anyio
 

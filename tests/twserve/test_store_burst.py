@@ -16,7 +16,7 @@ import pytest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts
 from tests.twserve.stack import Upstream
-from twserve.mock.script import MockSettings, parse_script
+from twmock.script import MockSettings, parse_script
 
 pytestmark = pytest.mark.anyio
 

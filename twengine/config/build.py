@@ -767,6 +767,7 @@ _PROVIDER_FIELDS = (
     "model_specs",
     "price_sheet",
     "connect_timeout_secs",
+    "forward_mock_headers",
 )
 
 
@@ -806,6 +807,7 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
                 "connect_timeout_secs", defaults.PROVIDER["connect_timeout_secs"]
             )
             or 10.0,
+            forward_mock_headers=f.boolean("forward_mock_headers", False),
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))

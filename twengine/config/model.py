@@ -259,6 +259,9 @@ class Provider:
     model_specs: tuple[tuple[str, ModelSpec], ...] = ()
     price_sheet: str | None = None
     connect_timeout_secs: float = _d(defaults.PROVIDER, "connect_timeout_secs")
+    # A test setting: the client's ``x-mock-*`` headers (the mock upstream's per-request
+    # script) go to this upstream. Off, nothing of the mock's reaches a real provider.
+    forward_mock_headers: bool = False
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""

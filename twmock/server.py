@@ -5,7 +5,7 @@
 not: the request counters behind ``fail_first``/``fail_every`` (one per profile), the seeded
 random generator behind ``fail_rate`` and the ids, the clock, and the log of what arrived
 (`MockHandler.received`, newest last) that tests assert on. For each request it resolves the
-profile, draws what the plan needs, asks `twserve.mock.plan.plan` for the steps and carries them
+profile, draws what the plan needs, asks `twmock.plan.plan` for the steps and carries them
 out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`end`, and
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
@@ -27,11 +27,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from twproto import _json
-from twproto.paths import Operation, match_path
-from twserve.httptypes import Request, Responder
-from twserve.mock.cli import add_mock_arguments, settings_from_args
-from twserve.mock.plan import (
+from twmock.plan import (
     Break,
     Chunk,
     End,
@@ -42,21 +38,20 @@ from twserve.mock.plan import (
     Silence,
     plan,
 )
-from twserve.mock.script import MockSettings, Script, ScriptError
-from twserve.mock.shapes import SHAPES
+from twmock.script import MockSettings, Script, ScriptError
+from twmock.shapes import SHAPES
+from twproto import _json
+from twproto.paths import Operation, match_path
+from twserve.httptypes import Request, Responder
 
-# The command-line helpers and settings are re-exported: twserve.cli imports them from here.
 __all__ = [
     "MockHandler",
     "MockServer",
-    "MockSettings",
     "Received",
-    "add_mock_arguments",
     "carry_out",
     "make_handler",
     "run_mock",
     "serve_mock",
-    "settings_from_args",
 ]
 
 _SCRIPTED = (Operation.GENERATE, Operation.COUNT_TOKENS)

@@ -13,16 +13,16 @@ list of stream `Event`s, an error into its own error body, and so on.
 from __future__ import annotations
 
 import base64
-import random
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
+from twmock.script import ErrorSpec, Script
 from twproto import _json
 from twproto.dialect import Dialect
 from twproto.paths import Route
-from twserve.mock.script import ErrorSpec, Script
 
 __all__ = [
     "Answer",
@@ -91,12 +91,25 @@ class Ids:
     responseId, signatures and encrypted content as base64.
     """
 
-    __slots__ = ("_hex_prefix", "_kept", "_rng")
+    __slots__ = ("_counter", "_hex_prefix", "_kept", "_seed")
 
     def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
+        # BLAKE2b in counter mode over the seed: reproducible from the seed alone, and no
+        # `random` import, so this module stays as pure as the planner that calls it.
+        self._seed = (seed & (2**64 - 1)).to_bytes(8, "little")
+        self._counter = 0
         self._hex_prefix = self.hex(16)
         self._kept: dict[str, str] = {}
+
+    def _bytes(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            block = hashlib.blake2b(
+                self._counter.to_bytes(8, "little"), digest_size=64, key=self._seed
+            ).digest()
+            self._counter += 1
+            out += block
+        return bytes(out[:n])
 
     def keep(self, key: str, make: Callable[[], str]) -> str:
         """The id named `key`, made once: an error event must repeat the stream's response id."""
@@ -106,18 +119,18 @@ class Ids:
         return value
 
     def hex(self, n: int) -> str:
-        return f"{self._rng.getrandbits(n * 4):0{n}x}"
+        return self._bytes((n + 1) // 2).hex()[:n]
 
     def alnum(self, n: int) -> str:
-        raw = base64.b64encode(self._rng.randbytes(n)).decode()
+        raw = base64.b64encode(self._bytes(n)).decode()
         # base64 has 2 non-alphanumeric symbols; map them onto letters rather than retry.
         return raw.replace("+", "x").replace("/", "Q")[:n]
 
     def b64(self, n_bytes: int) -> str:
-        return base64.b64encode(self._rng.randbytes(n_bytes)).decode()
+        return base64.b64encode(self._bytes(n_bytes)).decode()
 
     def b64url(self, n_bytes: int) -> str:
-        return base64.urlsafe_b64encode(self._rng.randbytes(n_bytes)).decode()
+        return base64.urlsafe_b64encode(self._bytes(n_bytes)).decode()
 
     def openai_item(self, prefix: str) -> str:
         """A Responses id: items of one response share their first 16 hex digits."""

@@ -1,4 +1,4 @@
-"""``python -m twserve.mock [options]``: run the mock upstream alone (same options as
+"""``python -m twmock [options]``: run the mock upstream alone (same options as
 ``twserve mock-upstream``)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from functools import partial
 
 import anyio
 
-from twserve.mock.app import serve_mock
-from twserve.mock.cli import add_mock_arguments, settings_from_args
-from twserve.mock.script import ScriptError
+from twmock.cli import add_mock_arguments, settings_from_args
+from twmock.script import ScriptError
+from twmock.server import serve_mock
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twserve.mock", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m twmock", description=__doc__)
     add_mock_arguments(parser)
     ns = parser.parse_args(argv)
     try:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twserve.mock import Plan, RequestInfo, Script, parse_script, plan
+from twmock import Plan, RequestInfo, Script, parse_script, plan
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
 

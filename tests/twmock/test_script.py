@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twserve.mock import (
+from twmock import (
     ErrorSpec,
     MockSettings,
     Script,
@@ -18,7 +18,7 @@ from twserve.mock import (
     parse_script,
     settings_from_args,
 )
-from twserve.mock.script import DEFAULT_REASONING, SCRIPT_FIELDS
+from twmock.script import DEFAULT_REASONING, SCRIPT_FIELDS
 
 
 def test_defaults() -> None:

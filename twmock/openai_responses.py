@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twproto.dialect import Dialect
-from twproto.paths import Route
-from twserve.mock._wire import Template, compact, hole, pretty, sse, text_json
-from twserve.mock.answer import (
+from twmock._wire import Template, compact, hole, pretty, sse, text_json
+from twmock.answer import (
     Answer,
     BadRequest,
     ErrorReply,
@@ -37,8 +35,10 @@ from twserve.mock.answer import (
     error_headers,
     last_text,
 )
-from twserve.mock.openai_chat import NOT_JSON, openai_error
-from twserve.mock.script import ErrorSpec
+from twmock.openai_chat import NOT_JSON, openai_error
+from twmock.script import ErrorSpec
+from twproto.dialect import Dialect
+from twproto.paths import Route
 
 __all__ = ["OpenAIResponsesWriter"]
 

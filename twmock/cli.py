@@ -1,4 +1,4 @@
-"""Command-line arguments of ``twserve mock-upstream`` (and ``python -m twserve.mock``).
+"""Command-line arguments of ``twserve mock-upstream`` (and ``python -m twmock``).
 
 Each flag sets one script field (docs/mock-upstream.md lists them); ``--script`` takes a whole
 script as JSON (or ``@file``) and the flags are applied over it; ``--profile NAME=JSON`` adds a
@@ -14,8 +14,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from twmock.script import DEFAULT_MODELS, MockSettings, Script, ScriptError, parse_script
 from twproto import _json
-from twserve.mock.script import DEFAULT_MODELS, MockSettings, Script, ScriptError, parse_script
 
 __all__ = ["add_mock_arguments", "settings_from_args"]
 

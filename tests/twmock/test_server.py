@@ -12,9 +12,8 @@ import anyio
 import httpcore
 import pytest
 
-from tests.twserve.test_mock_formats import ANTHROPIC_BODY, CHAT_BODY, GEMINI_BODY, parse_sse
-from twserve.httptypes import Request
-from twserve.mock import (
+from tests.twmock.test_formats import ANTHROPIC_BODY, CHAT_BODY, GEMINI_BODY, parse_sse
+from twmock import (
     MockHandler,
     MockSettings,
     ScriptError,
@@ -22,7 +21,8 @@ from twserve.mock import (
     parse_script,
     run_mock,
 )
-from twserve.mock.app import MockServer
+from twmock.server import MockServer
+from twserve.httptypes import Request
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.twserve.test_mock_formats import (
+from tests.twmock.test_formats import (
     ANTHROPIC_BODY,
     CHAT_BODY,
     GEMINI_BODY,
@@ -20,7 +20,7 @@ from tests.twserve.test_mock_formats import (
     run,
     sse_json,
 )
-from twserve.mock import SHAPES, Break, Chunk, End, Head, ResetBeforeHead, Silence
+from twmock import SHAPES, Break, Chunk, End, Head, ResetBeforeHead, Silence
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
 

@@ -87,7 +87,7 @@ class ErrorSpec:
     """An error to answer with.
 
     ``status`` None means the format's own "overloaded" status (Anthropic 529, others 503).
-    ``shape`` names a provider body from `twserve.mock.shapes` (e.g. ``glm-1308``); then the
+    ``shape`` names a provider body from `twmock.shapes` (e.g. ``glm-1308``); then the
     status defaults to that shape's. ``retry_after`` (seconds) becomes a ``Retry-After`` header
     (Gemini: a RetryInfo ``retryDelay`` in the body), ``retry_after_ms`` a ``retry-after-ms``
     header; ``resets_in`` (seconds, default 3600) is when a quota shape says the quota resets

@@ -17,10 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twproto.dialect import Dialect
-from twproto.paths import Route
-from twserve.mock._wire import Template, compact, hole, pretty, text_json
-from twserve.mock.answer import (
+from twmock._wire import Template, compact, hole, pretty, text_json
+from twmock.answer import (
     Answer,
     BadRequest,
     ErrorReply,
@@ -33,7 +31,9 @@ from twserve.mock.answer import (
     error_headers,
     last_text,
 )
-from twserve.mock.script import ErrorSpec
+from twmock.script import ErrorSpec
+from twproto.dialect import Dialect
+from twproto.paths import Route
 
 __all__ = ["NOT_JSON", "OpenAIChatWriter", "openai_error"]
 

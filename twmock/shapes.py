@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from twmock._wire import pretty
+from twmock.answer import ErrorReply, Ids, error_headers
+from twmock.script import ErrorSpec
 from twproto import _json
-from twserve.mock._wire import pretty
-from twserve.mock.answer import ErrorReply, Ids, error_headers
-from twserve.mock.script import ErrorSpec
 
 __all__ = ["SHAPES", "Shape", "named_error"]
 

@@ -3,7 +3,7 @@
 `plan(request_info, script)` decides everything — which API the path belongs to, whether the
 body is acceptable, whether this request is one of the failing ones, and every byte to write
 with the pause before it — and returns it as a `Plan`: a tuple of steps that
-`twserve.mock.app` carries out over a `Responder`:
+`twmock.server` carries out over a `Responder`:
 
 * `Head` — start the response (status, headers), after `delay` seconds;
 * `Chunk` — write `data`, after `delay` seconds;
@@ -29,10 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from twproto.dialect import Dialect
-from twproto.paths import Operation, Route, match_path
-from twserve.mock._wire import compact, pretty
-from twserve.mock.answer import (
+from twmock._wire import compact, pretty
+from twmock.answer import (
     BadRequest,
     ErrorReply,
     Event,
@@ -42,12 +40,14 @@ from twserve.mock.answer import (
     build_answer,
     json_object,
 )
-from twserve.mock.anthropic import AnthropicWriter
-from twserve.mock.gemini import GeminiWriter
-from twserve.mock.openai_chat import OpenAIChatWriter
-from twserve.mock.openai_responses import OpenAIResponsesWriter
-from twserve.mock.script import DEFAULT_MODELS, ErrorSpec, Script, ScriptError, SilenceMode
-from twserve.mock.shapes import SHAPES, named_error
+from twmock.anthropic import AnthropicWriter
+from twmock.gemini import GeminiWriter
+from twmock.openai_chat import OpenAIChatWriter
+from twmock.openai_responses import OpenAIResponsesWriter
+from twmock.script import DEFAULT_MODELS, ErrorSpec, Script, ScriptError, SilenceMode
+from twmock.shapes import SHAPES, named_error
+from twproto.dialect import Dialect
+from twproto.paths import Operation, Route, match_path
 
 __all__ = [
     "DEFAULT_MODELS",

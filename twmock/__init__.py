@@ -3,21 +3,17 @@
 Scriptable per instance and per request (`Script`, the ``x-mock-script`` header): answer text,
 chunk count and pacing, reasoning, parallel tool calls, usage, HTTP errors in each provider's
 own shape, in-stream errors, broken, silent and reset connections, and which requests fail.
-Planning (`plan`) is pure; `MockHandler` carries plans out over any twserve transport.
-See docs/mock-upstream.md.
+The package is split like the gateway it tests. Everything that decides what to answer is pure
+and imports no IO, clock or randomness (tests/test_boundaries.py checks it): `script` (what a
+script says), `answer` (the answer before any format), `anthropic`, `openai_chat`,
+`openai_responses`, `gemini` (the format writers), `shapes` (named provider errors) and `plan`
+(request in, steps out). The IO is in two modules named for it: `server` (`MockHandler` keeps
+the counters, draws the random numbers, reads the clock and plays plans over a twserve
+transport) and `cli` (command-line options and script files). See docs/mock-upstream.md.
 """
 
-from twserve.mock.app import (
-    MockHandler,
-    MockServer,
-    Received,
-    carry_out,
-    make_handler,
-    run_mock,
-    serve_mock,
-)
-from twserve.mock.cli import add_mock_arguments, settings_from_args
-from twserve.mock.plan import (
+from twmock.cli import add_mock_arguments, settings_from_args
+from twmock.plan import (
     Break,
     Chunk,
     End,
@@ -29,7 +25,7 @@ from twserve.mock.plan import (
     Step,
     plan,
 )
-from twserve.mock.script import (
+from twmock.script import (
     ErrorSpec,
     MockSettings,
     Script,
@@ -38,7 +34,16 @@ from twserve.mock.script import (
     Usage,
     parse_script,
 )
-from twserve.mock.shapes import SHAPES
+from twmock.server import (
+    MockHandler,
+    MockServer,
+    Received,
+    carry_out,
+    make_handler,
+    run_mock,
+    serve_mock,
+)
+from twmock.shapes import SHAPES
 
 __all__ = [
     "SHAPES",

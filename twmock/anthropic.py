@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twproto import _json
-from twproto.dialect import Dialect
-from twproto.paths import Operation, Route
-from twserve.mock._wire import Template, compact, hole, sse, text_json
-from twserve.mock.answer import (
+from twmock._wire import Template, compact, hole, sse, text_json
+from twmock.answer import (
     Answer,
     BadRequest,
     ErrorReply,
@@ -31,7 +28,10 @@ from twserve.mock.answer import (
     error_headers,
     last_text,
 )
-from twserve.mock.script import ErrorSpec
+from twmock.script import ErrorSpec
+from twproto import _json
+from twproto.dialect import Dialect
+from twproto.paths import Operation, Route
 
 __all__ = ["AnthropicWriter"]
 

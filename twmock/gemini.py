@@ -24,11 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from twproto import _json
-from twproto.dialect import Dialect
-from twproto.paths import Route
-from twserve.mock._wire import Template, google_compact, hole, pretty, text_json
-from twserve.mock.answer import (
+from twmock._wire import Template, google_compact, hole, pretty, text_json
+from twmock.answer import (
     Answer,
     BadRequest,
     ErrorReply,
@@ -41,7 +38,10 @@ from twserve.mock.answer import (
     error_headers,
     last_text,
 )
-from twserve.mock.script import ErrorSpec
+from twmock.script import ErrorSpec
+from twproto import _json
+from twproto.dialect import Dialect
+from twproto.paths import Route
 
 __all__ = ["GeminiWriter", "gemini_status"]
 
