@@ -50,9 +50,9 @@ structural character (``[ ] { } "``) to the next, tracking depth and string stat
 inside strings do not count, and an escaped quote does not end a string). Each top-level element
 is parsed with the shared JSON codec as soon as its closing bracket arrives.
 
-Errors: `SSEError` (a `ValueError`) is the one error type of this module. `SSEEventTooLarge`
-(an event or array element over the bound) and `JSONArrayError` (input that is not a JSON array)
-are its subclasses.
+Errors: `SSEError` (a `twproto.ProtocolError`) is the one error type of this module.
+`SSEEventTooLarge` (an event or array element over the bound) and `JSONArrayError` (input that
+is not a JSON array) are its subclasses.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from twproto import _json
+from twproto._exceptions import ProtocolError
 
 __all__ = [
     "JSONArrayDecoder",
@@ -81,8 +82,14 @@ _BOM = b"\xef\xbb\xbf"
 _MAX_RETRY_DIGITS = 18
 
 
-class SSEError(ValueError):
-    """The stream's framing is broken: the one error type of `twproto.sse`."""
+class SSEError(ProtocolError):
+    """The stream's framing is broken: the one error type of `twproto.sse`.
+
+    A `ProtocolError` with `error_status_hint` 502: the streams twproto decodes are upstreams'
+    answers. Encoding an event that cannot be framed is the caller's bug and hints 500.
+    """
+
+    error_status_hint = 502
 
 
 class SSEEventTooLarge(SSEError):
@@ -335,7 +342,7 @@ def _new_event(data: str, event: str, id_: str | None, retry: int | None) -> SSE
 
 def _check_field(name: str, value: str) -> None:
     if "\n" in value or "\r" in value:
-        raise SSEError(f"SSE {name} cannot contain a line break: {value!r}")
+        raise SSEError(f"SSE {name} cannot contain a line break: {value!r}", error_status_hint=500)
 
 
 def encode_event(event: SSEEvent) -> bytes:
@@ -352,11 +359,11 @@ def encode_event(event: SSEEvent) -> bytes:
     if event.id is not None:
         _check_field("id", event.id)
         if "\0" in event.id:
-            raise SSEError("SSE id cannot contain NUL")
+            raise SSEError("SSE id cannot contain NUL", error_status_hint=500)
         head += b"id: " + event.id.encode() + b"\n"
     if event.retry is not None:
         if event.retry < 0:
-            raise SSEError("SSE retry cannot be negative")
+            raise SSEError("SSE retry cannot be negative", error_status_hint=500)
         head += b"retry: " + str(event.retry).encode() + b"\n"
     return head + _data_lines(event.data.encode())
 

@@ -45,6 +45,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twproto import _json, ir
+from twproto._exceptions import (
+    ClientTranslationError,
+    TranslationError,
+    UpstreamTranslationError,
+)
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError, error_body, stream_error_event
 from twproto.formats import (
@@ -67,26 +72,16 @@ from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "ClientTranslationError",
     "StreamTranslator",
     "TranslatedAnswer",
     "TranslatedRequest",
     "TranslationError",
+    "UpstreamTranslationError",
     "answer_to_stream",
     "translate_request",
     "translate_response",
 ]
-
-
-class TranslationError(ValueError):
-    """A body could not be converted (not JSON, not an object).
-
-    `status` is the HTTP status to answer with: 400 for a client's request, 502 for an
-    upstream's answer.
-    """
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,13 +118,13 @@ _MODEL_FIELD = {
 }
 
 
-def _parse_object(body: bytes, status: int) -> dict[str, Any]:
+def _parse_object(body: bytes, error: type[TranslationError]) -> dict[str, Any]:
     try:
         obj = _json.loads(body)
     except _json.JSONDecodeError as exc:
-        raise TranslationError(f"body is not JSON: {exc}", status=status) from None
+        raise error(f"body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise TranslationError("body is not a JSON object", status=status)
+        raise error("body is not a JSON object")
     return obj
 
 
@@ -234,9 +229,9 @@ def translate_request(
     `drop_sealed_reasoning` leaves out reasoning parts that carry a seal (signature, encrypted
     content, redacted data): an upstream on another account refuses them (SPEC §14); their
     removal is recorded in `dropped`.
-    Raises `TranslationError` (status 400) for a body that is not a JSON object.
+    Raises `ClientTranslationError` (400) for a body that is not a JSON object.
     """
-    obj = _parse_object(body, 400)
+    obj = _parse_object(body, ClientTranslationError)
     rewrite = max_tokens is not None or reasoning is not None or drop_sealed_reasoning
     if source is target and not rewrite:
         if target is Dialect.GEMINI:
@@ -270,9 +265,7 @@ def translate_request(
             req = replace(req, max_output_tokens=default_max_tokens)
         encoded, dropped = get(target).encode_request(req, model=req.model)
     except MALFORMED as exc:
-        raise TranslationError(
-            f"request body has an unexpected shape: {exc!r}", status=400
-        ) from None
+        raise ClientTranslationError(f"request body has an unexpected shape: {exc!r}") from None
     return TranslatedRequest(
         body=_json.dumps(encoded),
         stream=req.stream,
@@ -318,7 +311,7 @@ def _decode_answer(obj: dict[str, Any], upstream: Dialect) -> ir.Answer:
     try:
         return get(upstream).decode_response(obj)
     except MALFORMED as exc:
-        raise TranslationError(f"answer has an unexpected shape: {exc!r}", status=502) from None
+        raise UpstreamTranslationError(f"answer has an unexpected shape: {exc!r}") from None
 
 
 def _restore_call(call: ir.ToolCall, names: ir.ToolNames) -> ir.ToolCall:
@@ -349,9 +342,9 @@ def translate_response(
     """Convert an upstream's whole answer to the client's format, naming `client_model`.
 
     `created` (unix seconds) is used where the client format needs a timestamp the upstream
-    did not give. Raises `TranslationError` (status 502) for a body that is not a JSON object.
+    did not give. Raises `UpstreamTranslationError` (502) for a body that is not a JSON object.
     """
-    obj = _parse_object(body, 502)
+    obj = _parse_object(body, UpstreamTranslationError)
     answer = _decode_answer(obj, upstream)
     if upstream is client:
         field = _MODEL_FIELD[client]
@@ -366,7 +359,7 @@ def translate_response(
             answer, model=client_model, dropped=dropped, created=created
         )
     except MALFORMED as exc:
-        raise TranslationError(f"answer could not be converted: {exc!r}", status=502) from None
+        raise UpstreamTranslationError(f"answer could not be converted: {exc!r}") from None
     return TranslatedAnswer(
         body=_json.dumps(encoded),
         usage=answer.usage,
@@ -386,7 +379,9 @@ def answer_to_stream(
     created: int | None = None,
 ) -> bytes:
     """A whole upstream answer as a complete stream in the client's format (whole→stream)."""
-    answer = _restore_answer(_decode_answer(_parse_object(body, 502), upstream), tool_names)
+    answer = _restore_answer(
+        _decode_answer(_parse_object(body, UpstreamTranslationError), upstream), tool_names
+    )
     encoder = new_stream_encoder(client, model=client_model, created=created, sse=client_sse)
     ir.answer_events(answer, encoder)
     return encoder.take()

@@ -66,9 +66,10 @@ from twproto.first_content import FailedBeforeContent, Holding, OpeningHold, Rel
 from twproto.paths import Operation, upstream_path
 from twproto.sse import encode_comment
 from twproto.translate import (
+    ClientTranslationError,
     StreamTranslator,
     TranslatedRequest,
-    TranslationError,
+    UpstreamTranslationError,
     translate_request,
     translate_response,
 )
@@ -595,7 +596,7 @@ class _Relay:
             with live.scope:
                 try:
                     url, headers, body = self._request_for(live.cand)
-                except TranslationError as exc:
+                except ClientTranslationError as exc:
                     # The request cannot be written for this upstream: the client's to fix.
                     await post(_AttemptFailed(index, _request_failure(exc)))
                     return
@@ -708,7 +709,7 @@ class _Relay:
                 tool_names=translated.tool_names if translated is not None else None,
                 created=int(self.wall()),
             )
-        except TranslationError as exc:
+        except UpstreamTranslationError as exc:
             if not same:
                 await self._respond_error(
                     GatewayError(
@@ -780,13 +781,13 @@ class _Relay:
         await self.responder.end()
 
 
-def _request_failure(exc: TranslationError) -> Failure:
+def _request_failure(exc: ClientTranslationError) -> Failure:
     return Failure(
         kind=FailureKind.CLIENT_ERROR,
         failover=False,
         temporary=False,
         pause=PauseRule.NONE,
-        status=exc.status,
+        status=exc.error_status_hint,
         message=str(exc),
     )
 

@@ -122,7 +122,7 @@ def test_answers_survive_mutation(name: str, data: st.DataObject) -> None:
         try:
             translate_response(body, upstream, client, client_model="m")
         except TranslationError as exc:
-            assert exc.status == 502
+            assert exc.error_status_hint == 502
 
 
 REQUESTS: dict[Dialect, dict[str, Any]] = {
@@ -224,4 +224,4 @@ def test_requests_survive_mutation(source: Dialect, data: st.DataObject) -> None
         try:
             translate_request(body, source, target, model="m")
         except TranslationError as exc:
-            assert exc.status == 400
+            assert exc.error_status_hint == 400

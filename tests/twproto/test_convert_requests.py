@@ -198,10 +198,10 @@ def test_gemini_passthrough_and_bad_bodies() -> None:
     assert (result.body, result.model, result.stream) == (body, "gemini-x", True)
     with pytest.raises(TranslationError) as info:
         translate_request(b"[1]", Dialect.ANTHROPIC, Dialect.OPENAI_CHAT)
-    assert info.value.status == 400
+    assert info.value.error_status_hint == 400
     with pytest.raises(TranslationError) as info:
         translate_response(b"not json", Dialect.ANTHROPIC, Dialect.GEMINI, client_model="m")
-    assert info.value.status == 502
+    assert info.value.error_status_hint == 502
 
 
 def test_anthropic_target_gets_default_max_tokens() -> None:
