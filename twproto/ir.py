@@ -77,6 +77,7 @@ __all__ = [
     "Reasoning",
     "ReasoningConfig",
     "ReasoningDelta",
+    "ReasoningLevel",
     "ReasoningSeal",
     "Request",
     "Role",
@@ -151,6 +152,22 @@ class StopReason(StrEnum):
     PAUSE = "pause"
     ERROR = "error"
     OTHER = "other"
+
+
+class ReasoningLevel(StrEnum):
+    """A reasoning level a routing rule sets (``set.reasoning``, docs/configuration.md).
+
+    `OFF` removes reasoning from a request; the others change the effort of a request that
+    already reasons and never turn reasoning on (docs/conversion.md, "Reasoning levels").
+    Each level other than `OFF` has the `Effort` of the same name.
+    """
+
+    OFF = "off"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+    MAX = "max"
 
 
 class Effort(StrEnum):

@@ -215,7 +215,7 @@ def translate_request(
     stream: bool | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     max_tokens: int | None = None,
-    reasoning: str | None = None,
+    reasoning: ir.ReasoningLevel | None = None,
     drop_sealed_reasoning: bool = False,
 ) -> TranslatedRequest:
     """Convert a client's request body in `source` format to `target` format.
@@ -294,9 +294,11 @@ def _without_sealed_reasoning(req: ir.Request) -> ir.Request:
     )
 
 
-def _set_reasoning(current: ir.ReasoningConfig | None, level: str) -> ir.ReasoningConfig | None:
+def _set_reasoning(
+    current: ir.ReasoningConfig | None, level: ir.ReasoningLevel
+) -> ir.ReasoningConfig | None:
     """A rule's reasoning level applied to what the client asked (SPEC §13)."""
-    if level == "off":
+    if level is ir.ReasoningLevel.OFF:
         return None if current is None else ir.ReasoningConfig(enabled=False)
     if current is None or not current.enabled:
         return current  # a level never turns reasoning on

@@ -264,7 +264,7 @@ class Gateway:
             ),
             sticky=cand.provider == sticky,
             max_tokens=cand.overrides.max_tokens,
-            reasoning=cand.overrides.reasoning.value if cand.overrides.reasoning else None,
+            reasoning=cand.overrides.reasoning,
             mock_headers=provider.forward_mock_headers,
         )
 

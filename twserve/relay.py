@@ -63,6 +63,7 @@ from twproto.failures import (
     stream_ended_early,
 )
 from twproto.first_content import FailedBeforeContent, Holding, OpeningHold, Released
+from twproto.ir import ReasoningLevel
 from twproto.paths import Operation, upstream_path
 from twproto.sse import encode_comment
 from twproto.translate import (
@@ -122,7 +123,7 @@ class Candidate:
     sticky: bool = False
     # A routing rule's `set` for this hop (SPEC §6): output limit and reasoning level.
     max_tokens: int | None = None
-    reasoning: str | None = None
+    reasoning: ReasoningLevel | None = None
     mock_headers: bool = False  # the provider's forward_mock_headers
 
 
@@ -559,7 +560,9 @@ class _Relay:
                 model=cand.model,
                 stream=req.stream,
                 max_tokens=cand.max_tokens,
-                reasoning="off" if rewrite is ResendReason.EFFORT_REFUSED else cand.reasoning,
+                reasoning=ReasoningLevel.OFF
+                if rewrite is ResendReason.EFFORT_REFUSED
+                else cand.reasoning,
                 drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING,
             )
             self.translated[cand.name] = translated

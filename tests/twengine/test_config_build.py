@@ -28,7 +28,6 @@ from twengine.config import (
     ModelSpec,
     OnMatch,
     PinnedTarget,
-    Reasoning,
     Retention,
     SetOverrides,
     TargetKind,
@@ -36,6 +35,7 @@ from twengine.config import (
     parse_comparison,
 )
 from twproto.dialect import Dialect
+from twproto.ir import ReasoningLevel
 
 
 def build(**sections: Any) -> Config:
@@ -378,7 +378,7 @@ def test_routes_and_rules() -> None:
     assert rules["no2"].deny == "go away"
     assert rules["rewrite"].overrides == SetOverrides(model="quick", max_tokens=100)
     assert not rules["rewrite"].stops
-    assert rules["halt"].overrides.reasoning is Reasoning.OFF and rules["halt"].stops
+    assert rules["halt"].overrides.reasoning is ReasoningLevel.OFF and rules["halt"].stops
     assert ALL_UPSTREAMS == "__all__"
 
 

@@ -12,7 +12,6 @@ from twengine.config import (
     BalanceBy,
     Config,
     GroupType,
-    Reasoning,
     SetOverrides,
     TargetKind,
     When,
@@ -30,6 +29,7 @@ from twengine.routing import (
     when_holds,
 )
 from twproto.dialect import Dialect
+from twproto.ir import ReasoningLevel
 
 PROVIDERS: list[dict[str, Any]] = [
     {
@@ -212,7 +212,7 @@ def test_first_decider_wins_and_ends_the_reading() -> None:
     decision = resolve(cfg, facts("gpt-5"))
     assert decision.rule == "gpt" and decision.target is TargetKind.PROVIDER
     assert names(decision) == [("relay", "gpt-5")]
-    assert decision.overrides == SetOverrides(reasoning=Reasoning.HIGH)
+    assert decision.overrides == SetOverrides(reasoning=ReasoningLevel.HIGH)
     other = resolve(cfg, facts("claude-sonnet-4-5"))
     assert other.rule == "everything"
     assert names(other) == [("any", "claude-sonnet-4-5")]
@@ -227,7 +227,7 @@ def test_set_merges_top_to_bottom_field_by_field() -> None:
     )
     decision = resolve(cfg, facts("gpt-4o"))
     assert decision.overrides == SetOverrides(
-        model="gpt-5", max_tokens=200, reasoning=Reasoning.HIGH
+        model="gpt-5", max_tokens=200, reasoning=ReasoningLevel.HIGH
     )
     assert decision.model == "gpt-5"
     assert names(decision) == [("relay", "gpt-5")]
@@ -264,7 +264,7 @@ def test_set_only_rule_with_stop_ends_the_reading() -> None:
     )
     stopped = resolve(cfg, facts(max_tokens=500))
     assert stopped.rule == "small" and stopped.target is TargetKind.ALL
-    assert stopped.overrides.reasoning is Reasoning.OFF
+    assert stopped.overrides.reasoning is ReasoningLevel.OFF
     assert names(stopped) == [("relay", "gpt-5"), ("any", "gpt-5")]
     assert resolve(cfg, facts(max_tokens=5000)).rule == "to-relay"
 
@@ -417,7 +417,7 @@ def test_hop_rules_are_left_out_of_the_decision() -> None:
     cfg = one_route(*HOP_RULES)
     decision = resolve(cfg, facts("gpt-5"))
     assert decision.rule == "go"
-    assert decision.overrides == SetOverrides(reasoning=Reasoning.HIGH)
+    assert decision.overrides == SetOverrides(reasoning=ReasoningLevel.HIGH)
 
 
 def test_hop_overrides_merge_in_rule_order() -> None:
@@ -426,15 +426,17 @@ def test_hop_overrides_merge_in_rule_order() -> None:
     # relay-low comes first, so everyone-high overrides its reasoning; the rule after the
     # decider is never reached.
     assert hop_overrides(route, facts("gpt-5"), "relay") == SetOverrides(
-        max_tokens=64, reasoning=Reasoning.HIGH
+        max_tokens=64, reasoning=ReasoningLevel.HIGH
     )
     assert hop_overrides(route, facts("gpt-5"), "official") == SetOverrides(
-        reasoning=Reasoning.HIGH
+        reasoning=ReasoningLevel.HIGH
     )
     assert hop_overrides(route, facts("gpt-5"), "any") == SetOverrides(
-        model="gpt-5-any", reasoning=Reasoning.HIGH
+        model="gpt-5-any", reasoning=ReasoningLevel.HIGH
     )
-    assert hop_overrides(route, facts("claude-x"), "any") == SetOverrides(reasoning=Reasoning.HIGH)
+    assert hop_overrides(route, facts("claude-x"), "any") == SetOverrides(
+        reasoning=ReasoningLevel.HIGH
+    )
     assert hop_overrides(None, facts(), "relay") == SetOverrides()
 
 
@@ -445,12 +447,12 @@ def test_candidates_carry_their_hop_overrides_and_model() -> None:
         Candidate(
             provider="relay",
             model="gpt-5",
-            overrides=SetOverrides(max_tokens=64, reasoning=Reasoning.HIGH),
+            overrides=SetOverrides(max_tokens=64, reasoning=ReasoningLevel.HIGH),
         ),
         Candidate(
             provider="any",
             model="gpt-5-any",
-            overrides=SetOverrides(model="gpt-5-any", reasoning=Reasoning.HIGH),
+            overrides=SetOverrides(model="gpt-5-any", reasoning=ReasoningLevel.HIGH),
         ),
     )
 

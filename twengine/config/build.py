@@ -62,7 +62,6 @@ from twengine.config.model import (
     PriceSheet,
     Pricing,
     Provider,
-    Reasoning,
     Retention,
     Route,
     Rule,
@@ -76,6 +75,7 @@ from twengine.config.model import (
 )
 from twengine.config.template import TemplateError, template_variables
 from twproto.dialect import Dialect
+from twproto.ir import ReasoningLevel
 
 __all__ = ["ConfigError", "Problem", "build_config"]
 
@@ -1012,7 +1012,7 @@ def _set(out: _Problems, f: _Fields) -> SetOverrides:
         max_tokens=sf.integer("max_tokens", defaults.SET_MAX_TOKENS)
         if sf.has("max_tokens")
         else None,
-        reasoning=sf.choice("reasoning", Reasoning),
+        reasoning=sf.choice("reasoning", ReasoningLevel),
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from twengine.config import defaults
 from twproto.dialect import Dialect
+from twproto.ir import ReasoningLevel
 
 __all__ = [
     "ALL_UPSTREAMS",
@@ -54,7 +55,6 @@ __all__ = [
     "PriceSheet",
     "Pricing",
     "Provider",
-    "Reasoning",
     "Retention",
     "Route",
     "Rule",
@@ -118,15 +118,6 @@ class BalanceBy(StrEnum):
     LATENCY = "latency"
     HEALTH = "health"
     LATENCY_HEALTH = "latency-health"
-
-
-class Reasoning(StrEnum):
-    OFF = "off"
-    LOW = "low"
-    MEDIUM = "medium"
-    HIGH = "high"
-    XHIGH = "xhigh"
-    MAX = "max"
 
 
 class OnMatch(StrEnum):
@@ -409,7 +400,7 @@ class SetOverrides:
 
     model: str | None = None
     max_tokens: int | None = None
-    reasoning: Reasoning | None = None
+    reasoning: ReasoningLevel | None = None
 
     @property
     def empty(self) -> bool:

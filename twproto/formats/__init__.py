@@ -1,25 +1,28 @@
 """The four API formats, one module each, looked up by `Dialect`.
 
-Each module (`anthropic`, `openai_chat`, `openai_responses`, `gemini`) has the same surface:
+Each module (`anthropic`, `openai_chat`, `openai_responses`, `gemini`) is a `Format`: the
+typing protocol below names the surface every one of them has, and mypy checks each module
+against it where `FORMATS` is built (tests/twproto/test_format_protocol.py checks it again at
+run time, signatures included):
 
+* ``DIALECT`` — the `Dialect` it speaks
 * ``decode_request(obj) -> ir.Request`` and ``encode_request(req, *, model) -> (dict, dropped)``
 * ``decode_response(obj) -> ir.Answer`` and
   ``encode_response(ans, *, model, dropped=None, created=None) -> dict``
-* ``StreamDecoder`` — fed one SSE event (or, for Gemini, one JSON-array element) at a time:
-  ``feed(event) -> list[ir.StreamEvent]``, ``feed_into(event, handler)``, ``watch(event)``;
-  ``usage``, ``finished``, ``error``, ``dropped``
-* ``StreamEncoder`` — an `ir.StreamHandler` whose ``take()`` returns framed bytes, with
-  ``fail(err) -> bytes`` for an error ending; ``ended``, ``dropped``
+* ``new_stream_decoder() -> StreamDecoder`` — fed one SSE event (or, for Gemini, one JSON-array
+  element) at a time: ``feed(event) -> list[ir.StreamEvent]``, ``feed_into(event, handler)``,
+  ``watch(event)``; ``usage``, ``finished``, ``error``, ``dropped``
+* ``new_stream_encoder(*, model, created=None, sse=True) -> StreamEncoder`` — an
+  `ir.StreamHandler` whose ``take()`` returns framed bytes, with ``fail(err) -> bytes`` for an
+  error ending; ``ended``, ``dropped``
 
-`FORMATS` maps a `Dialect` to a `Format` holding those callables, so callers need not import
-the modules by name.
+`FORMATS` maps a `Dialect` to its module, so callers need not import the modules by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from twproto import ir
 from twproto.dialect import Dialect
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 
+@runtime_checkable
 class StreamDecoder(Protocol):
     """What every format's stream decoder offers."""
 
@@ -53,6 +57,7 @@ class StreamDecoder(Protocol):
     def watch(self, event: SSEEvent) -> None: ...
 
 
+@runtime_checkable
 class StreamEncoder(ir.StreamHandler, Protocol):
     """What every format's stream encoder offers on top of `ir.StreamHandler`."""
 
@@ -64,27 +69,58 @@ class StreamEncoder(ir.StreamHandler, Protocol):
     def fail(self, err: GatewayError) -> bytes: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Format:
-    """One format's converters."""
+@runtime_checkable
+class Format(Protocol):
+    """One API format's converters: what each module of `twproto.formats` is."""
 
-    dialect: Dialect
-    decode_request: Callable[[Mapping[str, Any]], ir.Request]
-    encode_request: Callable[..., tuple[dict[str, Any], tuple[str, ...]]]
-    decode_response: Callable[[Mapping[str, Any]], ir.Answer]
-    encode_response: Callable[..., dict[str, Any]]
+    @property
+    def DIALECT(self) -> Dialect: ...
+
+    def decode_request(self, obj: Mapping[str, Any]) -> ir.Request:
+        """A client's request body (parsed JSON) → IR."""
+        ...
+
+    def encode_request(
+        self, req: ir.Request, *, model: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """IR → a request body for this API, with what had to be dropped."""
+        ...
+
+    def decode_response(self, obj: Mapping[str, Any]) -> ir.Answer:
+        """A whole answer body (parsed JSON) → IR."""
+        ...
+
+    def encode_response(
+        self,
+        ans: ir.Answer,
+        *,
+        model: str,
+        dropped: list[str] | None = None,
+        created: int | None = None,
+    ) -> dict[str, Any]:
+        """IR → a whole answer body in this API's shape."""
+        ...
+
+    def new_stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for one streamed answer in this format."""
+        ...
+
+    def new_stream_encoder(
+        self, *, model: str, created: int | None = None, sse: bool = True
+    ) -> StreamEncoder:
+        """A fresh encoder writing this format's stream for a client that asked for `model`."""
+        ...
 
 
-FORMATS: Mapping[Dialect, Format] = {
-    module.DIALECT: Format(
-        dialect=module.DIALECT,
-        decode_request=module.decode_request,
-        encode_request=module.encode_request,
-        decode_response=module.decode_response,
-        encode_response=module.encode_response,
-    )
-    for module in (anthropic, openai_chat, openai_responses, gemini)
-}
+# Each module assigned to a `Format` name, so mypy checks it against the protocol here (mypy
+# checks a module against a protocol on assignment, not inside a tuple display).
+_anthropic: Format = anthropic
+_openai_chat: Format = openai_chat
+_openai_responses: Format = openai_responses
+_gemini: Format = gemini
+_MODULES: tuple[Format, ...] = (_anthropic, _openai_chat, _openai_responses, _gemini)
+
+FORMATS: Mapping[Dialect, Format] = {module.DIALECT: module for module in _MODULES}
 
 
 def get(dialect: Dialect) -> Format:
@@ -94,13 +130,7 @@ def get(dialect: Dialect) -> Format:
 
 def new_stream_decoder(dialect: Dialect) -> StreamDecoder:
     """A fresh stream decoder for answers in `dialect`."""
-    if dialect is Dialect.ANTHROPIC:
-        return anthropic.StreamDecoder()
-    if dialect is Dialect.OPENAI_CHAT:
-        return openai_chat.StreamDecoder()
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return openai_responses.StreamDecoder()
-    return gemini.StreamDecoder()
+    return FORMATS[dialect].new_stream_decoder()
 
 
 def new_stream_encoder(
@@ -111,10 +141,4 @@ def new_stream_encoder(
     `created` (unix seconds) stands in where the upstream gave no timestamp; `sse` False
     selects Gemini's JSON-array framing (other formats are always SSE).
     """
-    if dialect is Dialect.ANTHROPIC:
-        return anthropic.StreamEncoder(model=model, created=created)
-    if dialect is Dialect.OPENAI_CHAT:
-        return openai_chat.StreamEncoder(model=model, created=created)
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return openai_responses.StreamEncoder(model=model, created=created)
-    return gemini.StreamEncoder(model=model, sse=sse)
+    return FORMATS[dialect].new_stream_encoder(model=model, created=created, sse=sse)

@@ -70,12 +70,15 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "DIALECT",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "new_stream_decoder",
+    "new_stream_encoder",
 ]
 
 DIALECT = Dialect.ANTHROPIC
@@ -1056,3 +1059,18 @@ class StreamEncoder:
         self._out.append(self._error_bytes(err))
         self.ended = True
         return self.take()
+
+
+def new_stream_decoder() -> StreamDecoder:
+    """A fresh decoder for one streamed answer in this format."""
+    return StreamDecoder()
+
+
+def new_stream_encoder(
+    *, model: str, created: int | None = None, sse: bool = True
+) -> StreamEncoder:
+    """A fresh encoder writing this format's stream for a client that asked for `model`.
+
+    `sse` is not used: this format always streams as SSE.
+    """
+    return StreamEncoder(model=model, created=created)

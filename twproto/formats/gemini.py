@@ -74,12 +74,15 @@ from twproto.formats._schema import sanitize_schema
 from twproto.sse import SSEEvent
 
 __all__ = [
+    "DIALECT",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "new_stream_decoder",
+    "new_stream_encoder",
 ]
 
 DIALECT = Dialect.GEMINI
@@ -1097,3 +1100,18 @@ class StreamEncoder:
             if not self._sse:
                 self._out.append(b"]")
             self.ended = True
+
+
+def new_stream_decoder() -> StreamDecoder:
+    """A fresh decoder for one streamed answer in this format."""
+    return StreamDecoder()
+
+
+def new_stream_encoder(
+    *, model: str, created: int | None = None, sse: bool = True
+) -> StreamEncoder:
+    """A fresh encoder writing this format's stream for a client that asked for `model`.
+
+    `created` is not used: Gemini stream chunks carry no timestamp.
+    """
+    return StreamEncoder(model=model, sse=sse)

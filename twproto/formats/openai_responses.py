@@ -69,12 +69,15 @@ from twproto.formats._common import (
 from twproto.sse import SSEEvent
 
 __all__ = [
+    "DIALECT",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "new_stream_decoder",
+    "new_stream_encoder",
 ]
 
 DIALECT = Dialect.OPENAI_RESPONSES
@@ -1496,3 +1499,18 @@ class StreamEncoder:
             )
             self._seq += 1
             self.ended = True
+
+
+def new_stream_decoder() -> StreamDecoder:
+    """A fresh decoder for one streamed answer in this format."""
+    return StreamDecoder()
+
+
+def new_stream_encoder(
+    *, model: str, created: int | None = None, sse: bool = True
+) -> StreamEncoder:
+    """A fresh encoder writing this format's stream for a client that asked for `model`.
+
+    `sse` is not used: this format always streams as SSE.
+    """
+    return StreamEncoder(model=model, created=created)
