@@ -21,13 +21,13 @@ from typing import Any
 
 import orjson
 
-from twproto import _json
+from twproto import json_dumps
 
 __all__ = ["Template", "compact", "google_compact", "hole", "pretty", "sse", "text_json"]
 
 
 def compact(obj: Any) -> bytes:
-    return _json.dumps(obj)
+    return json_dumps(obj)
 
 
 def pretty(obj: Any) -> bytes:
@@ -40,7 +40,7 @@ def google_compact(obj: Any) -> bytes:
 
 def text_json(value: str) -> bytes:
     """A JSON string literal (what goes into a template's hole)."""
-    return _json.dumps(value)
+    return json_dumps(value)
 
 
 def sse(event: str, data: bytes) -> bytes:

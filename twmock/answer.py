@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 from twmock.script import ErrorSpec, Script
-from twproto import _json
+from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.paths import Route
 
@@ -308,7 +308,7 @@ def build_answer(
         if script.tool_arguments is not None:
             arguments = script.tool_arguments
         else:
-            arguments = _json.dumps(
+            arguments = json_dumps(
                 {"location": "Paris, France", "unit": "celsius", "call": i}
             ).decode()
         tools.append(
@@ -361,7 +361,7 @@ def error_headers(spec: ErrorSpec, *, retry_header: bool = True) -> Headers:
 
 def json_object(body: bytes) -> Any:
     """Parse a request body; raises ValueError when it is not JSON."""
-    return _json.loads(body)
+    return json_loads(body)
 
 
 def last_text(value: Any) -> str:

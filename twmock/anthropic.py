@@ -29,7 +29,7 @@ from twmock.answer import (
     last_text,
 )
 from twmock.script import ErrorSpec
-from twproto import _json
+from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.paths import Operation, Route
 
@@ -108,7 +108,7 @@ def _blocks(answer: Answer, tool_ids: list[str], signature: str) -> list[dict[st
     if answer.text:
         blocks.append({"type": "text", "text": answer.full_text})
     for call, tool_id in zip(answer.tools, tool_ids, strict=True):
-        arguments = _json.loads(call.arguments)
+        arguments = json_loads(call.arguments)
         blocks.append({"type": "tool_use", "id": tool_id, "name": call.name, "input": arguments})
     return blocks
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from twmock.script import DEFAULT_MODELS, MockSettings, Script, ScriptError, parse_script
-from twproto import _json
+from twproto import json_loads
 
 __all__ = ["add_mock_arguments", "settings_from_args"]
 
@@ -172,7 +172,7 @@ def _load(text: str) -> Any:
     if text.startswith("@"):
         text = Path(text[1:]).read_text(encoding="utf-8")
     try:
-        return _json.loads(text)
+        return json_loads(text)
     except ValueError as exc:
         raise ScriptError(f"not JSON: {exc}") from None
 

@@ -39,7 +39,7 @@ from twmock.answer import (
     last_text,
 )
 from twmock.script import ErrorSpec
-from twproto import _json
+from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.paths import Route
 
@@ -200,7 +200,7 @@ class GeminiWriter:
                 signed = True
             parts.append(part)
         for i, call in enumerate(answer.tools):
-            part = {"functionCall": {"name": call.name, "args": _json.loads(call.arguments)}}
+            part = {"functionCall": {"name": call.name, "args": json_loads(call.arguments)}}
             if i == 0:
                 # Gemini 3 refuses a replayed function call whose first part lost this.
                 part["thoughtSignature"] = signature
@@ -256,7 +256,7 @@ class GeminiWriter:
                 signed = True
             plan.append((part, True))
         for i, call in enumerate(answer.tools):
-            part = {"functionCall": {"name": call.name, "args": _json.loads(call.arguments)}}
+            part = {"functionCall": {"name": call.name, "args": json_loads(call.arguments)}}
             if i == 0:
                 part["thoughtSignature"] = signature
                 signed = True

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from twproto import _json
+from twproto import json_dumps, json_loads
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -301,10 +301,10 @@ def _tool_arguments(value: Any, base: Script) -> str | None:
     if value is None:
         return None
     if isinstance(value, dict):
-        return _json.dumps(value).decode()
+        return json_dumps(value).decode()
     if isinstance(value, str):
         try:
-            parsed = _json.loads(value)
+            parsed = json_loads(value)
         except ValueError:
             parsed = None
         if isinstance(parsed, dict):
@@ -438,7 +438,7 @@ def parse_script(obj: Any, *, base: Script | None = None) -> Script:
     """Parse script JSON (a dict) over `base` (default: the default script)."""
     if isinstance(obj, str | bytes):
         try:
-            obj = _json.loads(obj)
+            obj = json_loads(obj)
         except ValueError as exc:
             raise ScriptError(f"script is not JSON: {exc}") from None
     if not isinstance(obj, dict):

@@ -40,7 +40,7 @@ from twmock.plan import (
 )
 from twmock.script import MockSettings, Script, ScriptError
 from twmock.shapes import SHAPES
-from twproto import _json
+from twproto import json_loads
 from twproto.paths import Operation, match_path
 from twserve.httptypes import Request, Responder
 
@@ -83,7 +83,7 @@ class Received:
         return None
 
     def json(self) -> Any:
-        return _json.loads(self.body)
+        return json_loads(self.body)
 
 
 class MockHandler:

@@ -22,7 +22,7 @@ from typing import Any
 from twmock._wire import pretty
 from twmock.answer import ErrorReply, Ids, error_headers
 from twmock.script import ErrorSpec
-from twproto import _json
+from twproto import json_dumps, json_loads
 
 __all__ = ["SHAPES", "Shape", "named_error"]
 
@@ -42,7 +42,7 @@ class Shape:
 def _anthropic(kind: str, message: str) -> str:
     error = {"type": kind, "message": message}
     return (
-        _json.dumps({"type": "error", "error": error}).decode()[:-1]
+        json_dumps({"type": "error", "error": error}).decode()[:-1]
         + ',"request_id":"{request_id}"}'
     )
 
@@ -385,7 +385,7 @@ def _fill(template: str, values: dict[str, str]) -> str:
 def _error_object(body: bytes, status: int) -> dict[str, Any]:
     """The error object an in-stream event repeats; a non-JSON body gets a generic one."""
     try:
-        parsed = _json.loads(body)
+        parsed = json_loads(body)
     except ValueError:
         parsed = None
     if isinstance(parsed, list) and parsed:
@@ -426,10 +426,10 @@ def named_error(name: str, spec: ErrorSpec, *, model: str, ids: Ids, now: int) -
 def _replace_message(body: bytes, message: str) -> bytes:
     """The shape's body with its error message replaced (``error.message`` in the script)."""
     try:
-        parsed = _json.loads(body)
+        parsed = json_loads(body)
     except ValueError:
         return message.encode()
     target = parsed[0] if isinstance(parsed, list) and parsed else parsed
     if isinstance(target, dict) and isinstance(target.get("error"), dict):
         target["error"]["message"] = message
-    return _json.dumps(parsed)
+    return json_dumps(parsed)

@@ -39,7 +39,7 @@ from twengine.config import Config, Problem, TemplateError, resolve_template
 from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
 from twengine.routing import RequestFacts
 from twengine.slots import SlotScope
-from twproto import _json
+from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
@@ -78,7 +78,7 @@ class ControlRequestError(Exception):
 
 
 def error_json(code: str, message: str) -> bytes:
-    return _json.dumps({"error": {"code": code, "message": message}})
+    return json_dumps({"error": {"code": code, "message": message}})
 
 
 def transport_error(
@@ -230,7 +230,7 @@ def fetch_dryrun(
     except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.UnsupportedProtocol) as exc:
         raise ConnectionError(f"{base_url}: {exc or type(exc).__name__}") from None
     try:
-        data = _json.loads(response.content)
+        data = json_loads(response.content)
     except ValueError:
         data = None
     if not isinstance(data, dict):
@@ -337,7 +337,7 @@ class ControlPlane:
                     404, "control.request.not_found", f"no control view at {request.path}"
                 )
             self._only_get(request)
-            body = _json.dumps(await view(request))
+            body = json_dumps(await view(request))
         except ControlRequestError as err:
             headers: Headers = []
             if err.status == 401:
@@ -614,7 +614,7 @@ class ControlPlane:
                 if item is None:
                     await responder.send(encode_comment("keep-alive"))
                 elif isinstance(item, Dropped):
-                    data = _json.dumps({"dropped": item.count, "total": item.total})
+                    data = json_dumps({"dropped": item.count, "total": item.total})
                     await responder.send(
                         encode_event(SSEEvent(data=data.decode(), event="dropped"))
                     )

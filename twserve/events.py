@@ -35,7 +35,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from twengine.config import Problem
 from twengine.health import HealthChanged as EngineHealthChanged
 from twengine.router import Plan
-from twproto import _json
+from twproto import json_dumps
 from twserve.store import RequestRow
 
 __all__ = [
@@ -217,7 +217,7 @@ def event_json(event: Event) -> bytes:
     body: dict[str, Any] = {"type": event_name(event)}
     for f in fields(event):
         body[f.name] = getattr(event, f.name)
-    return _json.dumps(body)
+    return json_dumps(body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from twengine.config import Config, resolve_template
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
 from twengine.routing import RequestFacts
-from twproto import _json
+from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.paths import Operation, Route, match_path
@@ -287,7 +287,7 @@ class Gateway:
         if self.events is not None:
             self.events.request_started(row)
         try:
-            body = _json.loads(request.body) if request.body else None
+            body = json_loads(request.body) if request.body else None
         except ValueError:
             body = None
         if not isinstance(body, dict):

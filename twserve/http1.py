@@ -30,7 +30,7 @@ import anyio
 import anyio.abc
 import h11
 
-from twproto import _json
+from twproto import json_dumps
 from twproto.paths import split_target
 from twserve.httptypes import Handler, Headers, Request
 
@@ -60,7 +60,7 @@ ErrorWriter = Callable[[str | None, int, str, str], tuple[Headers, bytes]]
 def plain_error(path: str | None, status: int, code: str, message: str) -> tuple[Headers, bytes]:
     """The default error writer: an OpenAI-shaped JSON error (servers other than the gateway's
     own, such as the mock upstream, use it)."""
-    body = _json.dumps(
+    body = json_dumps(
         {"error": {"message": message, "type": "invalid_request_error", "code": code}}
     )
     return [(b"content-type", b"application/json")], body

@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from twproto import _json
+from twproto import json_dumps
 
 __all__ = ["RequestRow", "RequestStore"]
 
@@ -143,8 +143,8 @@ class RequestRow:
             self.reasoning_tokens,
             self.cost_micros,
             self.cost_state,
-            _json.dumps(self.routing).decode() if self.routing is not None else None,
-            _json.dumps(self.translated).decode() if self.translated else None,
+            json_dumps(self.routing).decode() if self.routing is not None else None,
+            json_dumps(self.translated).decode() if self.translated else None,
             self.error_code,
             int(self.local),
             int(self.cancelled),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twproto import _json, ir
+from twproto import ir, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import new_stream_decoder
 from twproto.sse import JSONArrayDecoder, SSEDecoder
@@ -102,7 +102,7 @@ def summarize(answer: ir.Answer) -> dict[str, Any]:
     calls = []
     for part in answer.parts:
         if isinstance(part, ir.ToolCall):
-            calls.append((part.name, _json.loads(part.arguments or "{}"), part.id))
+            calls.append((part.name, json_loads(part.arguments or "{}"), part.id))
     return {
         "text": "".join(p.text for p in answer.parts if isinstance(p, ir.Text)),
         "reasoning": "".join(p.text for p in answer.parts if isinstance(p, ir.Reasoning)),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.twproto.conftest import DIALECTS, FIXTURES, fixture, fixture_dialect
-from twproto import _json
+from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.translate import (
@@ -65,7 +65,7 @@ def _sse_events(name: str) -> list[tuple[str, Any]]:
             elif line.startswith("data: "):
                 data = line[6:]
         if data is not None and data != "[DONE]":
-            events.append((name_line, _json.loads(data)))
+            events.append((name_line, json_loads(data)))
     return events
 
 
@@ -90,7 +90,7 @@ def test_streams_survive_mutated_events(name: str, data: st.DataObject) -> None:
     path = data.draw(st.sampled_from(_paths(obj)))
     events[which] = (event_name, _replace(obj, path, data.draw(JSON)))
     body = b"".join(
-        (f"event: {n}\n" if n else "").encode() + b"data: " + _json.dumps(o) + b"\n\n"
+        (f"event: {n}\n" if n else "").encode() + b"data: " + json_dumps(o) + b"\n\n"
         for n, o in events
     )
     upstream = fixture_dialect(name)
@@ -114,9 +114,9 @@ WHOLE = sorted(p.name for p in (FIXTURES / "whole").iterdir())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_answers_survive_mutation(name: str, data: st.DataObject) -> None:
-    obj = _json.loads(fixture(f"whole/{name}"))
+    obj = json_loads(fixture(f"whole/{name}"))
     path = data.draw(st.sampled_from(_paths(obj)))
-    body = _json.dumps(_replace(obj, path, data.draw(JSON)))
+    body = json_dumps(_replace(obj, path, data.draw(JSON)))
     upstream = fixture_dialect(name)
     for client in DIALECTS:
         try:
@@ -219,7 +219,7 @@ REQUESTS: dict[Dialect, dict[str, Any]] = {
 def test_requests_survive_mutation(source: Dialect, data: st.DataObject) -> None:
     obj = REQUESTS[source]
     path = data.draw(st.sampled_from(_paths(obj)))
-    body = _json.dumps(_replace(obj, path, data.draw(JSON)))
+    body = json_dumps(_replace(obj, path, data.draw(JSON)))
     for target in DIALECTS:
         try:
             translate_request(body, source, target, model="m")

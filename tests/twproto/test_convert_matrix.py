@@ -26,7 +26,7 @@ from tests.twproto.conftest import (
     summarize,
     usage_view,
 )
-from twproto import _json, ir
+from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get, new_stream_encoder
 from twproto.translate import StreamTranslator, answer_to_stream, translate_response
@@ -139,7 +139,7 @@ def upstream_stream(answer: ir.Answer, dialect: Dialect) -> bytes:
 
 
 def upstream_whole(answer: ir.Answer, dialect: Dialect) -> bytes:
-    return _json.dumps(get(dialect).encode_response(answer, model=answer.model))
+    return json_dumps(get(dialect).encode_response(answer, model=answer.model))
 
 
 def expected(answer: ir.Answer) -> dict[str, Any]:
@@ -197,12 +197,12 @@ def test_whole_to_whole(upstream: Dialect, client: Dialect, scenario: str) -> No
     result = translate_response(
         upstream_whole(answer, upstream), upstream, client, client_model=CLIENT_MODEL
     )
-    got = get(client).decode_response(_json.loads(result.body))
+    got = get(client).decode_response(json_loads(result.body))
     check(got, answer, upstream, client)
     assert got.model == CLIENT_MODEL
     assert (
         result.stop_reason
-        is get(upstream).decode_response(_json.loads(upstream_whole(answer, upstream))).stop_reason
+        is get(upstream).decode_response(json_loads(upstream_whole(answer, upstream))).stop_reason
     )
     assert result.usage is not None
 
@@ -216,7 +216,7 @@ def test_stream_to_whole(upstream: Dialect, client: Dialect, scenario: str) -> N
     assert translator.feed(data) == b""
     body = translator.end()
     assert translator.finished
-    got = get(client).decode_response(_json.loads(body))
+    got = get(client).decode_response(json_loads(body))
     check(got, answer, upstream, client)
     assert got.model == CLIENT_MODEL
 
@@ -243,7 +243,7 @@ def test_gemini_json_array_framing(upstream: Dialect, scenario: str) -> None:
         lambda: _translator(upstream, Dialect.GEMINI, client_sse=False), bytewise(data)
     )
     assert out.startswith(b"[") and out.endswith(b"]")
-    elements = _json.loads(out)
+    elements = json_loads(out)
     assert isinstance(elements, list) and elements
     decoded = decode_stream(Dialect.GEMINI, out, sse=False)
     check(decoded.answer, answer, upstream, Dialect.GEMINI)
@@ -305,7 +305,7 @@ def test_tool_call_indices_never_collide() -> None:
         data = upstream_stream(answer, upstream)
         out, _ = run_translator(lambda u=upstream: _translator(u, Dialect.ANTHROPIC), [data])
         starts = [
-            _json.loads(line[6:])["index"]
+            json_loads(line[6:])["index"]
             for line in out.decode().splitlines()
             if line.startswith("data: ") and '"content_block_start"' in line
         ]
@@ -315,7 +315,7 @@ def test_tool_call_indices_never_collide() -> None:
             call["index"]
             for line in out.decode().splitlines()
             if line.startswith("data: {")
-            for choice in _json.loads(line[6:]).get("choices", [])
+            for choice in json_loads(line[6:]).get("choices", [])
             for call in choice.get("delta", {}).get("tool_calls", [])
             if "id" in call
         ]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.twproto.conftest import DIALECTS
-from twproto import _json, ir
+from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get
 from twproto.formats._effort import budget_for_effort, effort_for_budget
@@ -87,11 +87,11 @@ CONVERSATION = ir.Request(
 def _source_body(source: Dialect) -> bytes:
     body, dropped = get(source).encode_request(CONVERSATION, model="source-model")
     assert not [d for d in dropped if d != "stop" and not d.startswith("tool schema")]
-    return _json.dumps(body)
+    return json_dumps(body)
 
 
 def _decoded(target: Dialect, body: bytes) -> ir.Request:
-    return get(target).decode_request(_json.loads(body))
+    return get(target).decode_request(json_loads(body))
 
 
 def _merged(messages: tuple[ir.Message, ...]) -> list[ir.Message]:
@@ -118,7 +118,7 @@ def test_conversation_survives_every_pair(source: Dialect, target: Dialect) -> N
     assert result.model == "target-model" and result.stream
     req = _decoded(target, result.body)
     if target is not Dialect.GEMINI:
-        assert _json.loads(result.body)["model"] == "target-model"
+        assert json_loads(result.body)["model"] == "target-model"
     assert "".join(t.text for t in req.system) == "You are terse. ✓"
     first, assistant, last = _merged(req.messages)
     assert _texts(first) == ["Weather and time? 🌦 Here are two pictures."]
@@ -130,7 +130,7 @@ def test_conversation_survives_every_pair(source: Dialect, target: Dialect) -> N
     assert images[1].media_type == "image/png"
     assert _texts(assistant) == ["Checking both."]
     calls = {p.id: p for p in assistant.parts if isinstance(p, ir.ToolCall)}
-    assert sorted((c.name, _json.loads(c.arguments)) for c in calls.values()) == [
+    assert sorted((c.name, json_loads(c.arguments)) for c in calls.values()) == [
         ("get_time", {"tz": "Europe/Paris"}),
         ("get_weather", {"city": "Paris"}),
     ]
@@ -183,7 +183,7 @@ def test_same_format_model_change_touches_only_the_model() -> None:
     assert out == body.replace(b'"claude-a"', b'"claude-b"')
     streamed = translate_request(body, Dialect.ANTHROPIC, Dialect.ANTHROPIC, stream=True)
     assert streamed.body == body[:1] + b'"stream":true,' + body[1:]
-    assert _json.loads(streamed.body)["stream"] is True
+    assert json_loads(streamed.body)["stream"] is True
     last = b'{"a":[1,{"b":2}],"model":"m1"}'
     assert translate_request(last, Dialect.OPENAI_CHAT, Dialect.OPENAI_CHAT, model="m2").body == (
         b'{"a":[1,{"b":2}],"model":"m2"}'
@@ -206,9 +206,9 @@ def test_gemini_passthrough_and_bad_bodies() -> None:
 
 def test_anthropic_target_gets_default_max_tokens() -> None:
     body = b'{"model":"gpt","messages":[{"role":"user","content":"hi"}]}'
-    out = _json.loads(translate_request(body, Dialect.OPENAI_CHAT, Dialect.ANTHROPIC).body)
+    out = json_loads(translate_request(body, Dialect.OPENAI_CHAT, Dialect.ANTHROPIC).body)
     assert out["max_tokens"] == DEFAULT_MAX_TOKENS
-    out = _json.loads(
+    out = json_loads(
         translate_request(
             body, Dialect.OPENAI_CHAT, Dialect.ANTHROPIC, default_max_tokens=64000
         ).body
@@ -273,9 +273,9 @@ CLAUDE_CODE = {
 
 def test_claude_code_to_chat() -> None:
     result = translate_request(
-        _json.dumps(CLAUDE_CODE), Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, model="glm-4.7"
+        json_dumps(CLAUDE_CODE), Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, model="glm-4.7"
     )
-    body = _json.loads(result.body)
+    body = json_loads(result.body)
     messages = body["messages"]
     assert messages[0] == {
         "role": "system",
@@ -303,9 +303,9 @@ def test_claude_code_to_chat() -> None:
 
 
 def test_claude_code_to_responses_and_gemini() -> None:
-    raw = _json.dumps(CLAUDE_CODE)
+    raw = json_dumps(CLAUDE_CODE)
     result = translate_request(raw, Dialect.ANTHROPIC, Dialect.OPENAI_RESPONSES, model="gpt-5")
-    body = _json.loads(result.body)
+    body = json_loads(result.body)
     assert body["instructions"].startswith("You are Claude Code")
     assert body["input"][0] == {
         "type": "message",
@@ -324,7 +324,7 @@ def test_claude_code_to_responses_and_gemini() -> None:
     assert body["include"] == ["reasoning.encrypted_content"] and body["store"] is False
     assert body["tools"][0]["strict"] is False
 
-    gemini = _json.loads(
+    gemini = json_loads(
         translate_request(raw, Dialect.ANTHROPIC, Dialect.GEMINI, model="gemini-2.5-flash").body
     )
     system = [p["text"] for p in gemini["systemInstruction"]["parts"]]
@@ -344,7 +344,7 @@ def test_claude_code_to_responses_and_gemini() -> None:
     }
     thinking = gemini["generationConfig"]["thinkingConfig"]
     assert thinking == {"includeThoughts": True, "thinkingBudget": 24576}  # capped for Flash
-    gemini3 = _json.loads(
+    gemini3 = json_loads(
         translate_request(raw, Dialect.ANTHROPIC, Dialect.GEMINI, model="gemini-3-pro").body
     )
     assert gemini3["generationConfig"]["thinkingConfig"]["thinkingLevel"] == "high"
@@ -352,8 +352,8 @@ def test_claude_code_to_responses_and_gemini() -> None:
 
 def test_claude_code_adaptive_thinking() -> None:
     body = {**CLAUDE_CODE, "thinking": {"type": "adaptive"}, "output_config": {"effort": "xhigh"}}
-    chat = _json.loads(
-        translate_request(_json.dumps(body), Dialect.ANTHROPIC, Dialect.OPENAI_CHAT).body
+    chat = json_loads(
+        translate_request(json_dumps(body), Dialect.ANTHROPIC, Dialect.OPENAI_CHAT).body
     )
     assert chat["reasoning_effort"] == "xhigh"
     req = get(Dialect.ANTHROPIC).decode_request(body)
@@ -448,8 +448,8 @@ CODEX = {
     "target", [Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, Dialect.GEMINI], ids=str
 )
 def test_codex_to_other_formats(target: Dialect) -> None:
-    result = translate_request(_json.dumps(CODEX), Dialect.OPENAI_RESPONSES, target, model="m")
-    req = get(target).decode_request(_json.loads(result.body))
+    result = translate_request(json_dumps(CODEX), Dialect.OPENAI_RESPONSES, target, model="m")
+    req = get(target).decode_request(json_loads(result.body))
     system_text = "".join(t.text for t in req.system) + "".join(
         p.text
         for m in req.messages
@@ -464,7 +464,7 @@ def test_codex_to_other_formats(target: Dialect) -> None:
     assert "tools:web_search" in result.dropped and "tools:tool_search" in result.dropped
     assert "include" in result.dropped and "client_metadata" in result.dropped
     calls = [p for m in req.messages for p in m.parts if isinstance(p, ir.ToolCall)]
-    assert [(c.name, _json.loads(c.arguments)) for c in calls] == [
+    assert [(c.name, json_loads(c.arguments)) for c in calls] == [
         ("shell", {"command": ["cat", "a.py"]}),
         ("apply_patch", {"input": "*** Begin Patch\n*** End Patch\n"}),
     ]
@@ -478,7 +478,7 @@ def test_codex_to_other_formats(target: Dialect) -> None:
         name="apply_patch", tool_kind=ir.ToolKind.CUSTOM
     )
     if target is Dialect.ANTHROPIC:
-        body = _json.loads(result.body)
+        body = json_loads(result.body)
         thinking = body["messages"][1]["content"][0]
         assert thinking == {
             "type": "thinking",
@@ -491,7 +491,7 @@ def test_codex_to_other_formats(target: Dialect) -> None:
 
 def test_codex_answer_maps_back_to_custom_and_namespace_calls() -> None:
     translated = translate_request(
-        _json.dumps(CODEX), Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC, model="claude"
+        json_dumps(CODEX), Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC, model="claude"
     )
     answer = {
         "id": "msg_1",
@@ -511,13 +511,13 @@ def test_codex_answer_maps_back_to_custom_and_namespace_calls() -> None:
         "usage": {"input_tokens": 10, "output_tokens": 5},
     }
     whole = translate_response(
-        _json.dumps(answer),
+        json_dumps(answer),
         Dialect.ANTHROPIC,
         Dialect.OPENAI_RESPONSES,
         client_model="gpt-5-codex",
         tool_names=translated.tool_names,
     )
-    output = _json.loads(whole.body)["output"]
+    output = json_loads(whole.body)["output"]
     assert output[0]["type"] == "custom_tool_call"
     assert output[0]["name"] == "apply_patch"
     assert output[0]["input"] == "*** Begin Patch\n+x\n*** End Patch"
@@ -536,7 +536,7 @@ def test_codex_answer_maps_back_to_custom_and_namespace_calls() -> None:
     )
     out = translator.feed(stream) + translator.end()
     events = [
-        _json.loads(line[6:]) for line in out.decode().splitlines() if line.startswith("data: ")
+        json_loads(line[6:]) for line in out.decode().splitlines() if line.startswith("data: ")
     ]
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
     assert done[0]["type"] == "custom_tool_call"
@@ -630,9 +630,9 @@ def test_reasoning_effort_mapping(
             "messages": [{"role": "user", "content": "hi"}],
             **fields,
         }
-    out = _json.loads(
+    out = json_loads(
         translate_request(
-            _json.dumps(base), source, target, model="gemini-2.5-flash", default_max_tokens=64000
+            json_dumps(base), source, target, model="gemini-2.5-flash", default_max_tokens=64000
         ).body
     )
     got: Any
@@ -655,13 +655,13 @@ def test_thinking_budget_fits_under_max_tokens() -> None:
         "messages": [{"role": "user", "content": "hi"}],
         "temperature": 0.2,
     }
-    result = translate_request(_json.dumps(body), Dialect.OPENAI_CHAT, Dialect.ANTHROPIC)
-    out = _json.loads(result.body)
+    result = translate_request(json_dumps(body), Dialect.OPENAI_CHAT, Dialect.ANTHROPIC)
+    out = json_loads(result.body)
     assert out["thinking"] == {"type": "enabled", "budget_tokens": 2999}
     assert "temperature" not in out and "temperature (not allowed with thinking)" in result.dropped
     tiny = {**body, "max_completion_tokens": 500}
-    result = translate_request(_json.dumps(tiny), Dialect.OPENAI_CHAT, Dialect.ANTHROPIC)
-    assert "thinking" not in _json.loads(result.body)
+    result = translate_request(json_dumps(tiny), Dialect.OPENAI_CHAT, Dialect.ANTHROPIC)
+    assert "thinking" not in json_loads(result.body)
     assert any(d.startswith("reasoning (max_tokens") for d in result.dropped)
 
 
@@ -729,7 +729,7 @@ def test_schema_sanitiser() -> None:
         "uniqueItems",
     ):
         assert keyword in removed
-    text = _json.dumps(clean).decode()
+    text = json_dumps(clean).decode()
     for keyword in ("$", "additionalProperties", "const", "exclusive", "propertyNames", "pattern"):
         assert keyword not in text
 
@@ -757,21 +757,19 @@ def test_parallel_tool_calls_and_tool_choice_mapping() -> None:
         "tool_choice": {"type": "function", "function": {"name": "f"}},
         "parallel_tool_calls": False,
     }
-    raw = _json.dumps(body)
-    anthropic_body = _json.loads(
-        translate_request(raw, Dialect.OPENAI_CHAT, Dialect.ANTHROPIC).body
-    )
+    raw = json_dumps(body)
+    anthropic_body = json_loads(translate_request(raw, Dialect.OPENAI_CHAT, Dialect.ANTHROPIC).body)
     assert anthropic_body["tool_choice"] == {
         "type": "tool",
         "name": "f",
         "disable_parallel_tool_use": True,
     }
     gemini = translate_request(raw, Dialect.OPENAI_CHAT, Dialect.GEMINI)
-    assert _json.loads(gemini.body)["toolConfig"] == {
+    assert json_loads(gemini.body)["toolConfig"] == {
         "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["f"]}
     }
     assert "parallel_tool_calls" in gemini.dropped
-    responses = _json.loads(
+    responses = json_loads(
         translate_request(raw, Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES).body
     )
     assert responses["tool_choice"] == {"type": "function", "name": "f"}
@@ -798,17 +796,17 @@ def test_gemini_request_ids_pair_calls_and_responses() -> None:
             },
         ]
     }
-    out = _json.loads(
-        translate_request(_json.dumps(body), Dialect.GEMINI, Dialect.ANTHROPIC, model="claude").body
+    out = json_loads(
+        translate_request(json_dumps(body), Dialect.GEMINI, Dialect.ANTHROPIC, model="claude").body
     )
     uses = [b["id"] for b in out["messages"][1]["content"]]
     results = [b["tool_use_id"] for b in out["messages"][2]["content"]]
     assert uses == results and len(set(uses)) == 2
     assert [b["content"] for b in out["messages"][2]["content"]] == ["one", "two"]
     # Gemini 3 needs a signature on the first replayed call; one from elsewhere has none.
-    back = _json.loads(
+    back = json_loads(
         translate_request(
-            _json.dumps(out), Dialect.ANTHROPIC, Dialect.GEMINI, model="gemini-3-pro"
+            json_dumps(out), Dialect.ANTHROPIC, Dialect.GEMINI, model="gemini-3-pro"
         ).body
     )
     model_parts = back["contents"][1]["parts"]

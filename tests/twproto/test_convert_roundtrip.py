@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.twproto.conftest import DIALECTS
-from twproto import _json, ir
+from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get
 
@@ -73,7 +73,7 @@ def conversations(draw: st.DrawFn, dialect: Dialect) -> tuple[ir.Message, ...]:
             call = ir.ToolCall(
                 id=f"call_{counter}",
                 name=draw(st.sampled_from(NAMES)),
-                arguments=_json.dumps(draw(ARGS)).decode(),
+                arguments=json_dumps(draw(ARGS)).decode(),
             )
             pending.append(call)
             assistant.append(call)
@@ -121,10 +121,10 @@ def requests(draw: st.DrawFn, dialect: Dialect) -> ir.Request:
 def _roundtrip_request(dialect: Dialect, req: ir.Request) -> None:
     fmt = get(dialect)
     first, _ = fmt.encode_request(req, model="m")
-    first = _json.loads(_json.dumps(first))  # as it would travel
+    first = json_loads(json_dumps(first))  # as it would travel
     decoded = fmt.decode_request(first)
     second, dropped = fmt.encode_request(decoded, model="m")
-    assert _json.loads(_json.dumps(second)) == first
+    assert json_loads(json_dumps(second)) == first
     assert dropped == ()
     assert fmt.decode_request(second) == decoded
 
@@ -148,7 +148,7 @@ def answers(draw: st.DrawFn, dialect: Dialect) -> ir.Answer:
             ir.ToolCall(
                 id=f"call_{n}",
                 name=draw(st.sampled_from(NAMES)),
-                arguments=_json.dumps(draw(ARGS)).decode(),
+                arguments=json_dumps(draw(ARGS)).decode(),
             )
         )
     has_calls = any(isinstance(p, ir.ToolCall) for p in parts)
@@ -180,9 +180,9 @@ def answers(draw: st.DrawFn, dialect: Dialect) -> ir.Answer:
 def test_answer_roundtrip(dialect: Dialect, data: st.DataObject) -> None:
     answer = data.draw(answers(dialect))
     fmt = get(dialect)
-    first = _json.loads(_json.dumps(fmt.encode_response(answer, model="m")))
+    first = json_loads(json_dumps(fmt.encode_response(answer, model="m")))
     decoded = fmt.decode_response(first)
-    second = _json.loads(_json.dumps(fmt.encode_response(decoded, model="m")))
+    second = json_loads(json_dumps(fmt.encode_response(decoded, model="m")))
     assert second == first
     # What the format carries comes back as it was (Gemini derives ids it does not carry;
     # Responses adds output item ids).

@@ -9,7 +9,6 @@ import twproto
 from twproto import Dialect
 
 
-
 def test_family_tree() -> None:
     assert issubclass(twproto.TranslationError, twproto.ProtocolError)
     assert issubclass(twproto.ClientTranslationError, twproto.TranslationError)

@@ -17,7 +17,7 @@ from tests.twproto.conftest import (
     fixture_dialect,
     pieces,
 )
-from twproto import _json, ir
+from twproto import ir, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get, new_stream_decoder
 from twproto.sse import JSONArrayDecoder, SSEDecoder
@@ -258,7 +258,7 @@ def _check(name: str, answer: ir.Answer, decoder: Any) -> None:
     assert text.endswith(text_end)
     assert reasoning.startswith(reasoning_start)
     got_calls = [
-        (p.name, _json.loads(p.arguments)) for p in answer.parts if isinstance(p, ir.ToolCall)
+        (p.name, json_loads(p.arguments)) for p in answer.parts if isinstance(p, ir.ToolCall)
     ]
     assert got_calls == calls
     if stop is not None:
@@ -441,13 +441,13 @@ def test_every_whole_fixture_has_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", sorted(WHOLE))
 def test_whole_fixture_decodes(name: str) -> None:
-    answer = get(fixture_dialect(name)).decode_response(_json.loads(fixture(f"whole/{name}")))
+    answer = get(fixture_dialect(name)).decode_response(json_loads(fixture(f"whole/{name}")))
     text_start, reasoning_start, calls, stop, usage = WHOLE[name]
     text = "".join(p.text for p in answer.parts if isinstance(p, ir.Text))
     reasoning = "".join(p.text for p in answer.parts if isinstance(p, ir.Reasoning))
     assert text.startswith(text_start)
     assert reasoning.startswith(reasoning_start)
-    got = [(p.name, _json.loads(p.arguments)) for p in answer.parts if isinstance(p, ir.ToolCall)]
+    got = [(p.name, json_loads(p.arguments)) for p in answer.parts if isinstance(p, ir.ToolCall)]
     assert got == calls
     assert answer.stop_reason is stop
     assert answer.usage == usage
@@ -456,18 +456,18 @@ def test_whole_fixture_decodes(name: str) -> None:
 
 def test_whole_ids_signatures_and_opaque_parts() -> None:
     thinking = get(Dialect.ANTHROPIC).decode_response(
-        _json.loads(fixture("whole/anthropic-thinking.json"))
+        json_loads(fixture("whole/anthropic-thinking.json"))
     )
     first = thinking.parts[0]
     assert isinstance(first, ir.Reasoning) and first.signature is not None
     programmatic = get(Dialect.ANTHROPIC).decode_response(
-        _json.loads(fixture("whole/anthropic-programmatic-tool-call.json"))
+        json_loads(fixture("whole/anthropic-programmatic-tool-call.json"))
     )
     assert any(
         isinstance(p, ir.Opaque) and p.raw["type"] == "server_tool_use" for p in programmatic.parts
     )
     gemini = get(Dialect.GEMINI).decode_response(
-        _json.loads(fixture("whole/gemini-functioncall-thoughtsignature.json"))
+        json_loads(fixture("whole/gemini-functioncall-thoughtsignature.json"))
     )
     seal, call = gemini.parts
     assert isinstance(seal, ir.Reasoning) and seal.signature == (
@@ -475,7 +475,7 @@ def test_whole_ids_signatures_and_opaque_parts() -> None:
     )
     assert isinstance(call, ir.ToolCall) and call.id == ir.derive_call_id(gemini.id, 0)
     responses = get(Dialect.OPENAI_RESPONSES).decode_response(
-        _json.loads(fixture("whole/openai-responses-parallel-function-calls.json"))
+        json_loads(fixture("whole/openai-responses-parallel-function-calls.json"))
     )
     ids = [(p.id, p.item_id) for p in responses.parts if isinstance(p, ir.ToolCall)]
     assert ids[0] == (

@@ -9,7 +9,7 @@ import pytest
 from google import genai
 from google.genai import types as genai_types
 
-from twproto import _json
+from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.models import ModelInfo, encode_model, encode_model_list
 
@@ -37,7 +37,7 @@ def _client(body: bytes) -> httpx2.Client:
 
 def test_openai_shape_and_sdk() -> None:
     body = encode_model_list(Dialect.OPENAI_CHAT, MODELS)
-    obj = _json.loads(body)
+    obj = json_loads(body)
     assert obj["object"] == "list"
     assert obj["data"][0] == {
         "id": "claude-sonnet",
@@ -59,7 +59,7 @@ def test_openai_shape_and_sdk() -> None:
 
 def test_anthropic_shape_and_sdk() -> None:
     body = encode_model_list(Dialect.ANTHROPIC, MODELS)
-    obj = _json.loads(body)
+    obj = json_loads(body)
     assert obj["has_more"] is False
     assert (obj["first_id"], obj["last_id"]) == ("claude-sonnet", "fast")
     assert obj["data"][0]["created_at"] == "2023-11-14T22:13:20Z"
@@ -74,7 +74,7 @@ def test_anthropic_shape_and_sdk() -> None:
 
 def test_gemini_shape_and_sdk() -> None:
     body = encode_model_list(Dialect.GEMINI, MODELS)
-    obj = _json.loads(body)
+    obj = json_loads(body)
     first = obj["models"][0]
     assert first["name"] == "models/claude-sonnet"
     assert (first["inputTokenLimit"], first["outputTokenLimit"]) == (200_000, 64_000)
@@ -89,12 +89,12 @@ def test_gemini_shape_and_sdk() -> None:
 
 
 def test_empty_listing_and_validation() -> None:
-    assert _json.loads(encode_model_list(Dialect.ANTHROPIC, ())) == {
+    assert json_loads(encode_model_list(Dialect.ANTHROPIC, ())) == {
         "data": [],
         "has_more": False,
         "first_id": None,
         "last_id": None,
     }
-    assert _json.loads(encode_model_list(Dialect.GEMINI, [])) == {"models": []}
+    assert json_loads(encode_model_list(Dialect.GEMINI, [])) == {"models": []}
     with pytest.raises(ValueError):
         ModelInfo(id="")

@@ -28,7 +28,7 @@ from tests.twproto.test_convert_matrix import (
     upstream_stream,
     upstream_whole,
 )
-from twproto import _json, ir
+from twproto import ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_encoder
@@ -61,7 +61,7 @@ def _whole_for(upstream: Dialect, client: Dialect, scenario: str) -> bytes:
 
 def _expected_calls(scenario: str) -> list[tuple[str, Any]]:
     return [
-        (p.name, _json.loads(p.arguments))
+        (p.name, json_loads(p.arguments))
         for p in SCENARIOS[scenario].parts
         if isinstance(p, ir.ToolCall)
     ]
@@ -147,7 +147,7 @@ def test_openai_chat_sdk_accumulates(upstream: Dialect, scenario: str) -> None:
     assert completion.model == ("upstream-model" if upstream is Dialect.OPENAI_CHAT else MODEL)
     assert (choice.message.content or "") == _expected_text(scenario)
     calls = [
-        (c.function.name, _json.loads(c.function.arguments))
+        (c.function.name, json_loads(c.function.arguments))
         for c in choice.message.tool_calls or []
         if c.type == "function"
     ]
@@ -171,7 +171,7 @@ def test_openai_responses_sdk_accumulates(upstream: Dialect, scenario: str) -> N
     assert response.model == ("upstream-model" if upstream is Dialect.OPENAI_RESPONSES else MODEL)
     assert response.output_text == _expected_text(scenario)
     calls = [
-        (item.name, _json.loads(item.arguments))
+        (item.name, json_loads(item.arguments))
         for item in response.output
         if item.type == "function_call"
     ]

@@ -19,7 +19,7 @@ from tests.twproto.conftest import (
     stream_events,
     summarize,
 )
-from twproto import _json, ir
+from twproto import _json, ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_decoder
@@ -187,7 +187,7 @@ def test_gemini_json_array_watch_failure_closes_the_array() -> None:
     fresh = StreamTranslator(
         Dialect.GEMINI, Dialect.GEMINI, client_model="g", upstream_sse=False, client_sse=False
     )
-    assert _json.loads(fresh.fail(ERR)) == [
+    assert json_loads(fresh.fail(ERR)) == [
         {"error": {"code": 504, "message": "too slow", "status": "DEADLINE_EXCEEDED"}}
     ]
 
@@ -199,10 +199,10 @@ def test_stream_to_whole_with_upstream_error(client: Dialect) -> None:
         Dialect.OPENAI_CHAT, client, client_model="m", client_stream=False
     )
     assert translator.feed(data) == b""
-    body = _json.loads(translator.end())
+    body = json_loads(translator.end())
     assert "error" in body
     assert not translator.finished
-    assert "error" in _json.loads(translator.fail(ERR))
+    assert "error" in json_loads(translator.fail(ERR))
 
 
 def test_stream_to_whole_unfinished_returns_nothing() -> None:
@@ -250,7 +250,7 @@ def test_dropped_is_reported_for_streams() -> None:
 
 
 def _error_fixture(name: str) -> bytes:
-    body = _json.loads(fixture(f"errors/{name}"))["body"]
+    body = json_loads(fixture(f"errors/{name}"))["body"]
     assert isinstance(body, str)
     return body.encode()
 
@@ -278,7 +278,7 @@ def test_gemini_array_error_element() -> None:
     out = translator.feed(data) + translator.end()
     assert translator.error is not None and translator.error.status == 429
     assert not translator.finished
-    error = _json.loads(out.split(b"data: ")[-1])["error"]
+    error = json_loads(out.split(b"data: ")[-1])["error"]
     assert error["message"].startswith("Resource exhausted")
 
 
