@@ -1,4 +1,4 @@
-"""Hot-path benchmark of stream conversion (SPEC §21): µs per streamed chunk.
+"""Hot-path benchmark of stream conversion (docs/benchmarks.md): µs per streamed chunk.
 
 Run with::
 

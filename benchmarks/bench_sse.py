@@ -1,4 +1,4 @@
-"""Hot-path benchmarks for the SSE codec and first-content detection (SPEC §21).
+"""Hot-path benchmarks for the SSE codec and first-content detection (docs/benchmarks.md).
 
 Run with::
 

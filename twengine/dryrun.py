@@ -99,7 +99,7 @@ class DryRunCandidate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DryRunReport:
-    """Where a request would go now (SPEC §6 dry-run).
+    """Where a request would go now (docs/balancing.md, "Dry-run").
 
     `model` is the model asked for. `route` and `rule` are None when no route applies or no
     rule decided; `target` is the deciding target's kind (None for a denial). `group`,

@@ -18,7 +18,7 @@ Everything that would make a plan depend on the world is an input: the request c
 tested — and reproduced from a log line — without an event loop.
 
 Streams are cut in units of **content events** (text, reasoning and tool-argument deltas; see
-SPEC §4 "first content"): ``break_after: N`` drops the connection after the N-th, ``N = 0``
+docs/streams.md, "First content"): ``break_after: N`` drops the connection after the N-th, ``N = 0``
 right after the opening events (Anthropic ``message_start``/``content_block_start``/``ping``,
 Chat's role chunk, Responses' ``created``/``in_progress``/``output_item.added``…; Gemini has
 none). The first content event waits ``first_delay``, each later one ``chunk_delay``; the events

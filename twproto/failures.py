@@ -154,9 +154,9 @@ class KindPolicy:
     pause: PauseRule
 
 
-# SPEC §5. effort_refused and sealed_reasoning do not fail over: the engine resends once to the
-# same upstream (with another effort level / without the sealed items); a second refusal is
-# classified afresh.
+# docs/failures.md, "Kinds and what they do". effort_refused and sealed_reasoning do not fail over:
+# the engine resends once to the same upstream (with another effort level / without the sealed
+# items); a second refusal is classified afresh.
 KIND_POLICY: Mapping[FailureKind, KindPolicy] = {
     FailureKind.NO_BALANCE: KindPolicy(failover=True, temporary=False, pause=PauseRule.NO_BALANCE),
     FailureKind.QUOTA_USED_UP: KindPolicy(failover=True, temporary=False, pause=PauseRule.QUOTA),

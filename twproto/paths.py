@@ -1,8 +1,8 @@
 """Which API a request path belongs to, and where a request goes upstream.
 
-Clients are recognised by path alone (SPEC §3.1); a leading ``/v1`` is optional where the real
-API has one, so SDKs configured with or without it both work. Upstream paths are what each
-official SDK appends to its base URL (SPEC §3.2).
+Clients are recognised by path alone (docs/operations.md); a leading ``/v1`` is optional where the
+real API has one, so SDKs configured with or without it both work. Upstream paths are what each
+official SDK appends to its base URL (docs/configuration.md, "providers").
 """
 
 from __future__ import annotations

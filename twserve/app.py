@@ -124,7 +124,8 @@ class GatewayApp:
 
     async def _test_connections(self) -> None:
         """Time a connection to each member of a url-test group once at startup: the group ranks
-        by it until an upstream has first-content samples of its own (SPEC §6)."""
+        by it until an upstream has first-content samples of its own (docs/balancing.md, "Balance
+        factors")."""
         names = {
             member.provider
             for group in self.config.groups

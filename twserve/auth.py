@@ -1,4 +1,5 @@
-"""Who is calling: the client address check and the gateway key lookup (SPEC §3.1, §20).
+"""Who is calling: the client address check and the gateway key lookup (docs/operations.md, "What a
+client may send", "Keys and concurrency").
 
 The key is looked for in ``x-api-key``, ``x-goog-api-key``, ``Authorization: Bearer`` and the
 ``key`` query parameter, in that order; empty values are skipped. Every configured key is
@@ -18,7 +19,8 @@ __all__ = ["AddressFilter", "KeyRing", "find_key", "strip_key_param"]
 
 
 def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
-    """The gateway key the client presented, by the lookup order of SPEC §3.1."""
+    """The gateway key the client presented, by the lookup order of docs/operations.md, "Keys and
+    concurrency"."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:
         if name in (b"x-api-key", b"x-goog-api-key", b"authorization") and name not in found:

@@ -1,8 +1,9 @@
 """The config file and the data directory on disk.
 
-Stage 1 of validation (SPEC §17) happens here: the YAML must parse. The parsed mapping then goes
-to `twengine.config.build_config` for the schema, consistency and build stages. ruamel.yaml is
-used in round-trip mode so that writes through the control plane keep comments and layout.
+Stage 1 of validation (docs/configuration.md, "How a config is checked") happens here: the YAML must
+parse. The parsed mapping then goes to `twengine.config.build_config` for the schema, consistency
+and build stages. ruamel.yaml is used in round-trip mode so that writes through the control plane
+keep comments and layout.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The control plane: HTTP/JSON views of a running gateway on a listener of its own (SPEC §18).
+"""The control plane: HTTP/JSON views of a running gateway on a listener of its own
+(docs/control-plane.md).
 
 Theory of operation
 -------------------

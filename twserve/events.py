@@ -127,7 +127,8 @@ class RequestFailed:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRetrying:
     """Every candidate failed temporarily before content: the request waits `backoff_ms`, then
-    retry round `retry` begins (SPEC §9). Paired with the `RequestDequeued` that ends the wait."""
+    retry round `retry` begins (docs/failover.md, "Retry rounds"). Paired with the `RequestDequeued`
+    that ends the wait."""
 
     id: str
     ts: float

@@ -4,7 +4,8 @@ One task per connection. For each request the task reads the head and the whole 
 then runs the handler with a `Responder` that streams the answer as chunked transfer coding.
 While the handler runs, a watcher task keeps reading the socket: end of file or a reset means the
 client has gone, and the handler's cancel scope is cancelled so that the upstream call it makes
-is torn down with it (anyio cancel scopes, never a bare task cancel — see SPEC §20).
+is torn down with it (anyio cancel scopes, never a bare task cancel — see docs/operations.md, "What
+a client may send").
 
 Limits guard against bad or slow clients:
 

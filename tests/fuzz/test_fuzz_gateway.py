@@ -1,5 +1,6 @@
 """Any bytes a client sends end in a typed answer or a closed connection, never a crash or a
-hang, and the gateway keeps serving (SPEC §20). Real sockets against a running gateway."""
+hang, and the gateway keeps serving (docs/operations.md, "What a client may send"). Real sockets
+against a running gateway."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fuzz targets: every parser of untrusted bytes parses, or raises its one typed error (SPEC §20).
+"""Fuzz targets: every parser of untrusted bytes parses, or raises its one typed error
+(docs/library.md, "Errors").
 
 Run under pytest, these are Hypothesis properties over arbitrary bytes and arbitrary splits. Run
 as a script, the same targets go to atheris for coverage-guided fuzzing when it is installed::

@@ -196,7 +196,7 @@ def test_settings_from_config() -> None:
     )
 
 
-# --- SPEC §5, row by row -----------------------------------------------------------------------
+# --- docs/failover.md's table, row by row -------------------------------------------------------
 
 FAILOVER_KINDS = [k for k in K if KIND_POLICY[k].failover]
 
@@ -257,7 +257,8 @@ def test_client_error_passes_the_upstreams_answer_through_without_failover() -> 
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        # Temporary failures of the last candidate start a retry round (§9).
+        # Temporary failures of the last candidate start a retry round (docs/failover.md, "Retry
+        # rounds").
         (K.OVERLOADED, Backoff),
         (K.SERVER, Backoff),
         (K.CONNECT, Backoff),
@@ -429,7 +430,7 @@ def test_a_candidate_paused_by_this_requests_own_failures_is_skipped() -> None:
     assert fail(m, failure(K.SERVER), paused={"a", "b"}) == [Send(provider="c", index=2)]
 
 
-# --- full slots and waiting (§8) ---------------------------------------------------------------
+# --- full slots and waiting (docs/failover.md, "Waiting and the deadline") ------------------------
 
 
 def test_a_full_candidate_is_skipped_at_once_but_stays_in_the_round() -> None:
@@ -597,7 +598,7 @@ def test_content_before_first_content_is_a_caller_bug() -> None:
     assert m.state is State.AWAITING_HEAD
 
 
-# --- keep-alive (§4) ---------------------------------------------------------------------------
+# --- keep-alive (docs/failover.md, "Keep-alive") -----------------------------------------------
 
 
 def test_keep_alive_after_15_s_then_every_15_s() -> None:
@@ -792,7 +793,7 @@ def test_slow_start_is_off_by_default() -> None:
     assert m.next_deadline() == 100.0
 
 
-# --- retry rounds (§9) -------------------------------------------------------------------------
+# --- retry rounds (docs/failover.md, "Retry rounds") ------------------------------------------
 
 
 def _backoffs(jitter: float, *, wait_secs: float = 600.0, hint: float | None = None) -> list[float]:

@@ -1,6 +1,6 @@
 """Requests across formats: every source × target pair on one conversation with system prompt,
 images (URL and base64), parallel tool calls and their results; then the traffic real agents
-send (SPEC §23: Claude Code, Codex CLI); reasoning settings; Gemini schema sanitising."""
+send (Claude Code, Codex CLI; docs/conversion.md); reasoning settings; Gemini schema sanitising."""
 
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def test_anthropic_target_gets_default_max_tokens() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Claude Code (SPEC §23)
+# Claude Code (tests/data/agents/bodies.py; docs/conversion.md)
 
 CLAUDE_CODE = {
     "model": "some-alias",
@@ -364,7 +364,7 @@ def test_claude_code_adaptive_thinking() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Codex CLI (SPEC §23)
+# Codex CLI (tests/data/agents/bodies.py; docs/conversion.md)
 
 CODEX = {
     "model": "gpt-5-codex",

@@ -1,8 +1,9 @@
-"""Failure classification (SPEC §5), table-driven over real error responses and documented shapes.
+"""Failure classification (docs/failures.md), table-driven over real error responses and documented
+shapes.
 
 Every errors/*.json fixture has an expected row here, so a new fixture cannot go untested. The
-expected failover/temporary of each kind is written out from SPEC §5 rather than read from the
-code's own policy table.
+expected failover/temporary of each kind is written out from docs/failures.md rather than read from
+the code's own policy table.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ NOW = 1_750_000_000.0  # 2025-06-15T15:06:40Z
 K = FailureKind
 P = PauseRule
 
-# SPEC §5: (failover, temporary) per kind.
+# docs/failures.md, "Kinds and what they do": (failover, temporary) per kind.
 SPEC_POLICY: dict[FailureKind, tuple[bool, bool]] = {
     K.NO_BALANCE: (True, False),
     K.QUOTA_USED_UP: (True, False),

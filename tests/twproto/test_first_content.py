@@ -1,4 +1,4 @@
-"""First-content detection and the opening hold (SPEC §4)."""
+"""First-content detection and the opening hold (docs/streams.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """SSE decoder/encoder and the JSON-array stream decoder.
 
 Every transcript is fed whole, byte by byte and at chosen split points, and must decode to what
-the one-shot feed gives (STYLE §7).
+the one-shot feed gives (docs/streams.md, "SSE decoding").
 """
 
 from __future__ import annotations

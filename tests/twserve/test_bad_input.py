@@ -1,6 +1,6 @@
 """Bad input to the real gateway: each is refused with the right status and an error body in the
 client's format (with ``x-thinkwatch-error``), never reaches an upstream, and the server goes on
-serving the next request (SPEC §3.1, §3.3, §20)."""
+serving the next request (docs/operations.md, "What a client may send")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A client that leaves mid-stream cancels the upstream call, frees the slot and still leaves
-a row with the attempts made (SPEC §20)."""
+a row with the attempts made (docs/operations.md, "What a client may send")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Many concurrent streams over flaky and capped upstreams: every request is answered, every
-row is written, and no slot is left held (SPEC §7, §8, §20)."""
+row is written, and no slot is left held (docs/failover.md, docs/balancing.md)."""
 
 from __future__ import annotations
 

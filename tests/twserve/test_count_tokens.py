@@ -1,5 +1,5 @@
 """Token counting: forwarded to an upstream of the client's format, else estimated locally
-(SPEC §14)."""
+(docs/operations.md, "What goes upstream")."""
 
 from __future__ import annotations
 

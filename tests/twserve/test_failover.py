@@ -3,8 +3,8 @@
 Two or three mock upstreams of the client's format sit in a fallback group. The first one is
 given a fault; the client must then see either the next upstream's clean answer or a well-formed
 error its SDK raises as an API error — never a silent truncated success, never a hang (every SDK
-call is bounded by a short timeout) — and the request row must list the attempts (SPEC §4, §5,
-§7, §9, §16; docs/failover.md).
+call is bounded by a short timeout) — and the request row must list the attempts (docs/failover.md,
+docs/failures.md; the row: docs/operations.md).
 
 ``failover.wait_secs`` is 1 s unless a test needs a retry: shorter than the first retry pause,
 so a request whose last candidate failed temporarily ends at once.

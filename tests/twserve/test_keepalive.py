@@ -1,6 +1,7 @@
 """While an upstream is slow to its first content the client gets its 200 and SSE keep-alive
-comments (Gemini clients: the headers only), and failover continues under that 200 (SPEC §4).
-The 15 s of production are shortened here through the gateway's attempt settings."""
+comments (Gemini clients: the headers only), and failover continues under that 200
+(docs/failover.md, "Keep-alive"). The 15 s of production are shortened here through the gateway's
+attempt settings."""
 
 from __future__ import annotations
 

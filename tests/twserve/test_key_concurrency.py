@@ -1,5 +1,5 @@
 """clients[].max_concurrent: a key's streams count until they end; excess requests queue
-within failover.wait_secs, then get 429 (SPEC §8)."""
+within failover.wait_secs, then get 429 (docs/operations.md, "Keys and concurrency")."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A request in the upstream's own format must reach it byte for byte, with the protocol headers
 the client sent and the upstream's key instead of the gateway's, and the answer must come back
-as the upstream wrote it (SPEC §3.3, §23). "As the upstream wrote it" is checked against a twin
+as the upstream wrote it (docs/conversion.md). "As the upstream wrote it" is checked against a twin
 mock — same settings, same seed, same frozen clock — asked directly with the same request.
 """
 

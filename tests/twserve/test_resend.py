@@ -1,5 +1,5 @@
 """Refused effort and sealed reasoning are resent once to the same upstream, rewritten
-(SPEC §5, §13, §14)."""
+(docs/failover.md, docs/failures.md)."""
 
 from __future__ import annotations
 

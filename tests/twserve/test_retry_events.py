@@ -1,4 +1,5 @@
-"""A retry round is announced (RequestRetrying) and its end too (RequestDequeued) — SPEC §9."""
+"""A retry round is announced (RequestRetrying) and its end too (RequestDequeued) (docs/failover.md,
+"Retry rounds"; docs/control-plane.md, "Events")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A rule's `set` reaches the upstream: model, max_tokens and reasoning level (SPEC §6, §13)."""
+"""A rule's `set` reaches the upstream: model, max_tokens and reasoning level
+(docs/configuration.md, routes; docs/conversion.md, "Reasoning effort")."""
 
 from __future__ import annotations
 

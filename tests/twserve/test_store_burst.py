@@ -1,4 +1,5 @@
-"""A burst of concurrent streamed requests leaves exactly one complete row each (SPEC §16).
+"""A burst of concurrent streamed requests leaves exactly one complete row each (docs/operations.md,
+"The request row").
 
 The requests are anyio tasks over one httpcore pool (no threads), all in flight together: the
 mock paces each stream over a few chunks, so rows are finished and queued for the store

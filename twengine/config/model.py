@@ -467,7 +467,7 @@ class Route:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failover:
-    """``failover``: pauses, timeouts and waiting (SPEC §4, §5, §8, §9)."""
+    """``failover``: pauses, timeouts and waiting (docs/configuration.md, docs/failover.md)."""
 
     failures_to_pause: int = int(_d(defaults.FAILOVER, "failures_to_pause"))
     pause_secs: float = _d(defaults.FAILOVER, "pause_secs")
@@ -520,14 +520,14 @@ class Pricing:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class State:
-    """``state`` (SPEC §22): shared state across instances."""
+    """``state`` (docs/configuration.md, not built yet): shared state across instances."""
 
     redis_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Store:
-    """``store`` (SPEC §22): the request store beyond SQLite."""
+    """``store`` (docs/configuration.md, not built yet): the request store beyond SQLite."""
 
     postgres_dsn: str | None = None
 

@@ -87,7 +87,8 @@ GEMINI_LEVEL: Mapping[Effort, str] = {
 
 # Anthropic's smallest accepted thinking budget.
 ANTHROPIC_MIN_BUDGET = 1024
-# Gemini 2.5 budget ceilings (SPEC §13: budgets are capped at the model's limit).
+# Gemini 2.5 budget ceilings (docs/conversion.md, "Reasoning effort": budgets are capped at the
+# model's limit).
 GEMINI_PRO_MAX_BUDGET = 32768
 GEMINI_FLASH_MAX_BUDGET = 24576
 

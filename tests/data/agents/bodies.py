@@ -1,4 +1,5 @@
-"""Requests shaped like the traffic of Claude Code 2.1 and Codex CLI 0.171 (SPEC §23).
+"""Requests shaped like the traffic of Claude Code 2.1 and Codex CLI 0.171 (docs/conversion.md
+describes how they convert).
 
 The bodies are built, not stored: a real Claude Code request is ~100 KB and a Codex one ~40 KB,
 mostly tool descriptions and system prompts. The builder reproduces their *shape* — the fields,
