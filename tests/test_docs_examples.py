@@ -8,12 +8,23 @@ assertion fails the test, named by the page and the line of the block.
 
 from __future__ import annotations
 
+import ast
+import http.server
+import json
 import re
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpcore
+import openai
 import pytest
+from anyio.from_thread import start_blocking_portal
+
+from twmock import MockSettings, parse_script, run_mock
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 ALL_BLOCKS = ("library.md",)
@@ -128,3 +139,148 @@ def test_marker_finds_blocks() -> None:
     (block,) = blocks_of("other.md", page)
     assert (block.line, block.source) == (3, "x = 1\n")
     assert len(blocks_of("library.md", page)) == 3
+
+
+# --- library.md: only the facades, and the proxy on loopback ---------------------------------
+
+
+def _library_blocks() -> list[Block]:
+    return [b for b in BLOCKS if b.page == "library.md"]
+
+
+@pytest.mark.parametrize("block", _library_blocks(), ids=lambda b: b.name)
+def test_library_examples_import_only_top_level_names(block: Block) -> None:
+    for node in ast.walk(ast.parse(block.source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            top, _, rest = name.partition(".")
+            assert not (top in ("twproto", "twengine") and rest), f"{block.name} imports {name}"
+
+
+def _proxy_block() -> Block:
+    (block,) = [b for b in _library_blocks() if "class ChatToAnthropic" in b.source]
+    return block
+
+
+TEXT = "Hello from the mock upstream, converted."
+
+
+@pytest.fixture
+def proxy() -> Iterator[tuple[dict[str, Any], str, Any]]:
+    """The proxy of docs/library.md section 8, run as written, in front of a mock upstream.
+
+    Yields the example's namespace, the proxy's base URL and the mock. The mock's profiles
+    (a path prefix each) are the upstreams a test points ``ANTHROPIC_URL`` at."""
+    block = _proxy_block()
+    namespace: dict[str, Any] = {"__name__": "docs_proxy_example"}
+    exec(compile("\n" * block.line + block.source, str(DOCS / block.page), "exec"), namespace)
+    settings = MockSettings(
+        script=parse_script({"text": TEXT, "chunk_size": 6}),
+        profiles={
+            "limited": parse_script({"error": {"status": 429, "message": "slow down"}}),
+            "broken": parse_script({"text": TEXT, "chunk_size": 6, "break_after": 2}),
+        },
+    )
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(run_mock(settings)) as mock,
+    ):
+        namespace["ANTHROPIC_URL"] = mock.url
+        namespace["ANTHROPIC_KEY"] = "upstream-key"
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), namespace["ChatToAnthropic"])
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield namespace, f"http://127.0.0.1:{server.server_address[1]}/v1", mock
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+            namespace["pool"].close()
+
+
+def _client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="client-key", max_retries=0, timeout=5)
+
+
+def test_proxy_streams_an_anthropic_answer_to_the_openai_sdk(proxy: Any) -> None:
+    _, base_url, mock = proxy
+    with _client(base_url) as client:
+        stream = client.chat.completions.create(
+            model="claude-proxy-1",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "hi"},
+            ],
+            stream=True,
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == TEXT
+    assert len(chunks) > 5  # streamed piece by piece, not buffered into one
+    assert {c.model for c in chunks} == {"claude-proxy-1"}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    upstream = mock.received[-1]
+    assert (upstream.path, upstream.header("x-api-key")) == ("/v1/messages", "upstream-key")
+    assert upstream.header("anthropic-version") == "2023-06-01"
+    sent = upstream.json()
+    assert sent == {
+        "model": "claude-proxy-1",
+        "max_tokens": 8192,  # Anthropic requires it; the translator's default
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "stream": True,
+    }
+
+
+def test_proxy_answers_a_whole_request(proxy: Any) -> None:
+    _, base_url, mock = proxy
+    with _client(base_url) as client:
+        answer = client.chat.completions.create(
+            model="claude-proxy-1", messages=[{"role": "user", "content": "hi"}], max_tokens=50
+        )
+    assert answer.choices[0].message.content == TEXT
+    assert answer.usage is not None and answer.usage.completion_tokens > 0
+    assert mock.received[-1].json().get("stream") in (None, False)
+    assert mock.received[-1].json()["max_tokens"] == 50
+
+
+def test_proxy_passes_an_upstream_error_in_the_clients_shape(proxy: Any) -> None:
+    namespace, base_url, mock = proxy
+    namespace["ANTHROPIC_URL"] = mock.url + "/limited"
+    with _client(base_url) as client, pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(
+            model="claude-proxy-1", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    assert info.value.status_code == 429
+    assert "slow down" in str(info.value)
+
+
+def test_proxy_ends_a_broken_stream_with_an_error_the_sdk_raises(proxy: Any) -> None:
+    namespace, base_url, mock = proxy
+    namespace["ANTHROPIC_URL"] = mock.url + "/broken"
+    with _client(base_url) as client:
+        stream = client.chat.completions.create(
+            model="claude-proxy-1", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        seen = []
+        with pytest.raises(openai.APIError, match="broke off"):
+            for chunk in stream:
+                seen.append(chunk)
+    assert seen  # content arrived before the break
+
+
+def test_proxy_refuses_a_request_it_cannot_convert(proxy: Any) -> None:
+    _, base_url, mock = proxy
+    before = len(mock.received)
+    with httpcore.ConnectionPool() as pool:
+        reply = pool.request("POST", base_url + "/chat/completions", content=b"[1, 2]")
+    assert reply.status == 400
+    assert json.loads(reply.content)["error"]["type"] == "invalid_request_error"
+    assert len(mock.received) == before  # nothing went upstream
