@@ -158,7 +158,7 @@ class ReasoningLevel(StrEnum):
     """A reasoning level a routing rule sets (``set.reasoning``, docs/configuration.md).
 
     `OFF` removes reasoning from a request; the others change the effort of a request that
-    already reasons and never turn reasoning on (docs/conversion.md, "Reasoning levels").
+    already reasons and never turn reasoning on (docs/conversion.md, "Reasoning effort").
     Each level other than `OFF` has the `Effort` of the same name.
     """
 

@@ -7,7 +7,7 @@ import re
 import anyio
 import pytest
 
-from twserve.demo import banner_requests, curl_line, run_demo
+from twserve.demo import banner_requests, curl_line, demo_config, run_demo
 
 
 def test_demo_once_answers_every_banner_request(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,3 +32,9 @@ def test_curl_lines_quote_bodies() -> None:
     line = curl_line(url, headers, body)
     assert line.startswith("curl -N http://127.0.0.1:8788/v1/messages ")
     assert "x-api-key: demo-key" in line and "'content-type: application/json'" in line
+
+
+def test_demo_upstreams_take_the_mock_script_header() -> None:
+    # Every demo upstream is the mock, so a curl's x-mock-script may script its answer.
+    providers = demo_config(9).providers
+    assert providers and all(p.forward_mock_headers for p in providers)
