@@ -83,6 +83,8 @@ def forwardable_headers(
 ) -> list[tuple[bytes, bytes]]:
     """The client's headers that go upstream: protocol headers for a same-format upstream, and
     the mock upstream's ``x-mock-*`` only where the provider sets ``forward_mock_headers``."""
+    if not same_format and not mock_headers:
+        return []
     prefixes = _PROTOCOL_PREFIXES[dialect] if same_format else ()
     out = []
     for name, value in headers:
