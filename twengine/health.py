@@ -79,6 +79,8 @@ class HealthReason(StrEnum):
     RATE_LIMIT = "rate_limit"
     SUCCESS = "success"
     EXPIRED = "expired"
+    # Started or ended by an operator (the control plane), not by what the upstream did.
+    MANUAL = "manual"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +223,9 @@ class Health:
         state.pauses = 0
         if state.until is None:
             return []
+        if state.reason is HealthReason.MANUAL and state.until > now:
+            # An operator's pause lasts until they end it or it runs out.
+            return []
         why = HealthReason.SUCCESS if state.until > now else HealthReason.EXPIRED
         return [self._end(name, state, now, why)]
 
@@ -313,6 +318,29 @@ class Health:
         return HealthChanged(
             upstream=name, paused=False, reason=why, at=now, failures_in_row=state.failures
         )
+
+    def pause(self, name: str, now: float, until: float) -> list[HealthChanged]:
+        """An operator's pause of `name` until `until`; answers succeeding do not end it."""
+        state = self._state(name)
+        state.until = until
+        state.reason = HealthReason.MANUAL
+        return [
+            HealthChanged(
+                upstream=name,
+                paused=True,
+                reason=HealthReason.MANUAL,
+                at=now,
+                until=until,
+                failures_in_row=state.failures,
+            )
+        ]
+
+    def resume(self, name: str, now: float) -> list[HealthChanged]:
+        """End any pause of `name` now (an operator's resume)."""
+        state = self._upstreams.get(name)
+        if state is None or state.until is None:
+            return []
+        return [self._end(name, state, now, HealthReason.MANUAL)]
 
     def is_paused(self, name: str, now: float) -> bool:
         state = self._upstreams.get(name)
