@@ -106,6 +106,9 @@ _CODES = {
     "engine.pinned_model_not_offered": "A pinned target's upstream does not offer its model.",
     "engine.client_route_unknown": "A gateway key's route names no route.",
     "engine.default_route_unknown": "default_route names no route.",
+    # --- config: live reload (stage 4) ----------------------------------------------------
+    "config.runtime_failed": "The runtime objects (router, slots, keys) did not build from it.",
+    "config.listen_unavailable": "A changed listen address cannot be bound; the old one stays.",
     # --- control plane -------------------------------------------------------------------
     "control.auth.missing_key": "A control-plane request carries no control key (401).",
     "control.auth.bad_key": "The control key is wrong (401).",
@@ -120,6 +123,10 @@ _CODES = {
     "control.provider_unknown": "The control-plane request names no upstream (404).",
     "control.model_spec_invalid": "A model spec written through the control plane is refused.",
     "control.safe_mode": "The config failed to load; only the control plane is serving.",
+    "control.group_unknown": "The control-plane request names no group (404).",
+    "control.config.layout": (
+        "A small write cannot be spliced into how this part of the file is written (409)."
+    ),
     # --- gateway answers and attempt outcomes --------------------------------------------
     "gw.auth.missing_key": "The request carries no gateway key (401).",
     "gw.auth.bad_key": "The gateway key is not one the config lists (401).",

@@ -161,26 +161,40 @@ class HealthChanged:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigReloaded:
-    """A new config is serving; `generation` counts the configs applied since start (1 first)."""
+    """A new config is serving; `generation` counts the configs applied since start (1 first),
+    `version` is the config schema's version, `config_version` names the file's bytes
+    (``blake3:…``) and `origin` says where the change came from (file, control, cli)."""
 
     ts: float
     generation: int
     version: int
+    config_version: str = ""
+    origin: str = "file"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigProblem:
+    """One problem of a refused config: its validation `stage` (yaml, schema, consistency,
+    runtime), code, field path, 1-based `line` in the file and that line with secrets hidden."""
+
     code: str
     path: str
     message: str
+    stage: str = "schema"
+    line: int | None = None
+    excerpt: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigRejected:
-    """A config failed validation; the previous one keeps serving."""
+    """A config failed validation; the previous one keeps serving. `stage` is the earliest
+    stage that failed; `config_version` names the refused bytes."""
 
     ts: float
     problems: tuple[ConfigProblem, ...]
+    stage: str = "schema"
+    config_version: str = ""
+    origin: str = "file"
 
 
 Event = (
@@ -434,15 +448,39 @@ class EventBus:
             )
         )
 
-    def config_reloaded(self, *, generation: int, version: int) -> None:
-        self.publish(ConfigReloaded(ts=self.wall(), generation=generation, version=version))
+    def config_reloaded(
+        self, *, generation: int, version: int, config_version: str = "", origin: str = "file"
+    ) -> None:
+        self.publish(
+            ConfigReloaded(
+                ts=self.wall(),
+                generation=generation,
+                version=version,
+                config_version=config_version,
+                origin=origin,
+            )
+        )
 
-    def config_rejected(self, problems: Sequence[Problem]) -> None:
+    def config_rejected(
+        self,
+        problems: Sequence[Problem | ConfigProblem],
+        *,
+        stage: str | None = None,
+        config_version: str = "",
+        origin: str = "file",
+    ) -> None:
+        items = tuple(
+            p
+            if isinstance(p, ConfigProblem)
+            else ConfigProblem(code=p.code, path=p.path, message=p.message)
+            for p in problems
+        )
         self.publish(
             ConfigRejected(
                 ts=self.wall(),
-                problems=tuple(
-                    ConfigProblem(code=p.code, path=p.path, message=p.message) for p in problems
-                ),
+                problems=items,
+                stage=stage or (items[0].stage if items else "schema"),
+                config_version=config_version,
+                origin=origin,
             )
         )
