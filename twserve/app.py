@@ -25,8 +25,11 @@ import anyio.abc
 from twengine.config import Config
 from twengine.config.model import GroupType, Provider
 from twserve import control, http1
+from twserve.configcheck import ConfigRejection, Finding, locate
+from twserve.confighistory import ConfigHistory
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
+from twserve.liveconfig import LiveConfig
 from twserve.metrics import Metrics
 from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
@@ -38,11 +41,17 @@ log = logging.getLogger("twserve")
 
 @dataclass(slots=True)
 class Bound:
-    gateway_port: int
+    """The ports bound; `gateway_port` is None in safe mode (only the control plane serves)."""
+
+    gateway_port: int | None
     control_port: int | None = None
 
 
 class GatewayApp:
+    # The gateway's bound port (None until it listens: in safe mode, until a config passes).
+    gateway_port: int | None
+    _serving: anyio.abc.TaskGroup | None
+
     def __init__(
         self,
         config: Config,
@@ -54,6 +63,9 @@ class GatewayApp:
         limits: http1.ServerLimits | None = None,
         control_port: int | None = None,
         shutdown_grace: float = 30.0,
+        config_path: Path | None = None,
+        config_data: bytes | None = None,
+        safe_mode: ConfigRejection | None = None,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
@@ -86,6 +98,14 @@ class GatewayApp:
             self.control = control.ControlPlane(
                 gw, store=self.store, events=self.events, metrics=self.metrics, env=self.env
             )
+        self._host_pinned = host is not None
+        self._init_live_config(
+            config_path,
+            config_data,
+            safe_mode,
+            port_pinned=port is not None,
+            control_pinned=control_port is not None,
+        )
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED
@@ -101,15 +121,20 @@ class GatewayApp:
                 tg.start_soon(self._test_connections)
                 try:
                     async with anyio.create_task_group() as serving:
-                        port = await serving.start(self._serve)
+                        self._serving = serving
+                        port = None
+                        if self.safe_mode is None:
+                            port = await serving.start(self._serve)
                         control_port = None
                         if self.control is not None:
                             control_port = await serving.start(self._serve_control)
+                        if self.live is not None:
+                            serving.start_soon(self.live.watch)
                         task_status.started(Bound(gateway_port=port, control_port=control_port))
                         await self._stop.wait()
                         # Graceful stop: no new requests; streams in flight finish in the grace.
                         log.info("draining requests in flight (up to %.0f s)", self.shutdown_grace)
-                        if not await self.gateway_server.drain(self.shutdown_grace):
+                        if not await self._drain_gateway(self.shutdown_grace):
                             log.warning("requests still running after the grace period were cut")
                         serving.cancel_scope.cancel()
                 finally:
@@ -181,21 +206,218 @@ class GatewayApp:
         await self._stopped.wait()
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
-        await http1.serve(
-            self.gateway.handle,
-            host=self.host,
-            port=self.port,
-            server=self.gateway_server,
-            task_status=task_status,
+        listener = await anyio.create_tcp_listener(
+            local_host=self.host, local_port=self.port, reuse_port=False
         )
+        bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
+        self.gateway_port = bound
+        task_status.started(bound)
+        await self._serve_on(self.gateway_server, listener)
 
     async def _serve_control(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
-        assert self.control is not None
-        await http1.serve(
-            self.control.handle,
-            host=self.control_host,
-            port=self.control_port,
-            limits=self.limits,
-            errors=control.transport_error,
-            task_status=task_status,
+        assert self.control is not None and self._control_server is not None
+        listener = await anyio.create_tcp_listener(
+            local_host=self.control_host, local_port=self.control_port, reuse_port=False
         )
+        task_status.started(int(listener.extra(anyio.abc.SocketAttribute.local_port)))
+        await self._serve_on(self._control_server, listener)
+
+    # -- live config: reload, listener rebind, safe mode (SPEC §17) --------------------------
+
+    def _init_live_config(
+        self,
+        path: Path | None,
+        data: bytes | None,
+        safe: ConfigRejection | None,
+        *,
+        port_pinned: bool,
+        control_pinned: bool,
+    ) -> None:
+        """Set up the config watcher when the app was given its file. In safe mode the gateway
+        listener waits for a config that passes; the control plane serves meanwhile."""
+        self.safe_mode = safe
+        self.gateway_port = None
+        self._port_pinned = port_pinned
+        self._control_pinned = control_pinned
+        self._serving = None
+        self._retiring: set[http1.Server] = set()
+        self._control_server = (
+            http1.Server(self.control.handle, limits=self.limits, errors=control.transport_error)
+            if self.control is not None
+            else None
+        )
+        self.live: LiveConfig | None = None
+        if path is None:
+            return
+        if data is None:
+            data = path.read_bytes()
+        self.live = LiveConfig(
+            path,
+            history=ConfigHistory(self.data_dir),
+            events=self.events,
+            stage=self._stage_config,
+            data=data,
+            safe=safe,
+        )
+        if safe is None:
+            try:
+                self.live.history.record(data, "file")
+            except OSError as exc:
+                log.warning("could not record the config history: %s", exc)
+        if self.control is not None:
+            from twserve.control_config import ConfigAPI
+
+            self.control.config_api = ConfigAPI(self.live, self.control)
+
+    def reload_config(self) -> None:
+        """Read the config file again now (what ``SIGHUP`` does)."""
+        if self.live is not None:
+            self.live.reload_now()
+
+    async def _stage_config(self, config: Config, text: str) -> _StagedConfig:
+        """Stage 4's last part: bind the new addresses when `listen` moved a listener (or the
+        gateway's when safe mode ends). A port that cannot be bound refuses the config; the
+        old listeners stay."""
+        staged = _StagedConfig(self, config)
+        gw = config.listen.gateway
+        host = self.host if self._host_pinned else gw.bind
+        port = self.port if self._port_pinned else gw.port
+        if self.safe_mode is not None or (host, port) != (self.host, self.port):
+            staged.gateway = (await self._bind(host, port, text, "gateway"), host, port)
+        ctl = config.listen.control
+        if (
+            self.control is not None
+            and ctl.enabled
+            and not self._control_pinned
+            and (ctl.bind, ctl.port) != (self.control_host, self.control_port)
+        ):
+            try:
+                staged.control = (
+                    await self._bind(ctl.bind, ctl.port, text, "control"),
+                    ctl.bind,
+                    ctl.port,
+                )
+            except ConfigRejection:
+                staged.discard()
+                raise
+        return staged
+
+    async def _bind(
+        self, host: str, port: int, text: str, which: str
+    ) -> anyio.abc.Listener[anyio.abc.SocketStream]:
+        try:
+            return await anyio.create_tcp_listener(
+                local_host=host, local_port=port, reuse_port=False
+            )
+        except OSError as exc:
+            path = f"listen.{which}.port"
+            line, excerpt = locate(text, path)
+            raise ConfigRejection(
+                [
+                    Finding(
+                        stage="runtime",
+                        code="config.listen_unavailable",
+                        path=path,
+                        line=line,
+                        message=f"cannot listen on {host}:{port} ({which}): {exc.strerror or exc}",
+                        excerpt=excerpt,
+                    )
+                ]
+            ) from None
+
+    def _commit_config(self, staged: _StagedConfig) -> None:
+        config = staged.config
+        self.config = config
+        self.gateway.apply_config(config)
+        if self.control is not None:
+            self.control.safe_mode = ()
+        if staged.gateway is not None:
+            self._switch_gateway_listener(*staged.gateway)
+        if staged.control is not None:
+            self._switch_control_listener(*staged.control)
+        self.safe_mode = None
+
+    def _switch_gateway_listener(
+        self, listener: anyio.abc.Listener[anyio.abc.SocketStream], host: str, port: int
+    ) -> None:
+        """Serve the gateway on `listener` from now on; the previous listener stops accepting
+        and its connections finish what they are doing (streams are not cut)."""
+        assert self._serving is not None
+        old = self.gateway_server if self.gateway_port is not None else None
+        self.gateway_server = http1.Server(
+            self.gateway.handle, limits=self.limits, errors=transport_error
+        )
+        self.host, self.port = host, port
+        self.gateway_port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
+        self._serving.start_soon(self._serve_on, self.gateway_server, listener)
+        if old is not None:
+            self._retire(old)
+        log.info("gateway listening on %s:%s", host, self.gateway_port)
+
+    def _switch_control_listener(
+        self, listener: anyio.abc.Listener[anyio.abc.SocketStream], host: str, port: int
+    ) -> None:
+        assert self._serving is not None and self.control is not None
+        old = self._control_server
+        self._control_server = http1.Server(
+            self.control.handle, limits=self.limits, errors=control.transport_error
+        )
+        self.control_host, self.control_port = host, port
+        self._serving.start_soon(self._serve_on, self._control_server, listener)
+        if old is not None:
+            self._retire(old)
+        log.info("control plane listening on %s:%s", host, port)
+
+    async def _serve_on(
+        self, server: http1.Server, listener: anyio.abc.Listener[anyio.abc.SocketStream]
+    ) -> None:
+        async with listener:
+            await server.serve_listener(listener)
+
+    def _retire(self, server: http1.Server) -> None:
+        """Stop `server` accepting; its connections get the shutdown grace to finish."""
+        assert self._serving is not None
+        self._retiring.add(server)
+
+        async def drain() -> None:
+            try:
+                await server.drain(self.shutdown_grace)
+            finally:
+                self._retiring.discard(server)
+
+        self._serving.start_soon(drain)
+
+    async def _drain_gateway(self, grace: float) -> bool:
+        """Drain the current gateway listener and any listener still retiring after a rebind."""
+        results: list[bool] = []
+
+        async def one(server: http1.Server) -> None:
+            results.append(await server.drain(grace))
+
+        async with anyio.create_task_group() as tg:
+            for server in {self.gateway_server, *self._retiring}:
+                tg.start_soon(one, server)
+        return all(results)
+
+
+# A listener bound for a staged config, with the host and port it was asked for.
+_BoundListener = tuple[anyio.abc.Listener[anyio.abc.SocketStream], str, int]
+
+
+class _StagedConfig:
+    """A config that passed every stage, with the listeners it needs already bound."""
+
+    def __init__(self, app: GatewayApp, config: Config) -> None:
+        self.app = app
+        self.config = config
+        self.gateway: _BoundListener | None = None
+        self.control: _BoundListener | None = None
+
+    def commit(self) -> None:
+        self.app._commit_config(self)
+
+    def discard(self) -> None:
+        for bound in (self.gateway, self.control):
+            if bound is not None and self.app._serving is not None:
+                self.app._serving.start_soon(bound[0].aclose)
+        self.gateway = self.control = None

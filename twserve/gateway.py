@@ -277,6 +277,9 @@ class Gateway:
         client_name: str,
     ) -> None:
         started = self.clock()
+        # A reload may swap the config while this request waits for a key permit; it keeps the
+        # settings it was admitted with (its candidates are fixed below, before any wait).
+        settings = self.settings
         row = RequestRow(
             id=self._next_id(),
             ts=self.wall(),
@@ -442,7 +445,7 @@ class Gateway:
                 candidates,
                 req,
                 responder,
-                settings=self.settings,
+                settings=settings,
                 clock=self.clock,
                 wall=self.wall,
                 rng=self.rng.random,
