@@ -30,7 +30,7 @@ import importlib.metadata
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlencode
 
 import anyio
@@ -60,7 +60,7 @@ __all__ = [
     "report_from_dict",
 ]
 
-CONTROL_API_VERSION = 1
+CONTROL_API_VERSION = 2
 API_HEADER = b"x-twserve-control-api"
 
 DEFAULT_REQUEST_LIMIT = 50
@@ -264,6 +264,15 @@ def _presented_key(request: Request) -> bytes | None:
 View = Callable[[Request], Awaitable[Any]]
 
 
+class ConfigEndpoints(Protocol):
+    """The config reads and writes (`twserve.control_config.ConfigAPI`), when the gateway runs
+    from a config file."""
+
+    async def handle(self, request: Request) -> tuple[int, Any] | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
 class ControlPlane:
     """The control plane's handler over the gateway's shared objects (see module docs).
 
@@ -291,6 +300,8 @@ class ControlPlane:
         self.safe_mode = tuple(safe_mode)
         self.keepalive_secs = keepalive_secs
         self.generation = 1
+        # Set by the app when it runs from a config file: GET/PUT /config and the small writes.
+        self.config_api: ConfigEndpoints | None = None
         self.started_wall = gateway.wall()
         self.started = gateway.clock()
         self._views: dict[str, View] = {
@@ -332,6 +343,12 @@ class ControlPlane:
                 self._only_get(request)
                 await self._send(responder, 200, self.metrics.exposition(), CONTENT_TYPE.encode())
                 return
+            if self.config_api is not None:
+                answer = await self.config_api.handle(request)
+                if answer is not None:
+                    status, payload = answer
+                    await self._send(responder, status, _json.dumps(payload))
+                    return
             view = self._views.get(request.path)
             if view is None:
                 raise ControlRequestError(
@@ -430,7 +447,7 @@ class ControlPlane:
                 "bind": config.listen.gateway.bind,
                 "port": config.listen.gateway.port,
             },
-        }
+        } | (self.config_api.status() if self.config_api is not None else {})
 
     async def _overview(self, request: Request) -> dict[str, Any]:
         config = self.config
