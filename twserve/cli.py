@@ -1,4 +1,4 @@
-"""``twserve`` command line: serve, init, check, demo, mock-upstream, dryrun.
+"""``twserve`` command line: serve, init, check, config, demo, mock-upstream, dryrun.
 
 Every subcommand is a thin layer over functions that tests call directly.
 """
@@ -75,26 +75,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
         print(f"wrote a starting config to {path}; gateway key: {key}")
-    try:
-        config = load_config(path)
-    except ConfigError as err:
-        print(f"{path}: the config has problems:", file=sys.stderr)
-        _print_problems(err)
+    home = data_dir() if not args.data_dir else Path(args.data_dir)
+    app = _serving_app(path, home, port=args.port, safe=args.safe)
+    if app is None:
         return 1
-    app = GatewayApp(
-        config, data_dir() if not args.data_dir else Path(args.data_dir), port=args.port
-    )
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             bound = await tg.start(app.run)
-            print(f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True)
+            if bound.gateway_port is not None:
+                print(f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True)
             if bound.control_port is not None:
                 where = f"http://{app.control_host}:{bound.control_port}"
                 print(f"control plane on {where}", flush=True)
-            # The first SIGTERM / Ctrl-C drains requests in flight; a second one stops at once.
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
+            # SIGHUP reads the config again. The first SIGTERM / Ctrl-C drains requests in
+            # flight; a second one stops at once.
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+                async for signum in sigs:
+                    if signum == signal.SIGHUP:
+                        log.info("SIGHUP: reading the config again")
+                        app.reload_config()
+                        continue
                     if app.stopping:
                         tg.cancel_scope.cancel()
                         break
@@ -106,6 +107,109 @@ def cmd_serve(args: argparse.Namespace) -> int:
         anyio.run(main)
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _serving_app(path: Path, home: Path, *, port: int | None, safe: bool) -> GatewayApp | None:
+    """The app `serve` runs: from the config on disk, or in safe mode when it cannot load (or
+    `safe` asks for it) — only the control plane, naming the problem."""
+    from twserve.configcheck import ConfigRejection, Finding
+    from twserve.liveconfig import check_bytes
+    from twserve.safemode import control_only_config
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        print(f"cannot read {path}: {exc}", file=sys.stderr)
+        return None
+    rejection: ConfigRejection | None = None
+    try:
+        config = check_bytes(data)
+    except ConfigRejection as err:
+        rejection = err
+    if rejection is None and safe:
+        rejection = ConfigRejection(
+            [
+                Finding(
+                    stage="runtime",
+                    code="control.safe_mode",
+                    path="",
+                    line=None,
+                    message="started with --safe; write a config to start the gateway",
+                    excerpt="",
+                )
+            ]
+        )
+    if rejection is None:
+        return GatewayApp(config, home, port=port, config_path=path, config_data=data)
+    print(f"{path}: starting in safe mode (control plane only):", file=sys.stderr)
+    for f in rejection.findings:
+        line = f" line {f.line}" if f.line is not None else ""
+        print(f"  [{f.stage}] {f.code}{line}: {f.message}", file=sys.stderr)
+    control = control_only_config(data.decode("utf-8", errors="replace"), home, os.environ)
+    if control.source == "defaults":
+        where = f"$TWSERVE_CONTROL_KEY or {control.key_file}"
+        print(
+            "  the config gives no usable listen.control; the control plane uses the defaults "
+            f"(127.0.0.1:8789, key from {where})",
+            file=sys.stderr,
+        )
+    return GatewayApp(
+        control.config,
+        home,
+        port=port,
+        config_path=path,
+        config_data=data,
+        safe_mode=rejection,
+    )
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``twserve config history`` and ``twserve config rollback N``; the gateway may be stopped
+    or running (then its watcher applies the rolled-back file)."""
+    from twserve.configcheck import ConfigRejection
+    from twserve.confighistory import ConfigHistory, write_atomic
+    from twserve.liveconfig import check_bytes
+
+    path = _config_path(args)
+    home = data_dir() if not args.data_dir else Path(args.data_dir)
+    history = ConfigHistory(home)
+    if args.action == "history":
+        import time
+
+        entries = history.entries()
+        if not entries:
+            print("no config history yet", file=sys.stderr)
+            return 0
+        try:
+            from twserve.configcheck import config_version
+
+            current = config_version(path.read_bytes())
+        except OSError:
+            current = None
+        for e in entries:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.applied_at))
+            mark = "  (current file)" if e.version == current else ""
+            print(f"{e.number:>4}  {when}  {e.version}  {e.origin:<7}{mark}")
+        return 0
+    if args.number is None:
+        print("rollback needs the history number to go back to", file=sys.stderr)
+        return 2
+    try:
+        entry, data = history.read(args.number)
+    except KeyError:
+        print(f"no history entry {args.number} (see `twserve config history`)", file=sys.stderr)
+        return 1
+    try:
+        check_bytes(data)
+    except ConfigRejection as err:
+        print(f"entry {entry.number} no longer passes validation:", file=sys.stderr)
+        for f in err.findings:
+            print(f"  [{f.stage}] {f.code} line {f.line}: {f.message}", file=sys.stderr)
+        return 1
+    write_atomic(path, data)
+    history.record(data, "cli")
+    print(f"{path}: rolled back to entry {entry.number} ({entry.version})")
     return 0
 
 
@@ -221,7 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="config file (default: $TWSERVE_HOME/config.yaml)")
     p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")
     p.add_argument("--port", type=int, help="gateway port (default: listen.gateway.port)")
+    p.add_argument(
+        "--safe",
+        action="store_true",
+        help="start in safe mode: only the control plane, until a config is written through it",
+    )
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("config", help="the config history: list it, roll back to an entry")
+    p.add_argument("action", choices=("history", "rollback"))
+    p.add_argument("number", nargs="?", type=int, help="history entry to roll back to")
+    p.add_argument("--config", help="config file (default: $TWSERVE_HOME/config.yaml)")
+    p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")
+    p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("init", help="write a starting config with a generated key")
     p.add_argument("--config")
