@@ -327,8 +327,13 @@ class GatewayApp:
 
     def _commit_config(self, staged: _StagedConfig) -> None:
         config = staged.config
+        tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)
+        if self._serving is not None:
+            # Members a reload adds to url-test groups get their startup connection timing too.
+            for name in sorted(_url_test_members(config) - tested):
+                self._serving.start_soon(self._test_connection, config.provider(name))
         if self.control is not None:
             self.control.safe_mode = ()
         if staged.gateway is not None:
@@ -398,6 +403,15 @@ class GatewayApp:
             for server in {self.gateway_server, *self._retiring}:
                 tg.start_soon(one, server)
         return all(results)
+
+
+def _url_test_members(config: Config) -> set[str]:
+    return {
+        member.provider
+        for group in config.groups
+        if group.type is GroupType.URL_TEST
+        for member in group.members
+    }
 
 
 # A listener bound for a staged config, with the host and port it was asked for.

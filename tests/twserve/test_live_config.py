@@ -393,6 +393,33 @@ def test_stale_write_is_409_and_changes_nothing(tmp_path: Path) -> None:
         assert live.path.read_text() == written
 
 
+def test_a_mask_that_stands_for_no_secret_is_refused(tmp_path: Path) -> None:
+    with live_gateway(tmp_path, {"a": MockSettings()}, lambda p, c: config_yaml(p, c)) as live:
+        before = live.path.read_bytes()
+        _, got = live.control("GET", "/config")
+        masked = got["yaml"]
+        shown = "…" + f"{UPSTREAM_KEY}-a"[-4:]
+        assert f"key: {shown}\n" in masked and UPSTREAM_KEY not in masked
+        status, body = live.control(
+            "PUT",
+            "/config",
+            {"base_version": got["version"], "yaml": masked.replace(shown, "…zzzz")},
+        )
+        assert status == 422 and body["error"]["code"] == "control.config.rejected"
+        assert "providers[0].key" in body["error"]["message"]
+        assert live.path.read_bytes() == before
+
+
+def test_members_a_reload_adds_to_url_test_get_a_connection_timing(tmp_path: Path) -> None:
+    ups = {"a": MockSettings(), "b": MockSettings()}
+    with live_gateway(tmp_path, ups, lambda p, c: config_yaml(p, c)) as live:
+        router = live.app.gateway.router
+        assert router.connection_test("b") is None
+        group = "\ngroups:\n  - name: fast\n    type: url-test\n    providers: [a, b]\n"
+        live.write(config_yaml(live.mock_ports, live.control_port, providers=("a", "b")) + group)
+        wait_for(lambda: router.connection_test("b") is not None)
+
+
 def test_pause_and_resume_a_provider(tmp_path: Path) -> None:
     ups = {"a": MockSettings(), "b": MockSettings()}
 
