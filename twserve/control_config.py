@@ -28,9 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ruamel.yaml.error import YAMLError
+
 from twengine.config import Config
 from twproto import _json
-from twserve.configcheck import ConfigRejection
+from twserve.configcheck import ConfigRejection, redact
 from twserve.configedit import EditError, replace_secrets, set_group_selected, set_model_spec
 from twserve.control import ControlPlane, ControlRequestError, mask_secret
 from twserve.httptypes import Request
@@ -158,9 +160,7 @@ class ConfigAPI:
         text = live.text()
         try:
             masked = replace_secrets(text, lambda _path, value: mask_secret(value))
-        except Exception:  # a file that does not parse (safe mode) has no known secrets
-            from twserve.configcheck import redact
-
+        except YAMLError:  # a file that does not parse (safe mode): hide every value we can
             masked = "\n".join(redact(line) for line in text.splitlines()) + "\n"
         return 200, {
             "version": live.version,
@@ -235,7 +235,7 @@ class ConfigAPI:
 
         try:
             replace_secrets(self.live.text(), collect)
-        except Exception:  # the current file does not parse: nothing to put back
+        except YAMLError:  # the current file does not parse: nothing to put back
             by_path = {}
         by_mask: dict[str, list[str]] = {}
         for secret in dict.fromkeys(by_path.values()):
@@ -259,7 +259,7 @@ class ConfigAPI:
 
         try:
             restored = replace_secrets(text, choose)
-        except Exception:  # not YAML: the validation stages say so
+        except YAMLError:  # not YAML: the validation stages say so
             return text
         if unknown:
             raise ControlRequestError(
@@ -315,6 +315,8 @@ class ConfigAPI:
             text = set_model_spec(self.live.text(), provider, model, None if clear else spec)
         except EditError as err:
             raise self._edit_error(err) from None
+        except YAMLError:
+            raise self._unparsed() from None
         return await self._write(text, base or current)
 
     async def _put_selected(self, request: Request) -> tuple[int, Any]:
@@ -333,7 +335,18 @@ class ConfigAPI:
             text = set_group_selected(self.live.text(), group, member)
         except EditError as err:
             raise self._edit_error(err) from None
+        except YAMLError:
+            raise self._unparsed() from None
         return await self._write(text, base or current)
+
+    @staticmethod
+    def _unparsed() -> ControlRequestError:
+        # Only in safe mode: the file on disk is what the edit would start from.
+        return ControlRequestError(
+            422,
+            "control.config.rejected",
+            "the config file is not valid YAML; write the whole file with PUT /config",
+        )
 
     @staticmethod
     def _edit_error(err: EditError) -> ControlRequestError:

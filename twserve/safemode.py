@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml.error import YAMLError
+
 from twengine.config import Config, ConfigError, build_config
 from twengine.config import defaults as config_defaults
 from twserve.configcheck import load_document, plain
@@ -43,7 +45,7 @@ class SafeControl:
 def _from_file(text: str) -> Config | None:
     try:
         doc = load_document(text)
-    except Exception:  # any parse failure: fall back to the defaults
+    except YAMLError:  # not YAML: fall back to the defaults
         return None
     if not isinstance(doc, dict):
         return None
