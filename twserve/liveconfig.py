@@ -251,6 +251,9 @@ class LiveConfig:
             return None
         version = config_version(data)
         if version == self.version and self.safe is None:
+            # Back to the bytes in force (a refused edit undone): nothing is pending any more.
+            self._rejected_version = None
+            self.last_rejection = None
             return None
         if version == self._rejected_version and not forced:
             return None

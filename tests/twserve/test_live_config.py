@@ -55,7 +55,7 @@ def _chat(live: Live, body: bytes = PLAIN_BODY) -> httpcore.Response:
     )
 
 
-def _slow(chunks: int = 20, delay: float = 0.02) -> MockSettings:
+def _slow(chunks: int = 10, delay: float = 0.05) -> MockSettings:
     return MockSettings(script=Script(chunks=chunks, chunk_delay=delay))
 
 
@@ -64,7 +64,7 @@ def _slow(chunks: int = 20, delay: float = 0.02) -> MockSettings:
 
 def test_edits_under_64_streams_break_none_and_route_within_a_second(tmp_path: Path) -> None:
     ups = {"a": _slow(), "b": _slow(), "c": _slow()}
-    # Each stream lasts about 0.4 s: every edit lands on streams in flight.
+    # Each stream lasts about 0.5 s: every edit lands on streams in flight.
     with live_gateway(tmp_path, ups, lambda p, c: config_yaml(p, c)) as live:
         ports, cport = live.mock_ports, live.control_port
         outcomes: list[tuple[int, bool]] = []
