@@ -222,7 +222,7 @@ class GatewayApp:
         task_status.started(int(listener.extra(anyio.abc.SocketAttribute.local_port)))
         await self._serve_on(self._control_server, listener)
 
-    # -- live config: reload, listener rebind, safe mode (SPEC §17) --------------------------
+    # -- live config: reload, listener rebind, safe mode (docs/operations.md) ----------------
 
     def _init_live_config(
         self,

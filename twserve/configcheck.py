@@ -1,6 +1,6 @@
 """The four validation stages of a config, located and redacted for people.
 
-A config is in force only when all four stages pass (SPEC §17):
+A config is in force only when all four stages pass (docs/operations.md, "Live reload"):
 
 1. **yaml** — the text parses as YAML and its top level is a mapping;
 2. **schema** — every field is known, of the right type and in range;

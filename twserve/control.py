@@ -347,7 +347,7 @@ class ControlPlane:
                 answer = await self.config_api.handle(request)
                 if answer is not None:
                     status, payload = answer
-                    await self._send(responder, status, _json.dumps(payload))
+                    await self._send(responder, status, json_dumps(payload))
                     return
             view = self._views.get(request.path)
             if view is None:

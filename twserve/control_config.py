@@ -1,4 +1,4 @@
-"""The control plane's config reads and writes (SPEC §17, §18; docs/control-plane.md).
+"""The control plane's config reads and writes (docs/control-plane.md, "Config reads and writes").
 
 =========================  ===================================================================
 ``GET /config``            the file in force, secrets masked, and its ``version``
@@ -31,7 +31,7 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from twengine.config import Config
-from twproto import _json
+from twproto import json_loads
 from twserve.configcheck import ConfigRejection, redact
 from twserve.configedit import EditError, replace_secrets, set_group_selected, set_model_spec
 from twserve.control import ControlPlane, ControlRequestError, mask_secret
@@ -191,7 +191,7 @@ class ConfigAPI:
     @staticmethod
     def _body(request: Request) -> dict[str, Any]:
         try:
-            body = _json.loads(request.body) if request.body else None
+            body = json_loads(request.body) if request.body else None
         except ValueError:
             raise ControlRequestError(
                 400, "control.request.bad_json", "the body is not valid JSON"

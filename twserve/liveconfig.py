@@ -1,4 +1,4 @@
-"""The config in force, changed while the gateway serves (SPEC §17).
+"""The config in force, changed while the gateway serves (docs/operations.md, "Live reload").
 
 Theory of operation
 -------------------

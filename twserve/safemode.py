@@ -1,4 +1,6 @@
-"""Safe mode: only the control plane serves, saying why, until a config passes (SPEC §17).
+"""Safe mode: only the control plane serves, saying why, until a config passes.
+
+See docs/operations.md, "Safe mode".
 
 The gateway enters safe mode when the config on disk cannot load at start (or on
 ``twserve serve --safe``). The control plane still needs an address and a key. They come from

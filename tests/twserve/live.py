@@ -22,12 +22,12 @@ from typing import Any
 import httpcore
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from twmock.script import MockSettings
+from twmock.server import MockHandler, make_handler
 from twserve import http1
 from twserve.app import GatewayApp
 from twserve.cli import _serving_app
 from twserve.events import Event
-from twserve.mock.app import MockHandler, make_handler
-from twserve.mock.script import MockSettings
 
 KEY = "live-test-gateway-key-0123456789"
 CONTROL_KEY = "live-test-control-key-0123456789"

@@ -1,5 +1,6 @@
-"""Live config (SPEC §17, §18): reload under load, refused configs, control-plane writes that
-keep the file's bytes, history and rollback, safe mode, listener rebind and SIGHUP.
+"""Live config (docs/operations.md, docs/control-plane.md): reload under load, refused
+configs, control-plane writes that keep the file's bytes, history and rollback, safe mode,
+listener rebind and SIGHUP.
 
 Everything runs on real sockets against a real config file; the gateway is built the way
 ``twserve serve`` builds it (`twserve.cli._serving_app`).
@@ -33,10 +34,10 @@ from tests.twserve.live import (
     live_gateway,
     wait_for,
 )
+from twmock.script import MockSettings, Script
 from twserve.cli import main as cli_main
 from twserve.configcheck import config_version
 from twserve.confighistory import ConfigHistory
-from twserve.mock.script import MockSettings, Script
 from twserve.safemode import SAFE_KEY_FILE, control_only_config
 
 STREAM_BODY = json.dumps(
