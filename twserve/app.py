@@ -24,7 +24,7 @@ import anyio.abc
 
 from twengine.config import Config
 from twengine.config.model import GroupType, Provider
-from twserve import control, http1
+from twserve import control, http1, http2
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
 from twserve.events import EventBus
@@ -83,8 +83,9 @@ class GatewayApp:
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
         gw.hooks.listeners.append(self.events.health_changed)
+        # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
         self.gateway_server = http1.Server(
-            self.gateway.handle, limits=limits, errors=transport_error
+            self.gateway.handle, limits=limits, errors=transport_error, switches=(http2.switch,)
         )
         self.shutdown_grace = shutdown_grace
         # Created on the event loop, in run().
@@ -350,7 +351,10 @@ class GatewayApp:
         assert self._serving is not None
         old = self.gateway_server if self.gateway_port is not None else None
         self.gateway_server = http1.Server(
-            self.gateway.handle, limits=self.limits, errors=transport_error
+            self.gateway.handle,
+            limits=self.limits,
+            errors=transport_error,
+            switches=(http2.switch,),
         )
         self.host, self.port = host, port
         self.gateway_port = int(listener.extra(anyio.abc.SocketAttribute.local_port))

@@ -23,7 +23,7 @@ Errors the transport itself answers (bad HTTP, limits, timeouts) are written by 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,16 @@ from twserve.httptypes import Handler, Headers, Request
 
 log = logging.getLogger("twserve.http1")
 
-__all__ = ["ClientGone", "ErrorWriter", "Server", "ServerLimits", "serve", "serve_listener"]
+__all__ = [
+    "ClientGone",
+    "ErrorWriter",
+    "Handoff",
+    "Server",
+    "ServerLimits",
+    "Switch",
+    "serve",
+    "serve_listener",
+]
 
 READ_SIZE = 65536
 # How long a closing connection waits for the client to close its side.
@@ -65,6 +74,27 @@ def plain_error(path: str | None, status: int, code: str, message: str) -> tuple
         {"error": {"message": message, "type": "invalid_request_error", "code": code}}
     )
     return [(b"content-type", b"application/json")], body
+
+
+@dataclass(slots=True, kw_only=True)
+class Handoff:
+    """A connection handed from HTTP/1.1 to another protocol once `request` was read whole:
+    the HTTP/2 preface (``PRI * HTTP/2.0``) or an ``Upgrade`` request. The taker writes its
+    own ``101`` if it needs one, runs the connection to its end and may close it gracefully;
+    the socket is closed after it returns."""
+
+    request: Request
+    stream: anyio.abc.SocketStream
+    buffered: bytes  # bytes the client sent past the request
+    handler: Handler
+    limits: ServerLimits
+    errors: ErrorWriter
+    draining: anyio.Event  # set when the server drains: finish what runs, take nothing new
+
+
+# Asked with each request before it is dispatched: a coroutine function that takes the
+# connection over (twserve/http2.py for h2c; a WebSocket upgrade the same way), or None.
+Switch = Callable[[Request], Callable[[Handoff], Awaitable[None]] | None]
 
 
 class ClientGone(Exception):
@@ -124,8 +154,11 @@ class _Connection:
         handler: Handler,
         limits: ServerLimits,
         errors: ErrorWriter,
+        switches: Sequence[Switch] = (),
     ) -> None:
         self.stream = stream
+        self.switches = switches
+        self.draining = anyio.Event()
         self.handler = handler
         self.limits = limits
         self.errors = errors
@@ -260,7 +293,24 @@ class _Connection:
         except _Reject as rej:
             await self._send_rejection(rej)
             return False
+        for switch in self.switches:
+            take = switch(request)
+            if take is not None:
+                await take(self._handoff(request))
+                return False
         return await self._dispatch(request)
+
+    def _handoff(self, request: Request) -> Handoff:
+        buffered, _ = self.h11.trailing_data
+        return Handoff(
+            request=request,
+            stream=self.stream,
+            buffered=bytes(buffered),
+            handler=self.handler,
+            limits=self.limits,
+            errors=self.errors,
+            draining=self.draining,
+        )
 
     def _check_head(self, event: h11.Request) -> Request:
         path, query = split_target(event.target)
@@ -401,10 +451,12 @@ class Server:
         *,
         limits: ServerLimits | None = None,
         errors: ErrorWriter = plain_error,
+        switches: Sequence[Switch] = (),
     ) -> None:
         self.handler = handler
         self.limits = limits or ServerLimits()
         self.errors = errors
+        self.switches = switches
         self.connections: set[_Connection] = set()
         # Made on the event loop, in serve_listener (anyio objects need a running loop).
         self._accepting: anyio.CancelScope | None = None
@@ -427,7 +479,7 @@ class Server:
                     await listener.aclose()
 
     async def _run(self, stream: anyio.abc.SocketStream) -> None:
-        conn = _Connection(stream, self.handler, self.limits, self.errors)
+        conn = _Connection(stream, self.handler, self.limits, self.errors, self.switches)
         self.connections.add(conn)
         try:
             await conn.run()
@@ -444,6 +496,7 @@ class Server:
             self._accepting.cancel()
         for conn in list(self.connections):
             conn.closing = True
+            conn.draining.set()
             if conn.idle_scope is not None:
                 conn.idle_scope.cancel()
         finished = True

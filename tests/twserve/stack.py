@@ -20,7 +20,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from twengine.config import build_config
 from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler
-from twserve import http1
+from twserve import http1, http2
 from twserve.app import GatewayApp
 
 KEY = "test-key"
@@ -89,7 +89,11 @@ def running_stack(
         providers = []
         for name, up in upstreams.items():
             handler = make_handler(up.settings)
-            fut, port = portal.start_task(partial(http1.serve, handler, host="127.0.0.1", port=0))
+            # The mocks speak h2c too, for upstreams configured with ``http2: true``.
+            server = http1.Server(handler, switches=(http2.switch,))
+            fut, port = portal.start_task(
+                partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
+            )
             futures.append(fut)
             mocks[name] = (handler, port)
             entry: dict[str, Any] = {
