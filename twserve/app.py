@@ -74,7 +74,7 @@ class GatewayApp:
         self.port = port if port is not None else config.listen.gateway.port
         self.limits = limits
         self.store = RequestStore(data_dir / "requests.sqlite3")
-        self.upstream = UpstreamClient()
+        self.upstream = UpstreamClient(http2_for=self._speaks_http2)
         self.gateway = Gateway(config, store=self.store, upstream=self.upstream, env=self.env)
         gw = self.gateway
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
@@ -147,6 +147,14 @@ class GatewayApp:
         finally:
             self.store.close_db()
             self._stopped.set()
+
+    def _speaks_http2(self, url: str) -> bool:
+        """Whether `url` belongs to a provider configured with ``http2: true``."""
+        for provider in self.gateway.config.providers:
+            base = provider.base_url
+            if url == base or url.startswith((base + "/", base + "?")):
+                return provider.http2
+        return False
 
     async def _test_connections(self) -> None:
         """Time a connection to each member of a url-test group once at startup: the group ranks

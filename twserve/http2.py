@@ -151,6 +151,38 @@ def _upgrade_settings(request: Request) -> bytes | None:
     return value
 
 
+class _FrameGuard:
+    """Walks the frame headers of the incoming bytes ahead of h2, which checks a frame's length
+    only once the whole frame has arrived: a header claiming 16 MB would otherwise be buffered
+    up to that size before it is refused. Here it is refused at its header."""
+
+    __slots__ = ("head", "max_size", "skip")
+
+    def __init__(self, max_size: int, skip: int) -> None:
+        self.max_size = max_size
+        self.skip = skip  # bytes to pass before the next frame header (the preface, a payload)
+        self.head = b""  # a frame header cut by a read
+
+    def passes(self, data: bytes) -> bool:
+        i, end = 0, len(data)
+        while i < end:
+            if self.skip:
+                step = min(self.skip, end - i)
+                self.skip -= step
+                i += step
+                continue
+            need = 9 - len(self.head)
+            self.head += data[i : i + need]
+            i += need
+            if len(self.head) == 9:
+                length = int.from_bytes(self.head[:3], "big")
+                if length > self.max_size:
+                    return False
+                self.skip = length
+                self.head = b""
+        return True
+
+
 class _Stream:
     __slots__ = (
         "body",
@@ -259,6 +291,7 @@ class _Connection:
         )
         self.h2.max_inbound_frame_size = limits.max_frame_size
         self.h2.decoder.max_header_list_size = limits.hard_header_list_size
+        self.guard = _FrameGuard(limits.max_frame_size, len(PREFACE))
         self.streams: dict[int, _Stream] = {}
         self.send_lock = anyio.Lock()
         self.dead = False  # the socket failed or closed: nothing more can be written
@@ -454,6 +487,9 @@ class _Connection:
     async def _feed(self, data: bytes) -> bool:
         """Feed h2; False when it found a connection error (its GOAWAY is written out)."""
         try:
+            if not self.guard.passes(data):
+                self.h2.close_connection(h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+                raise h2.exceptions.FrameTooLargeError("frame larger than SETTINGS_MAX_FRAME_SIZE")
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             log.info("HTTP/2 connection error from %s: %s", self.peer[0], exc)

@@ -11,7 +11,7 @@ connection, which is how a client that leaves stops the upstream's work too.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -164,7 +164,13 @@ def _fault_for(exc: Exception) -> TransportFault:
 
 
 class UpstreamClient:
-    """A pool of upstream connections shared by every request."""
+    """Pools of upstream connections shared by every request.
+
+    `http2_for(url)` says whether the upstream at `url` is spoken to over HTTP/2 (the
+    provider's ``http2``): such requests go through pools of their own, over https one that
+    offers h2 by ALPN (HTTP/1.1 where the upstream declines it), over http one that speaks h2 by
+    prior knowledge, since cleartext has no negotiation.
+    """
 
     def __init__(
         self,
@@ -173,17 +179,34 @@ class UpstreamClient:
         max_keepalive: int = 200,
         keepalive_expiry: float = 60.0,
         connect_timeout: float = 10.0,
+        http2_for: Callable[[str], bool] | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
-        self.pool = httpcore.AsyncConnectionPool(
-            max_connections=max_connections,
-            max_keepalive_connections=max_keepalive,
-            keepalive_expiry=keepalive_expiry,
-            retries=0,
-        )
+        self.http2_for = http2_for
+
+        def pool(*, http1: bool = True, http2: bool = False) -> httpcore.AsyncConnectionPool:
+            return httpcore.AsyncConnectionPool(
+                max_connections=max_connections,
+                max_keepalive_connections=max_keepalive,
+                keepalive_expiry=keepalive_expiry,
+                retries=0,
+                http1=http1,
+                http2=http2,
+            )
+
+        self.pool = pool()
+        self.h2_pool = pool(http2=True)
+        self.h2c_pool = pool(http1=False, http2=True)
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+        await self.h2_pool.aclose()
+        await self.h2c_pool.aclose()
+
+    def _pool_for(self, url: str) -> httpcore.AsyncConnectionPool:
+        if self.http2_for is None or not self.http2_for(url):
+            return self.pool
+        return self.h2_pool if url.startswith("https:") else self.h2c_pool
 
     @asynccontextmanager
     async def open(
@@ -205,7 +228,7 @@ class UpstreamClient:
         }
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         try:
-            cm = self.pool.stream(
+            cm = self._pool_for(url).stream(
                 method.encode(),
                 url.encode(),
                 headers=headers,

@@ -768,6 +768,7 @@ _PROVIDER_FIELDS = (
     "price_sheet",
     "connect_timeout_secs",
     "forward_mock_headers",
+    "http2",
 )
 
 
@@ -808,6 +809,7 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             )
             or 10.0,
             forward_mock_headers=f.boolean("forward_mock_headers", False),
+            http2=f.boolean("http2", False),
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))

@@ -253,6 +253,8 @@ class Provider:
     # A test setting: the client's ``x-mock-*`` headers (the mock upstream's per-request
     # script) go to this upstream. Off, nothing of the mock's reaches a real provider.
     forward_mock_headers: bool = False
+    # Speak HTTP/2 to this upstream: offered by ALPN over https, prior knowledge (h2c) over http.
+    http2: bool = False
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""
