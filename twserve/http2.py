@@ -48,7 +48,9 @@ import base64
 import binascii
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 
@@ -96,6 +98,11 @@ class Http2Limits:
     max_header_list_size: int = 64 * 1024
     hard_header_list_size: int = 256 * 1024
     initial_window_size: int = 1024 * 1024  # per stream, for request bodies
+    # Streams the client may reset within `reset_window_secs` before the connection is ended
+    # (ENHANCE_YOUR_CALM): a reset stream no longer counts against the concurrent-stream limit,
+    # so opening and resetting streams at once ("rapid reset") would start handlers unbounded.
+    max_resets: int = 200
+    reset_window_secs: float = 10.0
 
 
 def switch(
@@ -107,8 +114,10 @@ def switch(
     if request.method == "PRI" and request.target == b"*" and request.http_version == "2.0":
 
         async def prior_knowledge(handoff: Handoff) -> None:
-            conn = _Connection(handoff, lim)
-            await conn.run(_PREFACE_LINE + handoff.buffered, upgraded=None)
+            rest = await _preface_rest(handoff)
+            if rest is not None:
+                conn = _Connection(handoff, lim)
+                await conn.run(_PREFACE_LINE + rest, upgraded=None)
 
         return prior_knowledge
     settings = _upgrade_settings(request)
@@ -121,6 +130,32 @@ def switch(
         await conn.run(handoff.buffered, upgraded=request)
 
     return upgraded
+
+
+async def _preface_rest(handoff: Handoff) -> bytes | None:
+    """What follows the preface's first line, once it is seen to be the preface's ``SM`` part;
+    None when it is not. Until then nothing HTTP/2 is written: a stray ``PRI`` request gets a
+    400 over HTTP/1.1, a client that stops short gets nothing."""
+    tail = PREFACE[len(_PREFACE_LINE) :]
+    buffered = handoff.buffered
+    with anyio.move_on_after(handoff.limits.head_timeout):
+        while len(buffered) < len(tail) and tail.startswith(buffered):
+            try:
+                data = await handoff.stream.receive(READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return None
+            buffered += data
+    if buffered.startswith(tail):
+        return buffered
+    if len(buffered) >= len(tail) or not tail.startswith(buffered):
+        headers, body = handoff.errors(None, 400, "gw.request.bad_http", "malformed HTTP/2 preface")
+        head = b"HTTP/1.1 400 Bad Request\r\n" + b"".join(
+            k + b": " + v + b"\r\n"
+            for k, v in [*headers, (b"content-length", str(len(body)).encode())]
+        )
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await handoff.stream.send(head + b"connection: close\r\n\r\n" + body)
+    return None
 
 
 def _tokens(request: Request, name: bytes) -> set[bytes]:
@@ -192,6 +227,7 @@ class _Stream:
         "id",
         "opened",
         "rejected",
+        "running",
         "scope",
         "size",
         "window",
@@ -206,6 +242,7 @@ class _Stream:
         self.ended = False  # the client has sent all of its request
         self.rejected = False  # answered by the transport; further DATA is only acknowledged
         self.gone = False  # reset by either side: nothing more is written
+        self.running = False  # a task answers it (and forgets it when done)
         self.scope = anyio.CancelScope()
         self.window = anyio.Event()  # set when more may be sent on this stream
 
@@ -292,6 +329,8 @@ class _Connection:
         self.h2.max_inbound_frame_size = limits.max_frame_size
         self.h2.decoder.max_header_list_size = limits.hard_header_list_size
         self.guard = _FrameGuard(limits.max_frame_size, len(PREFACE))
+        self.resets: deque[float] = deque()  # when the client last reset streams
+        self.ready: list[tuple[_Stream, Request]] = []  # complete requests of the current read
         self.streams: dict[int, _Stream] = {}
         self.send_lock = anyio.Lock()
         self.dead = False  # the socket failed or closed: nothing more can be written
@@ -494,14 +533,33 @@ class _Connection:
         except h2.exceptions.ProtocolError as exc:
             log.info("HTTP/2 connection error from %s: %s", self.peer[0], exc)
             await self.flush()
-            for stream in self.streams.values():
-                stream.gone = True
-                stream.scope.cancel()
+            self._lost_streams()
             return False
         for event in events:
             self._on_event(event)
+            if len(self.resets) > self.limits.max_resets:
+                log.info("HTTP/2 client %s resets too many streams", self.peer[0])
+                self.ready.clear()
+                await self._close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                self._lost_streams()
+                return False
+        # Handlers start once the whole read is taken in: a stream reset in the same read
+        # never starts one.
+        assert self.tg is not None
+        for stream, request in self.ready:
+            if stream.gone:
+                self._done(stream)
+            else:
+                stream.running = True
+                self.tg.start_soon(self._serve, stream, request)
+        self.ready.clear()
         await self.flush()
         return True
+
+    def _lost_streams(self) -> None:
+        for stream in self.streams.values():
+            stream.gone = True
+            stream.scope.cancel()
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -514,9 +572,15 @@ class _Connection:
             stream = self.streams.get(event.stream_id or 0)
             if stream is not None:
                 # The client left this stream: its handler, and the upstream call, go too.
+                now = anyio.current_time()
+                self.resets.append(now)
+                while self.resets and self.resets[0] < now - self.limits.reset_window_secs:
+                    self.resets.popleft()
                 stream.gone = True
                 stream.scope.cancel()
                 stream.window.set()
+                if not stream.running and not stream.ended:
+                    self._done(stream)  # reset while its request was still arriving
         elif isinstance(event, h2.events.WindowUpdated):
             if not event.stream_id:
                 for stream in self.streams.values():
@@ -588,11 +652,10 @@ class _Connection:
         if stream.rejected or stream.gone:
             return
         request = self._request(stream)
-        assert self.tg is not None
         if request is None:
             self._reject(stream, 400, "gw.request.bad_http", "request without :path")
             return
-        self.tg.start_soon(self._serve, stream, request)
+        self.ready.append((stream, request))
 
     def _request(self, stream: _Stream) -> Request | None:
         pseudo = {k: v for k, v in stream.headers if k.startswith(b":")}
@@ -619,6 +682,7 @@ class _Connection:
         """Answer `stream` with an error of the transport's own (it never reaches the
         handler), written by a task since even an error waits for the send window."""
         stream.rejected = True
+        stream.running = True
         stream.body = []
         path = split_target(dict(stream.headers).get(b":path", b""))[0] or None
         assert self.tg is not None

@@ -318,9 +318,10 @@ def test_send_waits_for_the_window() -> None:
             client.read_once(0.1)
             assert len(answer.body) == window  # the server sent exactly the window
             assert sum(sent) <= window + chunk  # and the handler is held at the window
+            acked = 0
             while not answer.ended:
-                client.ack(sid, len(answer.body) - getattr(client, "_acked", 0))
-                client._acked = len(answer.body)  # type: ignore[attr-defined]
+                client.ack(sid, len(answer.body) - acked)
+                acked = len(answer.body)
                 client.read_once(0.2)
                 assert sum(sent) <= len(answer.body) + window + chunk
         finally:
@@ -579,23 +580,34 @@ def test_oversized_frame_gets_frame_size_error(h2_stack: Stack, whole: bool) -> 
     "garbage",
     [
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nGET / HTTP/1.1\r\n\r\n",  # not a SETTINGS frame
-        b"PRI * HTTP/2.0\r\n\r\nXY\r\n\r\n" + b"\x00" * 9,  # a broken preface
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64,
     ],
-    ids=["http1-after-preface", "bad-preface", "noise"],
+    ids=["http1-after-preface", "noise"],
 )
-def test_garbage_after_the_preface_closes_the_connection(h2_stack: Stack, garbage: bytes) -> None:
+def test_garbage_after_the_preface_gets_goaway(h2_stack: Stack, garbage: bytes) -> None:
     with socket.create_connection(("127.0.0.1", h2_stack.port), timeout=5) as sock:
         sock.sendall(garbage)
+        frames = _raw_frames(sock)
+    assert frames[0][0] == 0x4  # the server's SETTINGS
+    assert frames[-1][0] == 0x7  # then GOAWAY, and the connection closes
+    code = int.from_bytes(frames[-1][4][4:8], "big")
+    assert code in (h2.errors.ErrorCodes.PROTOCOL_ERROR, h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+    # The gateway still serves.
+    with httpx2.Client(http1=False, http2=True) as client:
+        reply = client.get(h2_stack.url + "/v1/models", headers=dict(_auth("chat")))
+        assert reply.status_code == 200
+
+
+def test_a_broken_preface_is_answered_over_http1(h2_stack: Stack) -> None:
+    """Nothing HTTP/2 is written until the whole preface is in: ``PRI *`` followed by anything
+    else is a malformed HTTP/1.1 request, answered 400."""
+    with socket.create_connection(("127.0.0.1", h2_stack.port), timeout=5) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nXY\r\n\r\n" + b"\x00" * 9)
         got = b""
         while chunk := sock.recv(65536):
             got += chunk
-    assert b"HTTP/1.1" not in got  # never answered as HTTP/1.1
-    # The gateway still serves.
-    with httpx2.Client(http1=False, http2=True) as client:
-        assert (
-            client.get(h2_stack.url + "/v1/models", headers=dict(_auth("chat"))).status_code == 200
-        )
+    assert got.startswith(b"HTTP/1.1 400 ")
+    assert b"gw.request.bad_http" in got
 
 
 def test_continuation_flood_is_cut_off(h2_stack: Stack) -> None:
@@ -617,6 +629,33 @@ def test_continuation_flood_is_cut_off(h2_stack: Stack) -> None:
         assert sent < 100_000 or client.closed
     finally:
         client.close()
+
+
+def test_rapid_reset_is_cut_off() -> None:
+    """Streams opened and reset at once do not count against the stream limit; a client that
+    does it over and over gets ENHANCE_YOUR_CALM instead of unbounded handlers."""
+    started: list[int] = []
+
+    async def counting(request: Request, responder: Responder) -> None:
+        started.append(1)
+        await _hold(request, responder)
+
+    limits = http2.Http2Limits(max_concurrent_streams=10, max_resets=50)
+    with _server(counting, h2_limits=limits) as port:
+        client = RawH2(port)
+        try:
+            client.read_once(0.5)  # the server's SETTINGS
+            for _ in range(500):
+                if client.closed:
+                    break
+                sid = client.request("/", method="GET")
+                client.reset(sid)
+            client.wait_closed()
+            assert client.goaway is not None
+            assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        finally:
+            client.close()
+    assert len(started) <= 60
 
 
 # --- HTTP/2 to the upstream ---------------------------------------------------------------------
