@@ -1,0 +1,182 @@
+"""Per-request overhead of HTTP/2 (h2c) against HTTP/1.1 between a client and the gateway.
+
+The gateway and a mock upstream run in processes of their own on loopback; the gateway talks
+HTTP/1.1 to the mock either way, so only the client side's transport differs. Measured in one
+run, alternating the two transports so that drift in the machine's load hits both:
+
+* sequential: short streamed answers one after another on one kept-alive connection (HTTP/1.1)
+  or one HTTP/2 connection: wall time and gateway CPU time per request;
+* concurrent: the same answers, `--concurrency` at a time: HTTP/1.1 over that many connections,
+  HTTP/2 multiplexed on one. Requests/s and gateway CPU per request.
+
+Reported as medians over `--runs`, with the ratio h2 ÷ HTTP/1.1 (below 1: HTTP/2 is cheaper).
+Machines are noisy: read the ratios.
+
+    python benchmarks/h2_overhead.py [--requests 200] [--runs 5] [--concurrency 32] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpcore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_overhead import cpu_seconds, free_port, wait_port
+
+KEY = "bench-key"
+
+
+def config(mock_port: int, port: int) -> str:
+    return f"""version: 1
+listen:
+  gateway: {{bind: 127.0.0.1, port: {port}}}
+clients:
+  - {{name: bench, key: {KEY}}}
+providers:
+  - {{name: up, protocol: anthropic, base_url: 'http://127.0.0.1:{mock_port}', key: k}}
+"""
+
+
+BODY = json.dumps(
+    {
+        "model": "bench",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "benchmark"}],
+    }
+).encode()
+HEADERS = [
+    (b"x-api-key", KEY.encode()),
+    (b"anthropic-version", b"2023-06-01"),
+    (b"content-type", b"application/json"),
+]
+
+
+def pool(h2: bool, connections: int) -> httpcore.AsyncConnectionPool:
+    if h2:
+        return httpcore.AsyncConnectionPool(http1=False, http2=True, max_connections=1)
+    return httpcore.AsyncConnectionPool(max_connections=connections)
+
+
+async def one(p: httpcore.AsyncConnectionPool, url: str) -> None:
+    async with p.stream("POST", url, headers=HEADERS, content=BODY) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {await resp.aread()!r}")
+        async for _ in resp.aiter_stream():
+            pass
+
+
+async def sequential(url: str, h2: bool, n: int) -> float:
+    """Seconds per request, one after another on one connection."""
+    async with pool(h2, 1) as p:
+        await one(p, url)  # the connection is open before the clock starts
+        start = time.perf_counter()
+        for _ in range(n):
+            await one(p, url)
+        return (time.perf_counter() - start) / n
+
+
+async def concurrent(url: str, h2: bool, n: int, conc: int) -> float:
+    """Requests per second, `conc` at a time."""
+    remaining = n
+    async with pool(h2, conc) as p:
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await one(p, url)
+
+        async with anyio.create_task_group() as tg:  # open the connections first
+            for _ in range(conc):
+                tg.start_soon(one, p, url)
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(conc):
+                tg.start_soon(worker)
+        return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--chunks", type=int, default=20, help="chunks per answer")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="twserve-h2-bench-"))
+    mock_port, gw_port = free_port(), free_port()
+    cfg = tmp / "config.yaml"
+    cfg.write_text(config(mock_port, gw_port))
+    env = {**os.environ, "TWSERVE_HOME": str(tmp)}
+    py = sys.executable
+    script = json.dumps({"chunks": args.chunks, "chunk_size": 8})
+    mock = subprocess.Popen(
+        [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port), "--script", script],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    gateway = subprocess.Popen(
+        [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{gw_port}/v1/messages"
+    seq: dict[str, list[float]] = {"http1": [], "h2": []}
+    seq_cpu: dict[str, list[float]] = {"http1": [], "h2": []}
+    rps: dict[str, list[float]] = {"http1": [], "h2": []}
+    rps_cpu: dict[str, list[float]] = {"http1": [], "h2": []}
+    try:
+        wait_port(mock_port)
+        wait_port(gw_port)
+        for h2 in (False, True):  # warm up both paths
+            anyio.run(sequential, url, h2, 20)
+        for _ in range(args.runs):
+            for name, h2 in (("http1", False), ("h2", True)):
+                before = cpu_seconds(gateway.pid)
+                seq[name].append(anyio.run(sequential, url, h2, args.requests) * 1e3)
+                seq_cpu[name].append((cpu_seconds(gateway.pid) - before) / args.requests * 1e3)
+                before = cpu_seconds(gateway.pid)
+                rps[name].append(anyio.run(concurrent, url, h2, args.requests, args.concurrency))
+                rps_cpu[name].append((cpu_seconds(gateway.pid) - before) / args.requests * 1e3)
+    finally:
+        for proc in (gateway, mock):
+            proc.terminate()
+        for proc in (gateway, mock):
+            proc.wait(10)
+
+    def med(values: dict[str, list[float]]) -> dict[str, float]:
+        return {k: round(statistics.median(v), 3) for k, v in values.items()}
+
+    figures = {
+        "chunks_per_answer": args.chunks,
+        "sequential_ms_per_request": med(seq),
+        "sequential_gateway_cpu_ms_per_request": med(seq_cpu),
+        f"rps_concurrency_{args.concurrency}": med(rps),
+        "concurrent_gateway_cpu_ms_per_request": med(rps_cpu),
+    }
+    figures["ratio_h2_to_http1"] = {
+        "sequential_ms": round(med(seq)["h2"] / med(seq)["http1"], 3),
+        "sequential_cpu": round(med(seq_cpu)["h2"] / med(seq_cpu)["http1"], 3),
+        "rps": round(med(rps)["h2"] / med(rps)["http1"], 3),
+        "concurrent_cpu": round(med(rps_cpu)["h2"] / med(rps_cpu)["http1"], 3),
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
