@@ -420,7 +420,7 @@ class _Connection:
                 if upgraded is not None:
                     await self._write_raw(before=_SWITCHING)  # h2's SETTINGS follow it
                     stream = _Stream(1, upgraded.headers, anyio.current_time())
-                    stream.ended = True
+                    stream.ended = stream.running = True
                     self.streams[1] = stream
                     tg.start_soon(self._serve, stream, upgraded)
                 else:
