@@ -25,6 +25,8 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from google import genai
 from google.genai import types as gtypes
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.twserve.conftest import FORMATS, MODELS, PROMPT, StackFactory
 from tests.twserve.h2_client import RawH2
@@ -711,3 +713,99 @@ async def test_provider_http2_talks_h2c_to_the_upstream(tmp_path: Path, upstream
     assert all(w["choices"][0]["message"]["content"] == TEXT for w in whole)
     assert all(r.rstrip().endswith(b"data: [DONE]") for r in replies if r.startswith(b"data:"))
     assert versions == ["2" if upstream_h2 else "1.1"] * 6
+
+
+# --- the pieces ----------------------------------------------------------------------------------
+
+
+def _client_bytes() -> bytes:
+    """What a client sends to open a connection and ask one GET with a small body."""
+    import h2.config
+    import h2.connection
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(
+        1,
+        [(":method", "POST"), (":scheme", "http"), (":authority", "x"), (":path", "/echo")],
+    )
+    conn.send_data(1, b"z" * 16_000)
+    conn.send_data(1, b"z" * 1_000, end_stream=True)  # two DATA frames
+    return conn.data_to_send()
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=30))
+def test_frame_guard_passes_any_split_of_valid_frames(cuts: list[int]) -> None:
+    data = _client_bytes()
+    guard = http2._FrameGuard(16384, len(http2.PREFACE))
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert all(guard.passes(p) for p in pieces)
+    assert guard.skip == 0 and guard.head == b""  # at a frame boundary at the end
+
+
+@given(cut=st.integers(min_value=0, max_value=40))
+def test_frame_guard_refuses_an_oversized_header_however_split(cut: int) -> None:
+    data = http2.PREFACE + _frame(0x4, 0, 0, b"") + _frame(0x0, 0, 1, b"", length=16385)
+    guard = http2._FrameGuard(16384, len(http2.PREFACE))
+    cut = min(cut, len(data))
+    assert not (guard.passes(data[:cut]) and guard.passes(data[cut:]))
+
+
+def test_a_connection_fed_one_byte_at_a_time() -> None:
+    async def echo(request: Request, responder: Responder) -> None:
+        await responder.start(200, [])
+        await responder.send(str(len(request.body)).encode())
+        await responder.end()
+
+    with _server(echo) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for byte in _client_bytes():
+            sock.sendall(bytes([byte]))
+        # No half-close: end of input is the client leaving. Read until stream 1 ends.
+        got = b""
+        while b"17000" not in got:
+            chunk = sock.recv(65536)
+            assert chunk
+            got += chunk
+    assert b"17000" in got
+
+
+def test_a_switch_of_its_own_takes_websocket_upgrades() -> None:
+    """The connection-start hook routes an ``Upgrade: websocket`` to a switch other than
+    HTTP/2's, which answers it itself (as twserve/websocket.py will)."""
+    taken: list[bytes] = []
+
+    def websocket(request: Request) -> Any:
+        if request.header(b"upgrade") != b"websocket":
+            return None
+
+        async def take(handoff: http1.Handoff) -> None:
+            taken.append(handoff.request.target)
+            await handoff.stream.send(b"HTTP/1.1 101 Switching Protocols\r\n\r\nhello")
+
+        return take
+
+    async def plain(request: Request, responder: Responder) -> None:
+        await responder.start(200, [(b"content-length", b"2")])
+        await responder.send(b"ok")
+        await responder.end()
+
+    with start_blocking_portal() as portal:
+        server = http1.Server(plain, switches=(http2.switch, websocket))
+        fut, port = portal.start_task(partial(http1.serve, plain, port=0, server=server))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(
+                    b"GET /v1/responses HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\n"
+                    b"upgrade: websocket\r\n\r\n"
+                )
+                got = b""
+                while chunk := sock.recv(65536):
+                    got += chunk
+            with httpx2.Client(http1=False, http2=True) as client:
+                assert client.get(f"http://127.0.0.1:{port}/").text == "ok"
+        finally:
+            fut.cancel()
+    assert got == b"HTTP/1.1 101 Switching Protocols\r\n\r\nhello"
+    assert taken == [b"/v1/responses"]
