@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import struct
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -809,3 +810,55 @@ def test_a_switch_of_its_own_takes_websocket_upgrades() -> None:
             fut.cancel()
     assert got == b"HTTP/1.1 101 Switching Protocols\r\n\r\nhello"
     assert taken == [b"/v1/responses"]
+
+
+@pytest.mark.anyio
+async def test_provider_http2_against_an_http1_only_upstream_fails_over(tmp_path: Path) -> None:
+    """``http2: true`` over http is h2c by prior knowledge; an upstream that only speaks
+    HTTP/1.1 cannot answer it, and the attempt fails over like any unreachable upstream."""
+    http1_only = make_handler(MockSettings(script=Script(text="never")))
+    healthy = make_handler(MockSettings(script=Script(text=TEXT)))
+    async with anyio.create_task_group() as tg:
+        old_port = await tg.start(partial(http1.serve, http1_only, port=0))
+        new_port = await tg.start(partial(http1.serve, healthy, port=0))
+        providers = [
+            {
+                "name": name,
+                "protocol": "openai-chat",
+                "key": "x",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "http2": name == "a",
+            }
+            for name, port in (("a", old_port), ("b", new_port))
+        ]
+        config = build_config(
+            {
+                "version": 1,
+                "clients": [{"name": "t", "key": KEY}],
+                "providers": providers,
+                "groups": [{"name": "pool", "type": "fallback", "providers": ["a", "b"]}],
+                "routes": [{"name": "default", "rules": [{"name": "all", "to": "pool"}]}],
+                "failover": {"wait_secs": 1},
+            }
+        )
+        app = GatewayApp(config, tmp_path, env={}, port=0)
+        bound = await tg.start(app.run)
+        async with httpx2.AsyncClient(timeout=5) as client:
+            reply = await client.post(
+                f"http://127.0.0.1:{bound.gateway_port}/v1/chat/completions",
+                content=_body("openai-chat", stream=False),
+                headers=dict(_auth("chat")),
+            )
+        with anyio.fail_after(5):
+            while app.store.written < 1:
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    assert reply.status_code == 200
+    assert reply.json()["choices"][0]["message"]["content"] == TEXT
+    with closing(sqlite3.connect(tmp_path / "requests.sqlite3")) as db:
+        (routing,) = db.execute("SELECT routing FROM requests").fetchone()
+    first, second = json.loads(routing)["attempts"]
+    assert (first["provider"], first["outcome"]) == ("a", "failed")
+    assert (second["provider"], second["outcome"]) == ("b", "ok")
+    # All it saw was the HTTP/2 preface, parsed as an HTTP/1.1 request it did not know.
+    assert [(r.method, r.path) for r in http1_only.received] == [("PRI", "*")]
