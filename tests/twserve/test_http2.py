@@ -29,7 +29,15 @@ from google.genai import types as gtypes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.twserve.conftest import FORMATS, MODELS, PROMPT, StackFactory
+from tests.twserve.conftest import (
+    FORMATS,
+    MODELS,
+    PROMPT,
+    StackFactory,
+    StreamReportedError,
+    attempts,
+    fallback,
+)
 from tests.twserve.h2_client import RawH2
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
@@ -37,7 +45,7 @@ from twserve import http1, http2
 from twserve.app import GatewayApp
 from twserve.httptypes import Request, Responder
 from twserve.mock.app import make_handler
-from twserve.mock.script import MockSettings, Script
+from twserve.mock.script import MockSettings, Script, parse_script
 
 TEXT = "Grüße über HTTP/2 🚀 — one connection, many streams"
 SETTINGS = h2.settings.SettingCodes
@@ -158,6 +166,9 @@ def _ask(fmt: str, clients: Any, *, stream: bool) -> tuple[str, int]:
     if fmt == "openai-responses":
         if stream:
             with oai.responses.stream(model=MODELS[fmt], input=PROMPT) as events:
+                for event in events:
+                    if event.type == "response.failed":
+                        raise StreamReportedError("response.failed")
                 response = events.get_final_response()
         else:
             response = oai.responses.create(model=MODELS[fmt], input=PROMPT)
@@ -862,3 +873,34 @@ async def test_provider_http2_against_an_http1_only_upstream_fails_over(tmp_path
     assert (second["provider"], second["outcome"]) == ("b", "ok")
     # All it saw was the HTTP/2 preface, parsed as an HTTP/1.1 request it did not know.
     assert [(r.method, r.path) for r in http1_only.received] == [("PRI", "*")]
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("fmt", ["anthropic", "openai-responses"])
+def test_h2_end_to_end_upstream_cut_off(stack: StackFactory, fmt: str, stream: bool) -> None:
+    """HTTP/2 on both sides: an upstream answer cut off over h2 (a reset stream) fails over
+    when nothing was sent yet, and is an error the SDK sees when content was."""
+    broken = MockSettings(script=parse_script({"chunks": 6, "break_after": 3}))
+    healthy = MockSettings(script=Script(text=TEXT))
+    st = stack(
+        {
+            "a": Upstream(fmt, broken, extra={"http2": True}),
+            "b": Upstream(fmt, healthy, extra={"http2": True}),
+        },
+        config=fallback("a", "b"),
+    )
+    with _h2_sdks(st) as clients:
+        if stream:
+            with pytest.raises((anthropic.APIError, openai.APIError, StreamReportedError)):
+                _ask(fmt, clients, stream=True)
+        else:
+            assert _ask(fmt, clients, stream=False)[0] == TEXT
+    (row,) = st.wait_rows(1)
+    first = attempts(row)[0]
+    assert first["provider"] == "a" and first["outcome"] == "failed"
+    if stream:
+        assert row["error_code"] == "gw.upstream.broken_after_content"
+        assert not st.mock("b").received
+    else:
+        assert row["provider"] == "b" and row["status"] == 200
