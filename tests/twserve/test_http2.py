@@ -41,11 +41,11 @@ from tests.twserve.conftest import (
 from tests.twserve.h2_client import RawH2
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
+from twmock.script import MockSettings, Script, parse_script
+from twmock.server import make_handler
 from twserve import http1, http2
 from twserve.app import GatewayApp
 from twserve.httptypes import Request, Responder
-from twserve.mock.app import make_handler
-from twserve.mock.script import MockSettings, Script, parse_script
 
 TEXT = "Grüße über HTTP/2 🚀 — one connection, many streams"
 SETTINGS = h2.settings.SettingCodes
@@ -381,7 +381,13 @@ def test_request_body_over_many_windows_arrives_whole() -> None:
 
 def test_reset_mid_stream_cancels_upstream_and_frees_the_slot(stack: StackFactory) -> None:
     slow = MockSettings(script=Script(chunks=200, chunk_delay=0.02))
-    st = stack({"a": Upstream("anthropic", slow, extra={"max_concurrent": 1})})
+    st = stack(
+        {
+            "a": Upstream(
+                "anthropic", slow, extra={"max_concurrent": 1, "forward_mock_headers": True}
+            )
+        }
+    )
     client = RawH2(st.port)
     try:
         sid = client.request("/v1/messages", _body("anthropic"), headers=_auth())
