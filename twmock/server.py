@@ -10,8 +10,9 @@ out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.http1; `run_mock` does the same as an async context
-manager and yields the bound port and the handler, which is what tests want.
+`serve_mock` serves a handler over twserve.http1 and its HTTP/2 switch (h2c); `run_mock` does
+the same as an async context manager and yields the bound port and the handler, which is what
+tests want.
 """
 
 from __future__ import annotations
@@ -206,10 +207,13 @@ async def serve_mock(
     port: int = 9100,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve a new mock instance on `host:port` until cancelled; reports the bound port."""
-    from twserve import http1
+    """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
+    HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
+    from twserve import http1, http2
 
-    await http1.serve(make_handler(settings), host=host, port=port, task_status=task_status)
+    handler = make_handler(settings)
+    server = http1.Server(handler, switches=(http2.switch,))
+    await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,13 +235,15 @@ class MockServer:
 async def run_mock(
     settings: MockSettings | None = None, *, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[MockServer]:
-    """Run a mock instance on loopback for the duration of the block (port 0: any free one)."""
-    from twserve import http1
+    """Run a mock instance on loopback for the duration of the block (port 0: any free one),
+    speaking HTTP/1.1 and h2c."""
+    from twserve import http1, http2
 
     handler = make_handler(settings)
+    server = http1.Server(handler, switches=(http2.switch,))
 
     async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
-        await http1.serve(handler, host=host, port=port, task_status=task_status)
+        await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
     # The task group is entered by hand so that an exception raised in the caller's block
     # reaches the caller as itself, not wrapped in an ExceptionGroup by the group's exit.

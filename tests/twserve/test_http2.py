@@ -42,7 +42,7 @@ from tests.twserve.h2_client import RawH2
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
 from twmock.script import MockSettings, Script, parse_script
-from twmock.server import make_handler
+from twmock.server import make_handler, run_mock
 from twserve import http1, http2
 from twserve.app import GatewayApp
 from twserve.httptypes import Request, Responder
@@ -910,3 +910,17 @@ def test_h2_end_to_end_upstream_cut_off(stack: StackFactory, fmt: str, stream: b
         assert not st.mock("b").received
     else:
         assert row["provider"] == "b" and row["status"] == 200
+
+
+@pytest.mark.anyio
+async def test_the_mock_upstream_speaks_h2c() -> None:
+    async with (
+        run_mock(MockSettings(script=Script(text=TEXT))) as mock,
+        httpx2.AsyncClient(http1=False, http2=True, timeout=5) as client,
+    ):
+        reply = await client.post(
+            mock.url + "/v1/messages", content=_body("anthropic", stream=False)
+        )
+    assert reply.http_version == "HTTP/2" and reply.status_code == 200
+    assert reply.json()["content"][0]["text"] == TEXT
+    assert [r.path for r in mock.received] == ["/v1/messages"]
