@@ -1,7 +1,8 @@
 """Per-request overhead of HTTP/2 (h2c) against HTTP/1.1 between a client and the gateway.
 
 The gateway and a mock upstream run in processes of their own on loopback; the gateway talks
-HTTP/1.1 to the mock either way, so only the client side's transport differs. Measured in one
+HTTP/1.1 to the mock either way (h2c with `--upstream-h2`), so only the client side's transport
+differs. Measured in one
 run, alternating the two transports so that drift in the machine's load hits both:
 
 * sequential: short streamed answers one after another on one kept-alive connection (HTTP/1.1)
@@ -12,7 +13,8 @@ run, alternating the two transports so that drift in the machine's load hits bot
 Reported as medians over `--runs`, with the ratio h2 ÷ HTTP/1.1 (below 1: HTTP/2 is cheaper).
 Machines are noisy: read the ratios.
 
-    python benchmarks/h2_overhead.py [--requests 200] [--runs 5] [--concurrency 32] [--json F]
+    python benchmarks/h2_overhead.py [--requests 200] [--runs 5] [--concurrency 32]
+        [--upstream-h2] [--json F]
 """
 
 from __future__ import annotations
@@ -36,14 +38,18 @@ from e2e_overhead import cpu_seconds, free_port, wait_port
 KEY = "bench-key"
 
 
-def config(mock_port: int, port: int) -> str:
+def config(mock_port: int, port: int, upstream_h2: bool) -> str:
     return f"""version: 1
 listen:
   gateway: {{bind: 127.0.0.1, port: {port}}}
 clients:
   - {{name: bench, key: {KEY}}}
 providers:
-  - {{name: up, protocol: anthropic, base_url: 'http://127.0.0.1:{mock_port}', key: k}}
+  - name: up
+    protocol: anthropic
+    base_url: 'http://127.0.0.1:{mock_port}'
+    key: k
+    http2: {"true" if upstream_h2 else "false"}
 """
 
 
@@ -113,13 +119,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--chunks", type=int, default=20, help="chunks per answer")
+    ap.add_argument(
+        "--upstream-h2", action="store_true", help="the gateway talks h2c to the mock as well"
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="twserve-h2-bench-"))
     mock_port, gw_port = free_port(), free_port()
     cfg = tmp / "config.yaml"
-    cfg.write_text(config(mock_port, gw_port))
+    cfg.write_text(config(mock_port, gw_port, args.upstream_h2))
     env = {**os.environ, "TWSERVE_HOME": str(tmp)}
     py = sys.executable
     script = json.dumps({"chunks": args.chunks, "chunk_size": 8})
@@ -160,8 +169,9 @@ def main() -> None:
     def med(values: dict[str, list[float]]) -> dict[str, float]:
         return {k: round(statistics.median(v), 3) for k, v in values.items()}
 
-    figures = {
+    figures: dict[str, object] = {
         "chunks_per_answer": args.chunks,
+        "upstream": "h2c" if args.upstream_h2 else "http/1.1",
         "sequential_ms_per_request": med(seq),
         "sequential_gateway_cpu_ms_per_request": med(seq_cpu),
         f"rps_concurrency_{args.concurrency}": med(rps),
