@@ -403,6 +403,9 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # The part of `cache_write_tokens` written for one hour (Anthropic's ``ttl: 1h``), which
+    # is billed at its own rate.
+    cache_write_1h_tokens: int = 0
 
     @property
     def total_input_tokens(self) -> int:

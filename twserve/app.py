@@ -12,9 +12,11 @@ changes go to the bus. The control listener only serves them.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -30,9 +32,12 @@ from twserve.confighistory import ConfigHistory
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
 from twserve.liveconfig import LiveConfig
+from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
+from twserve.prices import load_price_table
 from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
+from twserve.usage import UsageKeeper
 
 __all__ = ["GatewayApp"]
 
@@ -66,6 +71,9 @@ class GatewayApp:
         config_path: Path | None = None,
         config_data: bytes | None = None,
         safe_mode: ConfigRejection | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        tz: dt.tzinfo | None = None,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
@@ -75,7 +83,20 @@ class GatewayApp:
         self.limits = limits
         self.store = RequestStore(data_dir / "requests.sqlite3")
         self.upstream = UpstreamClient(http2_for=self._speaks_http2)
-        self.gateway = Gateway(config, store=self.store, upstream=self.upstream, env=self.env)
+        # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
+        # (the machine's local one when None).
+        self.usage = UsageKeeper(
+            config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz
+        )
+        self.gateway = Gateway(
+            config,
+            store=self.store,
+            upstream=self.upstream,
+            env=self.env,
+            clock=clock,
+            wall=wall,
+            usage=self.usage,
+        )
         gw = self.gateway
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
         self.metrics = Metrics(lambda: gw.router, clock=gw.clock)
@@ -83,6 +104,8 @@ class GatewayApp:
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
         gw.hooks.listeners.append(self.events.health_changed)
+        self.usage.alert_listeners.append(self.events.key_limit_alert)
+        self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
         self.gateway_server = http1.Server(
             self.gateway.handle, limits=limits, errors=transport_error, switches=(http2.switch,)
@@ -116,8 +139,11 @@ class GatewayApp:
         if self._stop_requested:
             self._stop.set()
         try:
+            # Limits' day/week/month totals come back from the stored rows before serving.
+            await self.maintenance.rebuild()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._write_rows)
+                tg.start_soon(self.maintenance.run)
                 tg.start_soon(self._end_pauses)
                 tg.start_soon(self._test_connections)
                 try:

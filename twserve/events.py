@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from twengine.config import Problem
 from twengine.health import HealthChanged as EngineHealthChanged
+from twengine.limits import LimitAlert as EngineLimitAlert
 from twengine.router import Plan
 from twproto import json_dumps
 from twserve.store import RequestRow
@@ -47,6 +48,7 @@ __all__ = [
     "Event",
     "EventBus",
     "HealthChanged",
+    "KeyLimitAlert",
     "Published",
     "RequestFailed",
     "RequestFinished",
@@ -160,6 +162,23 @@ class HealthChanged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KeyLimitAlert:
+    """A gateway key's limit reached `percent` (80 or 100) of `amount` in its current window.
+
+    `measure` is requests, tokens or cost (cost amounts in micro-dollars); `reset` is when the
+    window frees (unix seconds; None when nothing in a rolling window is counted yet)."""
+
+    ts: float
+    key: str
+    per: str
+    measure: str
+    amount: int
+    used: int
+    percent: int
+    reset: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigReloaded:
     """A new config is serving; `generation` counts the configs applied since start (1 first),
     `version` is the config schema's version, `config_version` names the file's bytes
@@ -205,6 +224,7 @@ Event = (
     | RequestFinished
     | RequestFailed
     | HealthChanged
+    | KeyLimitAlert
     | ConfigReloaded
     | ConfigRejected
 )
@@ -217,6 +237,7 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     RequestFinished,
     RequestFailed,
     HealthChanged,
+    KeyLimitAlert,
     ConfigReloaded,
     ConfigRejected,
 )
@@ -445,6 +466,22 @@ class EventBus:
                 reason=change.reason.value,
                 pause_secs=pause,
                 failures_in_row=change.failures_in_row,
+            )
+        )
+
+    def key_limit_alert(self, alert: EngineLimitAlert) -> None:
+        """A `UsageKeeper` alert listener."""
+        lim = alert.limit
+        self.publish(
+            KeyLimitAlert(
+                ts=self.wall(),
+                key=alert.key,
+                per=lim.per.value,
+                measure=lim.measure.value,
+                amount=lim.amount,
+                used=alert.used,
+                percent=alert.percent,
+                reset=round(alert.reset, 3) if alert.reset is not None else None,
             )
         )
 

@@ -20,7 +20,9 @@ from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Se
 from twengine.config import Config, resolve_template
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
+from twengine.pricing import PriceTable
 from twengine.routing import RequestFacts
+from twengine.slots import Permit
 from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
@@ -33,6 +35,7 @@ from twserve.httptypes import Headers, Request, Responder
 from twserve.relay import Candidate, RelayOutcome, RelayRequest, relay
 from twserve.store import RequestRow, RequestStore
 from twserve.upstream import UpstreamClient
+from twserve.usage import Admission, UsageKeeper
 
 __all__ = ["Gateway", "client_dialect_for"]
 
@@ -100,8 +103,11 @@ class Gateway:
         env: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        usage: UsageKeeper | None = None,
     ) -> None:
         self.store = store
+        # Prices, cost and key limits (twserve.usage): one admit and one finish per request.
+        self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
         self.upstream = upstream
         self.env = env
         self.clock = clock
@@ -128,6 +134,7 @@ class Gateway:
         else:
             for grant in self.router.configure(config):
                 self.hooks.deliver_grant(grant)
+            self.usage.apply_config(config)
         self.settings = AttemptSettings.from_failover(config.failover)
         self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
         self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
@@ -436,6 +443,18 @@ class Gateway:
                 self._record(row)
                 await respond_error(responder, dialect, err)
                 return
+        admission = await self._admit(
+            row,
+            responder,
+            dialect,
+            summary.input_tokens,
+            candidates,
+            started,
+            key_permit,
+            route.operation,
+        )
+        if admission is None:
+            return
         outcome = RelayOutcome()
         finished = False
         try:
@@ -458,7 +477,16 @@ class Gateway:
                 self.hooks.release(key_permit)
             row.duration_ms = int((self.clock() - started) * 1000)
             row.cancelled = outcome.cancelled or not finished
-            self._fill_row(row, outcome, {c.name: c.model for c in candidates})
+            models = {c.name: c.model for c in candidates}
+            self._fill_row(row, outcome, models)
+            self.usage.finish(
+                row,
+                admission,
+                usage=outcome.usage,
+                attempts=outcome.attempts,
+                attempt_usage=outcome.attempt_usage,
+                models=models,
+            )
             usage = outcome.usage
             if conversation and outcome.provider and usage is not None:
                 self.router.record_answer(
@@ -468,6 +496,40 @@ class Gateway:
                     now=self.clock(),
                 )
             self._record(row)
+
+    async def _admit(
+        self,
+        row: RequestRow,
+        responder: Responder,
+        dialect: Dialect,
+        input_tokens: int,
+        candidates: list[Candidate],
+        started: float,
+        key_permit: Permit | None,
+        operation: Operation,
+    ) -> Admission | None:
+        """The key's usage limits (SPEC §11): an admission, or None once a 429 went out."""
+        usage = self.usage
+        if operation is Operation.COUNT_TOKENS:
+            # Token counts cost nothing and count toward no limit (SPEC §14).
+            return Admission.uncounted(row.key_name or "")
+        estimate = usage.estimate(input_tokens, [(c.name, c.model) for c in candidates])
+        try:
+            admitted = await usage.admit(
+                row.key_name or "", estimate, deadline=started + self.config.failover.wait_secs
+            )
+        except BaseException:  # the client left while waiting
+            if key_permit is not None:
+                self.hooks.release(key_permit)
+            raise
+        if isinstance(admitted, Admission):
+            return admitted
+        if key_permit is not None:
+            self.hooks.release(key_permit)
+        row.status, row.error_code = admitted.status, admitted.code
+        self._record(row)
+        await respond_error(responder, dialect, admitted)
+        return None
 
     def _fill_row(self, row: RequestRow, outcome: RelayOutcome, models: dict[str, str]) -> None:
         row.status = outcome.status

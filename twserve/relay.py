@@ -150,6 +150,9 @@ class RelayOutcome:
     attempts: tuple[AttemptRecord, ...] = ()
     translated: list[str] = field(default_factory=list)
     cancelled: bool = False
+    # Usage reported by attempts that did not give the answer (by attempt index): tokens an
+    # upstream may bill although its attempt failed or was cancelled.
+    attempt_usage: dict[int, Any] = field(default_factory=dict)
 
 
 class RelayHooks(Protocol):
@@ -252,6 +255,8 @@ class _Live:
     committed: bool = False
     direct: bool = False
     reported: float = 0.0
+    # The opening's bytes as they came, read for usage if the attempt ends before content.
+    opening: list[bytes] = field(default_factory=list)
 
 
 class _Relay:
@@ -398,6 +403,7 @@ class _Relay:
         if isinstance(item, _Chunk):
             live.queued -= 1
             if live.translator is None:
+                live.opening.append(item.data)
                 return self._hold(live, live.hold.feed(item.data, now=self.wall()), now)  # type: ignore[union-attr]
             data = live.translator.feed(item.data)
             follow: list[Action] = []
@@ -464,6 +470,9 @@ class _Relay:
     def _end_attempt(self, live: _Live, *, failure: Failure | None, now: float) -> None:
         """The attempt in flight is over: stop its reader, count the failure, free its slot."""
         live.scope.cancel()
+        usage = _billed_usage(live, self.req.model)
+        if usage is not None:
+            self.out.attempt_usage[live.index] = usage
         if failure is not None:
             self.hooks.failed(live.cand.name, failure, now)
         permit = self.permits.pop(live.cand.name, None)
@@ -782,6 +791,27 @@ class _Relay:
         await self.responder.start(status, [*headers, (b"content-length", str(len(body)).encode())])
         await self.responder.send(body)
         await self.responder.end()
+
+
+def _billed_usage(live: _Live, model: str) -> Any:
+    """The usage an ended attempt's upstream reported, if any (its answer so far, or the
+    opening events of one that ended before content, e.g. Anthropic's message_start)."""
+    if live.translator is not None:
+        return live.translator.usage
+    if not live.opening:
+        return None
+    watcher = StreamTranslator(
+        live.cand.dialect,
+        live.cand.dialect,
+        client_model=model,
+        upstream_sse=live.upstream_sse,
+        client_sse=live.upstream_sse,
+    )
+    try:
+        watcher.feed(b"".join(live.opening))
+    except Exception:  # a broken opening bills nothing we can read
+        return None
+    return watcher.usage
 
 
 def _request_failure(exc: ClientTranslationError) -> Failure:

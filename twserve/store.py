@@ -28,7 +28,24 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from twproto import json_dumps
 
-__all__ = ["RequestRow", "RequestStore"]
+__all__ = ["USAGE_GROUPS", "RequestRow", "RequestStore", "StoredBody"]
+
+# `GET /usage?by=…` and `twserve usage --by …`: the column each grouping reads.
+USAGE_GROUPS = {
+    "key": "key_name",
+    "model": "model",
+    "provider": "provider",
+    "day": "date(ts, 'unixepoch', 'localtime')",
+}
+
+
+@dataclass(slots=True, kw_only=True)
+class StoredBody:
+    """A request's body and the answer's bytes as sent, cut at ``retention.body_max_bytes``."""
+
+    request: bytes | None
+    answer: bytes | None
+    truncated: bool = False
 
 _COLUMNS = (
     "id",
@@ -55,6 +72,11 @@ _COLUMNS = (
     "error_code",
     "local",
     "cancelled",
+    "counted",
+    "settled_ts",
+    "limit_tokens",
+    "limit_cache_reads",
+    "limit_cost",
 )
 
 _MIGRATIONS: tuple[str, ...] = (
@@ -89,6 +111,33 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
     CREATE INDEX IF NOT EXISTS requests_key_ts ON requests (key_name, ts);
     """,
+    # version 2: what each request counted toward its key's limits, so that the totals are
+    # rebuilt exactly at startup; and optional request/answer bodies. Rows written before the
+    # upgrade count what they recorded: a row with an upstream or usage reached an upstream.
+    """
+    ALTER TABLE requests ADD COLUMN counted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE requests ADD COLUMN settled_ts REAL;
+    ALTER TABLE requests ADD COLUMN limit_tokens INTEGER;
+    ALTER TABLE requests ADD COLUMN limit_cache_reads INTEGER;
+    ALTER TABLE requests ADD COLUMN limit_cost INTEGER;
+    UPDATE requests SET
+        counted = CASE WHEN (provider IS NOT NULL OR input_tokens IS NOT NULL) AND local = 0
+                  THEN 1 ELSE 0 END,
+        settled_ts = ts + COALESCE(duration_ms, 0) / 1000.0,
+        limit_tokens = COALESCE(input_tokens, 0) + COALESCE(cache_write_tokens, 0)
+                       + COALESCE(output_tokens, 0),
+        limit_cache_reads = COALESCE(cache_read_tokens, 0),
+        limit_cost = COALESCE(cost_micros, 0);
+    CREATE INDEX IF NOT EXISTS requests_settled ON requests (counted, settled_ts);
+    CREATE TABLE IF NOT EXISTS bodies (
+        id TEXT PRIMARY KEY,
+        ts REAL NOT NULL,
+        request BLOB,
+        answer BLOB,
+        truncated INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX IF NOT EXISTS bodies_ts ON bodies (ts);
+    """,
 )
 
 
@@ -120,6 +169,15 @@ class RequestRow:
     error_code: str | None = None
     local: bool = False
     cancelled: bool = False
+    # What the request counted toward its key's limits (`counted`: it reached an upstream),
+    # booked at `settled_ts`; rebuilt from these at startup.
+    counted: bool = False
+    settled_ts: float | None = None
+    limit_tokens: int | None = None
+    limit_cache_reads: int | None = None
+    limit_cost: int | None = None
+    # Kept in the bodies table when ``retention.store_bodies`` is on.
+    body: StoredBody | None = None
 
     def as_params(self) -> tuple[Any, ...]:
         # Plain attribute reads: dataclasses.asdict deep-copies the routing JSON for nothing.
@@ -148,6 +206,11 @@ class RequestRow:
             self.error_code,
             int(self.local),
             int(self.cancelled),
+            int(self.counted),
+            self.settled_ts,
+            self.limit_tokens,
+            self.limit_cache_reads,
+            self.limit_cost,
         )
 
 
@@ -207,10 +270,22 @@ class RequestStore:
         placeholders = ",".join("?" for _ in _COLUMNS)
         sql = f"INSERT OR REPLACE INTO requests ({','.join(_COLUMNS)}) VALUES ({placeholders})"
 
+        bodies = [
+            (r.id, r.ts, r.body.request, r.body.answer, int(r.body.truncated))
+            for r in rows
+            if r.body is not None
+        ]
+
         def write() -> None:
             self._conn.execute("BEGIN")
             try:
                 self._conn.executemany(sql, params)
+                if bodies:
+                    self._conn.executemany(
+                        "INSERT OR REPLACE INTO bodies (id, ts, request, answer, truncated) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        bodies,
+                    )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -244,10 +319,111 @@ class RequestStore:
         return await anyio.to_thread.run_sync(read)
 
 
+    async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]:
+        """Delete rows older than `before_rows` and bodies older than `before_bodies` (unix
+        seconds); returns how many of each went. Runs beside the writer, never inside a batch."""
+
+        def prune() -> tuple[int, int]:
+            self._conn.execute("BEGIN")
+            try:
+                bodies = self._conn.execute(
+                    "DELETE FROM bodies WHERE ts < ? OR id IN "
+                    "(SELECT id FROM requests WHERE ts < ?)",
+                    (before_bodies, before_rows),
+                ).rowcount
+                rows = self._conn.execute(
+                    "DELETE FROM requests WHERE ts < ?", (before_rows,)
+                ).rowcount
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            return rows, bodies
+
+        async with self._lock:
+            return await anyio.to_thread.run_sync(prune)
+
+    async def body(self, request_id: str) -> dict[str, Any] | None:
+        """The stored request and answer bodies of one request, if kept."""
+
+        def read() -> dict[str, Any] | None:
+            conn = sqlite3.connect(self.path)
+            try:
+                found = conn.execute(
+                    "SELECT request, answer, truncated FROM bodies WHERE id = ?", (request_id,)
+                ).fetchone()
+            finally:
+                conn.close()
+            if found is None:
+                return None
+            request, answer, truncated = found
+            return {"request": request, "answer": answer, "truncated": bool(truncated)}
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def usage(
+        self, *, by: str, since: float | None = None, until: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Totals per `by` (a `USAGE_GROUPS` name) over rows in [since, until)."""
+        return await anyio.to_thread.run_sync(
+            lambda: usage_totals(self.path, by=by, since=since, until=until)
+        )
+
+
+def usage_totals(
+    path: Path, *, by: str, since: float | None = None, until: float | None = None
+) -> list[dict[str, Any]]:
+    """`RequestStore.usage`, synchronously, on the database at `path` (the CLI reads it so)."""
+    column = USAGE_GROUPS[by]
+    where = ["1 = 1"]
+    params: list[Any] = []
+    if since is not None:
+        where.append("ts >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("ts < ?")
+        params.append(until)
+    sql = (
+        f"SELECT {column} AS grp, COUNT(*), "
+        "SUM(CASE WHEN status >= 400 OR status IS NULL OR cancelled = 1 THEN 1 ELSE 0 END), "
+        "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+        "COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
+        "COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cost_micros), 0), "
+        "SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END) "
+        f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
+    )
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+    out = []
+    for grp, count, errors, inp, outp, read, write, reasoning, cost, unpriced, free in rows:
+        out.append(
+            {
+                by: grp,
+                "requests": count,
+                "errors": errors,
+                "input_tokens": inp,
+                "output_tokens": outp,
+                "cache_read_tokens": read,
+                "cache_write_tokens": write,
+                "reasoning_tokens": reasoning,
+                "cost_micros": cost,
+                "cost_usd": round(cost / 1_000_000, 6),
+                # Requests whose cost is unknown (no price): the total leaves them out.
+                "unpriced_requests": unpriced,
+                "free_requests": free,
+            }
+        )
+    return out
+
+
 def _decode(row: dict[str, Any]) -> dict[str, Any]:
     for col in ("routing", "translated"):
         if row.get(col):
             row[col] = json.loads(row[col])
-    for col in ("stream", "local", "cancelled"):
+    for col in ("stream", "local", "cancelled", "counted"):
         row[col] = bool(row[col])
     return row

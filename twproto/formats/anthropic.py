@@ -578,22 +578,32 @@ def decode_usage(raw: Any, base: ir.Usage | None = None) -> ir.Usage:
 
     details = as_dict(usage.get("output_tokens_details"))
     reasoning = details.get("thinking_tokens")
+    creation = as_dict(usage.get("cache_creation"))
+    hour = creation.get("ephemeral_1h_input_tokens")
     return ir.Usage(
         input_tokens=pick("input_tokens", prev.input_tokens),
         output_tokens=pick("output_tokens", prev.output_tokens),
         cache_read_tokens=pick("cache_read_input_tokens", prev.cache_read_tokens),
         cache_write_tokens=pick("cache_creation_input_tokens", prev.cache_write_tokens),
         reasoning_tokens=prev.reasoning_tokens if reasoning is None else as_int(reasoning),
+        cache_write_1h_tokens=prev.cache_write_1h_tokens if hour is None else as_int(hour),
     )
 
 
-def encode_usage(usage: ir.Usage) -> dict[str, int]:
-    return {
+def encode_usage(usage: ir.Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "input_tokens": usage.input_tokens,
         "cache_creation_input_tokens": usage.cache_write_tokens,
         "cache_read_input_tokens": usage.cache_read_tokens,
         "output_tokens": usage.output_tokens,
     }
+    if usage.cache_write_1h_tokens:
+        # Only when there is a split to tell: the plain form stays as it was.
+        out["cache_creation"] = {
+            "ephemeral_5m_input_tokens": usage.cache_write_tokens - usage.cache_write_1h_tokens,
+            "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
+        }
+    return out
 
 
 def decode_response(obj: Mapping[str, Any]) -> ir.Answer:

@@ -1,0 +1,494 @@
+"""Usage, cost and key limits on the request path: the IO around twengine's pricing and limits.
+
+The gateway calls this module twice per generation request, and nowhere else:
+
+* `UsageKeeper.admit` once routing has chosen the candidates and before anything is sent: the
+  key's limits (`twengine.limits.KeyLimits`) take the request's estimate — one request, the
+  input token estimate, that input's cost at the dearest candidate's price — or answer that it
+  must wait (a rolling limit: the wait happens here, within ``failover.wait_secs``) or is
+  refused (an `twproto.errors.GatewayError` in the client's format, returned for the gateway
+  to send).
+* `UsageKeeper.settle` when the request is over: it prices the row and each attempt that
+  reported usage (`twengine.pricing.Pricer`), books what the request really used in place of
+  its estimate — or nothing at all if no attempt reached an upstream — and publishes
+  `KeyLimitAlert` events.
+
+Limits count wall-clock time (`wall`), the time rows are stored with, so that the totals
+rebuilt from the store at startup (`rebuild`) line up with the ones kept live. Calendar periods
+follow the local time zone unless one is given.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from twengine.attempt import AttemptRecord
+from twengine.config import Config
+from twengine.config.model import KeyLimit, LimitMeasure
+from twengine.limits import (
+    Admitted,
+    KeyLimits,
+    LimitAlert,
+    Refused,
+    Reservation,
+    Spend,
+    Wait,
+)
+from twengine.pricing import Cost, CostState, Pricer, PriceTable
+from twproto.errors import ErrorCategory, GatewayError
+from twproto.ir import Usage
+from twserve.store import RequestRow
+
+__all__ = ["Admission", "UsageKeeper", "describe_amount", "local_tz", "spend_of"]
+
+log = logging.getLogger("twserve.usage")
+
+# How often a request waiting on a rolling limit looks again, at most (the wall clock may be
+# moved by an operator or a test; a settling request wakes it sooner).
+RECHECK_SECS = 0.25
+
+
+def local_tz() -> dt.tzinfo:
+    """The machine's local time zone as it is now."""
+    tz = dt.datetime.now().astimezone().tzinfo
+    assert tz is not None
+    return tz
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request let through its key's limits; `estimate_tokens` is what it reserved."""
+
+    reservation: Reservation
+    estimate: Spend
+    # False for token counts: priced at nothing and booked against no limit.
+    counts: bool = True
+
+    @classmethod
+    def uncounted(cls, key: str) -> Admission:
+        nothing = Spend(requests=0)
+        return cls(
+            reservation=Reservation(key=key, estimate=nothing, held=False),
+            estimate=nothing,
+            counts=False,
+        )
+
+
+def spend_of(
+    usage: Usage | None, cost: int, estimate: Spend, *, extra: Iterable[Usage] = ()
+) -> Spend:
+    """What a finished request counts: its reported usage (plus what failed attempts billed),
+    or — when the answer reported none — its estimate."""
+    tokens = 0
+    reads = 0
+    reported = False
+    for u in (usage, *extra):
+        if u is None:
+            continue
+        reported = True
+        tokens += u.input_tokens + u.cache_write_tokens + u.output_tokens
+        reads += u.cache_read_tokens
+    if not reported:
+        return Spend(requests=1, tokens=estimate.tokens, cost_micros=max(cost, 0))
+    return Spend(requests=1, tokens=tokens, cache_reads=reads, cost_micros=max(cost, 0))
+
+
+def describe_amount(limit: KeyLimit, amount: int) -> str:
+    """An amount in `limit`'s measure as people read it."""
+    if limit.measure is LimitMeasure.COST:
+        return f"${amount / 1_000_000:,.4f}".rstrip("0").rstrip(".")
+    unit = "request" if limit.measure is LimitMeasure.REQUESTS else "token"
+    return f"{amount:,} {unit}{'' if amount == 1 else 's'}"
+
+
+def _describe_limit(limit: KeyLimit) -> str:
+    reads = " (cache reads included)" if limit.cache_reads else ""
+    return f"{describe_amount(limit, limit.amount)}{reads} per {limit.per.value}"
+
+
+def _stamp(ts: float, tz: dt.tzinfo) -> str:
+    return dt.datetime.fromtimestamp(ts, tz).isoformat(timespec="seconds")
+
+
+class UsageKeeper:
+    """The process's limits and prices (see the module docs)."""
+
+    def __init__(
+        self,
+        config: Config,
+        table: PriceTable,
+        *,
+        wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        tz: dt.tzinfo | None = None,
+    ) -> None:
+        self.table = table
+        self.wall = wall
+        self.clock = clock
+        self.tz = tz if tz is not None else local_tz()
+        self.limits = KeyLimits(config.clients, self.tz)
+        self.pricer = Pricer(config, table)
+        self.config = config
+        # Set whenever a request settles, so requests waiting on a full window look again.
+        self._settled: anyio.Event | None = None
+        self.alert_listeners: list[Callable[[LimitAlert], None]] = []
+        # Set when a reload changed some key's limits; the maintenance task rebuilds.
+        self.rebuild_needed = False
+
+    def apply_config(self, config: Config) -> bool:
+        """Take a new config; True when the limits changed and need a `rebuild`."""
+        changed = [(c.name, c.limits) for c in config.clients] != [
+            (c.name, c.limits) for c in self.config.clients
+        ]
+        self.config = config
+        self.pricer = Pricer(config, self.table)
+        if changed:
+            self.limits.configure(config.clients)
+            self.rebuild_needed = True
+        return changed
+
+    def set_tz(self, tz: dt.tzinfo) -> None:
+        """Count calendar periods in `tz` from now on (the caller rebuilds)."""
+        self.tz = tz
+        self.limits.tz = tz
+        self.limits.configure(self.config.clients)
+
+    def set_table(self, table: PriceTable) -> None:
+        self.table = table
+        self.pricer = Pricer(self.config, table)
+
+    # -- admission --------------------------------------------------------------------------
+
+    def estimate(self, input_tokens: int, targets: Sequence[tuple[str, str]]) -> Spend:
+        """One request of `input_tokens` estimated input, priced at the dearest of the
+        `(upstream, model)` targets it may go to (unpriced and free ones count 0)."""
+        price = 0.0
+        for provider, model in targets:
+            p = self.pricer.input_price(provider, model)
+            if p is not None:
+                price = max(price, p)
+        return Spend(
+            requests=1,
+            tokens=input_tokens,
+            cost_micros=math.ceil(input_tokens * price),
+        )
+
+    async def admit(
+        self, key: str, estimate: Spend, *, deadline: float
+    ) -> Admission | GatewayError:
+        """Let the request through `key`'s limits, waiting on a rolling window until `deadline`
+        (the gateway's monotonic clock); a refusal comes back as the error to send."""
+        limits = self.limits
+        if not limits.has_limits(key):
+            return Admission(
+                reservation=Reservation(key=key, estimate=estimate, held=False), estimate=estimate
+            )
+        while True:
+            now = self.wall()
+            verdict = limits.admit(key, estimate, now)
+            if isinstance(verdict, Admitted):
+                return Admission(reservation=verdict.reservation, estimate=estimate)
+            left = deadline - self.clock()
+            if isinstance(verdict, Refused) or (
+                verdict.until is not None and verdict.until - now > left
+            ):
+                self._alert(limits.refused_alert(key, verdict, now))
+                return self._refusal(key, verdict, now)
+            if left <= 0:
+                self._alert(limits.refused_alert(key, verdict, now))
+                return self._refusal(key, verdict, now)
+            # Wait for the window to roll (or for a request in flight to settle), then retry.
+            pause = left if verdict.until is None else max(0.0, verdict.until - now)
+            if self._settled is None:
+                self._settled = anyio.Event()
+            settled = self._settled
+            with anyio.move_on_after(min(pause, left, RECHECK_SECS)):
+                await settled.wait()
+
+    def _refusal(self, key: str, verdict: Refused | Wait, now: float) -> GatewayError:
+        limit = verdict.limit
+        used = describe_amount(limit, verdict.used)
+        what = f"gateway key {key!r} is over its limit of {_describe_limit(limit)}: used {used}"
+        if limit.per.rolling:
+            reset = verdict.reset if isinstance(verdict, Refused) else verdict.until
+            code = f"gw.key_limit.{limit.measure.value}_rolling"
+            if reset is None:
+                # Nothing will roll off in time: requests in flight hold the window, or this one
+                # alone is larger than the limit.
+                retry = 1.0
+                when = "when requests in flight finish" if isinstance(verdict, Wait) else "never"
+                message = f"{what}; this request fits {when}"
+                if isinstance(verdict, Refused):
+                    return GatewayError(
+                        status=429,
+                        category=ErrorCategory.RATE_LIMITED,
+                        code=code,
+                        message=f"{what}; this request's estimate alone is over the limit",
+                        should_retry=False,
+                    )
+            else:
+                retry = max(0.0, reset - now)
+                message = f"{what}; retry in {retry:.3f} s (at {_stamp(reset, self.tz)})"
+            return GatewayError(
+                status=429,
+                category=ErrorCategory.RATE_LIMITED,
+                code=code,
+                message=message,
+                retry_after=retry,
+                extra_headers=((b"retry-after-ms", str(math.ceil(retry * 1000)).encode()),),
+            )
+        assert isinstance(verdict, Refused) and verdict.reset is not None
+        retry = max(0.0, verdict.reset - now)
+        return GatewayError(
+            status=429,
+            category=ErrorCategory.RATE_LIMITED,
+            code="gw.key_limit.period",
+            message=(
+                f"{what} this {limit.per.value}; it resets at {_stamp(verdict.reset, self.tz)} "
+                f"(in {_duration(retry)})"
+            ),
+            retry_after=retry,
+            openai_type="insufficient_quota",
+            should_retry=False,
+        )
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def cost(self, provider: str | None, model: str | None, usage: Usage | None) -> Cost | None:
+        """The cost of `usage` at `provider`'s price for `model`; None without usage."""
+        if usage is None or provider is None or model is None:
+            return None
+        return self.pricer.cost(provider, model, usage)
+
+    def finish(
+        self,
+        row: RequestRow,
+        admission: Admission | None,
+        *,
+        usage: Usage | None,
+        attempts: Sequence[AttemptRecord],
+        attempt_usage: Mapping[int, Usage],
+        models: Mapping[str, str],
+    ) -> None:
+        """Price a finished request's row and attempts, and settle its key's limits.
+
+        `usage` is the answer's (the last attempt sent); `attempt_usage` what other attempts
+        reported; `models` the model sent to each upstream. The row gets cost_micros and
+        cost_state, every attempt that reported usage its own usage and cost, and the limit
+        columns what the request counted.
+        """
+        if admission is not None and not admission.counts:
+            if row.provider is not None:
+                row.cost_micros, row.cost_state = 0, CostState.KNOWN.value
+            return
+        sent = [i for i, a in enumerate(attempts) if a.sent_at is not None]
+        views: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
+        last = sent[-1] if sent else None
+        extra_cost = 0
+        extras: list[Usage] = []
+        for index, billed in attempt_usage.items():
+            if index == last and usage is not None:
+                continue
+            if billed is None or index >= len(attempts):
+                continue
+            provider = attempts[index].provider
+            cost = self.cost(provider, models.get(provider), billed)
+            extras.append(billed)
+            extra_cost += cost.counted if cost is not None else 0
+            if index < len(views):
+                views[index]["usage"] = _usage_json(billed)
+                views[index]["cost_micros"], views[index]["cost_state"] = cost_fields(cost)
+        if last is None:
+            # Never reached an upstream: no cost, and nothing counts toward the limits.
+            self.settle(admission, None)
+            return
+        answer: Cost | None
+        if row.provider is not None:
+            model = models.get(row.provider, row.model or "")
+            if usage is not None:
+                answer = self.pricer.cost(row.provider, model, usage)
+            elif self.pricer.is_free(row.provider):
+                answer = Cost(state=CostState.FREE, micros=0)
+            else:
+                answer = Cost(state=CostState.UNKNOWN, micros=None)  # no usage reported
+            if usage is not None and last < len(views):
+                views[last]["usage"] = _usage_json(usage)
+                views[last]["cost_micros"], views[last]["cost_state"] = cost_fields(answer)
+        elif all((attempts[i].status or 0) >= 400 for i in sent):
+            answer = None  # every upstream refused outright: billed nothing but what it said
+        else:
+            answer = Cost(state=CostState.UNKNOWN, micros=None) if not extras else None
+        if answer is None:
+            row.cost_micros, row.cost_state = extra_cost, CostState.KNOWN.value
+        elif answer.micros is None:
+            row.cost_micros, row.cost_state = None, answer.state.value
+        else:
+            row.cost_micros, row.cost_state = answer.micros + extra_cost, answer.state.value
+        counted_cost = extra_cost + (answer.counted if answer is not None else 0)
+        estimate = admission.estimate if admission is not None else Spend()
+        if usage is None and not extras:
+            counted_cost = estimate.cost_micros
+        spend = spend_of(usage, counted_cost, estimate, extra=extras)
+        row.counted = True
+        row.settled_ts = self.wall()
+        row.limit_tokens = spend.tokens
+        row.limit_cache_reads = spend.cache_reads
+        row.limit_cost = spend.cost_micros
+        self.settle(admission, spend)
+
+    def settle(self, admission: Admission | None, spend: Spend | None) -> None:
+        """Book what an admitted request used (`spend`), or release it (None: it never reached
+        an upstream)."""
+        if admission is None:
+            return
+        reservation = admission.reservation
+        if spend is None:
+            self.limits.release(reservation)
+        else:
+            self._alert(self.limits.settle(reservation, spend, self.wall()))
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled.set()
+
+    def _alert(self, alerts: list[LimitAlert]) -> None:
+        for alert in alerts:
+            log.info(
+                "key %s reached %d%% of its limit of %s",
+                alert.key,
+                alert.percent,
+                _describe_limit(alert.limit),
+            )
+            for listener in self.alert_listeners:
+                try:
+                    listener(alert)
+                except Exception:
+                    log.exception("key limit alert listener failed")
+
+    # -- startup ------------------------------------------------------------------------------
+
+    async def rebuild(self, db_path: Path) -> int:
+        """Book the spends stored in `db_path` that fall in the current windows."""
+        if not self.limits.keys:
+            return 0
+        now = self.wall()
+        since = self.limits.earliest_start(now)
+        keys = self.limits.keys
+
+        def read() -> list[tuple[str, float, Spend]]:
+            if not db_path.exists():
+                return []
+            conn = sqlite3.connect(db_path)
+            try:
+                marks = ",".join("?" for _ in keys)
+                cur = conn.execute(
+                    "SELECT key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
+                    f"FROM requests WHERE counted = 1 AND settled_ts >= ? AND key_name IN ({marks})",
+                    (since, *keys),
+                )
+                return [
+                    (
+                        k,
+                        float(ts),
+                        Spend(
+                            requests=1,
+                            tokens=int(t or 0),
+                            cache_reads=int(r or 0),
+                            cost_micros=int(c or 0),
+                        ),
+                    )
+                    for k, ts, t, r, c in cur.fetchall()
+                ]
+            finally:
+                conn.close()
+
+        events = await anyio.to_thread.run_sync(read)
+        return self.limits.rebuild(events, now)
+
+    # -- views --------------------------------------------------------------------------------
+
+    def key_view(self, key: str) -> list[dict[str, Any]]:
+        """Each limit of `key` with usage and reset, for the control plane's keys view."""
+        now = self.wall()
+        out = []
+        for st in self.limits.status(key, now):
+            lim = st.limit
+            out.append(
+                {
+                    "per": lim.per.value,
+                    "measure": lim.measure.value,
+                    "amount": lim.amount,
+                    "cache_reads": lim.cache_reads,
+                    "rolling": lim.per.rolling,
+                    "used": st.used,
+                    "reserved": st.reserved,
+                    "percent": round(100 * st.used / lim.amount, 1) if lim.amount else None,
+                    "window_start": round(st.window_start, 3),
+                    "reset": round(st.reset, 3) if st.reset is not None else None,
+                    "reset_local": _stamp(st.reset, self.tz) if st.reset is not None else None,
+                }
+            )
+        return out
+
+    def unpriced_models(self, key: str) -> list[dict[str, str]]:
+        """The (upstream, model) pairs a key with a cost limit can reach that have no price;
+        upstreams without a model list are listed with model ``*``."""
+        config = self.config
+        if not config.has_client(key) or not any(
+            lim.measure is LimitMeasure.COST for lim in config.client(key).limits
+        ):
+            return []
+        out = []
+        for provider in config.providers:
+            if self.pricer.is_free(provider.name):
+                continue
+            if provider.models is None:
+                out.append({"provider": provider.name, "model": "*"})
+                continue
+            for model in provider.models:
+                if self.pricer.pricing(provider.name, model) is None:
+                    out.append({"provider": provider.name, "model": model})
+        return out
+
+
+def _usage_json(usage: Usage) -> dict[str, int]:
+    out = {
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cache_read": usage.cache_read_tokens,
+        "cache_write": usage.cache_write_tokens,
+        "reasoning": usage.reasoning_tokens,
+    }
+    if usage.cache_write_1h_tokens:
+        out["cache_write_1h"] = usage.cache_write_1h_tokens
+    return out
+
+
+def _duration(secs: float) -> str:
+    secs = int(math.ceil(secs))
+    hours, rest = divmod(secs, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {seconds} s"
+    return f"{seconds} s"
+
+
+def cost_fields(cost: Cost | None) -> tuple[int | None, str | None]:
+    """A cost as the row's (cost_micros, cost_state)."""
+    if cost is None:
+        return None, None
+    return cost.micros, cost.state.value
+
+
+__all__ += ["CostState", "cost_fields"]
