@@ -31,7 +31,7 @@ OUT = ROOT / "twserve" / "data" / "prices.json"
 
 def _download(into: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "litellm", "-d", str(into)],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "litellm", "-d", str(into)],
         check=True,
     )
     wheels = sorted(into.glob("litellm-*.whl"))

@@ -164,9 +164,8 @@ def _count(raw: Mapping[str, Any], name: str) -> int | None:
 
 
 def _rates(raw: Mapping[str, Any], base: Rates | None) -> Rates | None:
-    given = {
-        n: _figure(raw, n) for n in ("input", "output", "cache_read", "cache_write", "cache_write_1h")
-    }
+    names = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+    given = {n: _figure(raw, n) for n in names}
     input_rate = given["input"]
     output_rate = given["output"]
     if base is not None:

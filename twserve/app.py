@@ -85,9 +85,7 @@ class GatewayApp:
         self.upstream = UpstreamClient(http2_for=self._speaks_http2)
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
         # (the machine's local one when None).
-        self.usage = UsageKeeper(
-            config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz
-        )
+        self.usage = UsageKeeper(config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz)
         self.gateway = Gateway(
             config,
             store=self.store,

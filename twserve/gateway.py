@@ -18,9 +18,9 @@ from typing import Any
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
 from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Send
 from twengine.config import Config, resolve_template
+from twengine.pricing import PriceTable
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
-from twengine.pricing import PriceTable
 from twengine.routing import RequestFacts
 from twengine.slots import Permit
 from twproto import json_loads

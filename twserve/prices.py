@@ -37,8 +37,8 @@ __all__ = [
     "USER_FILE",
     "convert_litellm",
     "fetch_source",
-    "load_price_table",
     "load_price_data",
+    "load_price_table",
     "save_user_prices",
     "shipped_price_data",
 ]
@@ -190,7 +190,7 @@ def load_price_table(data_dir: Path | None) -> PriceTable:
 def fetch_source(location: str, *, timeout: float = 60.0) -> bytes:
     """The bytes of a LiteLLM price list at a file path or an http(s) URL."""
     if location.startswith(("http://", "https://")):
-        with urllib.request.urlopen(location, timeout=timeout) as resp:  # noqa: S310 - by design
+        with urllib.request.urlopen(location, timeout=timeout) as resp:
             data: bytes = resp.read(MAX_SOURCE_BYTES + 1)
     else:
         with open(location, "rb") as fh:

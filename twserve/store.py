@@ -47,6 +47,7 @@ class StoredBody:
     answer: bytes | None
     truncated: bool = False
 
+
 _COLUMNS = (
     "id",
     "ts",
@@ -317,7 +318,6 @@ class RequestStore:
                 conn.close()
 
         return await anyio.to_thread.run_sync(read)
-
 
     async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]:
         """Delete rows older than `before_rows` and bodies older than `before_bodies` (unix

@@ -392,7 +392,8 @@ class UsageKeeper:
                 marks = ",".join("?" for _ in keys)
                 cur = conn.execute(
                     "SELECT key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
-                    f"FROM requests WHERE counted = 1 AND settled_ts >= ? AND key_name IN ({marks})",
+                    "FROM requests WHERE counted = 1 AND settled_ts >= ? "
+                    f"AND key_name IN ({marks})",
                     (since, *keys),
                 )
                 return [
@@ -474,7 +475,7 @@ def _usage_json(usage: Usage) -> dict[str, int]:
 
 
 def _duration(secs: float) -> str:
-    secs = int(math.ceil(secs))
+    secs = math.ceil(secs)
     hours, rest = divmod(secs, 3600)
     minutes, seconds = divmod(rest, 60)
     if hours:
