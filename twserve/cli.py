@@ -1,4 +1,5 @@
-"""``twserve`` command line: serve, init, check, config, demo, mock-upstream, dryrun.
+"""``twserve`` command line: serve, init, check, config, demo, mock-upstream, dryrun, usage,
+prices.
 
 Every subcommand is a thin layer over functions that tests call directly.
 """
@@ -377,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_dryrun)
+
+    from twserve import cli_usage
+
+    cli_usage.add_commands(sub)
     return parser
 
 

@@ -43,6 +43,7 @@ from twengine.slots import SlotScope
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
+from twserve import usage_view
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
 from twserve.gateway import Gateway
 from twserve.httptypes import Headers, Request, Responder
@@ -312,6 +313,7 @@ class ControlPlane:
             "/keys": self._keys,
             "/requests": self._requests,
             "/dryrun": self._dryrun,
+            "/usage": self._usage,
         }
 
     @property
@@ -555,18 +557,38 @@ class ControlPlane:
                     "route": c.route,
                     "max_concurrent": c.max_concurrent,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),
-                    "limits": [
-                        {
-                            "per": lim.per.value,
-                            "measure": lim.measure.value,
-                            "amount": lim.amount,
-                            "cache_reads": lim.cache_reads,
-                        }
-                        for lim in c.limits
-                    ],
+                    # Each limit with its usage (reservations included) and reset time.
+                    "limits": self.gateway.usage.key_view(c.name),
+                    "unpriced_models": self.gateway.usage.unpriced_models(c.name),
                 }
             )
         return {"keys": rows, "default_key": self.config.default_key}
+
+    # -- usage (twserve.usage_view) ---------------------------------------------------------
+
+    async def _usage(self, request: Request) -> dict[str, Any]:
+        """``GET /usage?by=key|model|provider|day&since=…&until=…``: totals from the store."""
+        query = _query(request)
+        now = self.gateway.wall()
+        try:
+            by = usage_view.check_group(query.get("by", "key"))
+            since = usage_view.parse_since(query.get("since", "24h"), now)
+            until = usage_view.parse_since(query["until"], now) if "until" in query else None
+        except ValueError as exc:
+            raise ControlRequestError(400, "control.request.invalid", str(exc)) from None
+        rows = await self.store.usage(by=by, since=since, until=until)
+        return {
+            "by": by,
+            "since": since,
+            "until": until,
+            "rows": rows,
+            "total": usage_view.totals(rows),
+            "prices": {
+                "package": self.gateway.usage.table.package,
+                "version": self.gateway.usage.table.version,
+                "retrieved": self.gateway.usage.table.retrieved,
+            },
+        }
 
     async def _requests(self, request: Request) -> dict[str, Any]:
         query = _query(request)

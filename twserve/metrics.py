@@ -111,6 +111,26 @@ class Metrics:
             buckets=TTFB_BUCKETS,
             registry=reg,
         )
+        # Spend (SPEC §11): tokens by kind and known cost, per key, upstream and model asked.
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens the upstreams reported, by key, upstream, model asked and kind "
+            "(input = uncached input, cache_read, cache_write, output)",
+            ["key", "provider", "model", "kind"],
+            registry=reg,
+        )
+        self.cost = Counter(
+            "gateway_cost_usd",
+            "Known cost in USD by key, upstream and model asked (free and unpriced add 0)",
+            ["key", "provider", "model"],
+            registry=reg,
+        )
+        self.unpriced = Counter(
+            "gateway_unpriced_requests",
+            "Requests whose cost is unknown (the model has no price), by upstream and model",
+            ["provider", "model"],
+            registry=reg,
+        )
         self._open: set[str] = set()
         self.in_flight = Gauge(
             "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
@@ -144,6 +164,7 @@ class Metrics:
             self.totals["failed"] += 1
         if row.ttfb_ms is not None and row.provider:
             self.ttfb.labels(row.provider).observe(row.ttfb_ms / 1000)
+        self._observe_spend(row, provider)
         attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
         previous: dict[str, Any] | None = None
         for attempt in attempts:
@@ -162,6 +183,22 @@ class Metrics:
             ):
                 self.fallbacks.inc()
             previous = attempt
+
+    def _observe_spend(self, row: RequestRow, provider: str) -> None:
+        key = row.key_name or "none"
+        model = row.model or "none"
+        for kind, count in (
+            ("input", row.input_tokens),
+            ("cache_read", row.cache_read_tokens),
+            ("cache_write", row.cache_write_tokens),
+            ("output", row.output_tokens),
+        ):
+            if count:
+                self.tokens.labels(key, provider, model, kind).inc(count)
+        if row.cost_micros:
+            self.cost.labels(key, provider, model).inc(row.cost_micros / 1_000_000)
+        if row.cost_state == "unknown":
+            self.unpriced.labels(provider, model).inc()
 
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""

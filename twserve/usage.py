@@ -308,8 +308,10 @@ class UsageKeeper:
             if index < len(views):
                 views[index]["usage"] = _usage_json(billed)
                 views[index]["cost_micros"], views[index]["cost_state"] = cost_fields(cost)
-        if last is None:
-            # Never reached an upstream: no cost, and nothing counts toward the limits.
+        reached = usage is not None or bool(extras) or any(a.status is not None for a in attempts)
+        if last is None or not reached:
+            # No upstream answered at all (none was sent to, or none could be connected to):
+            # no cost, and nothing counts toward the limits.
             self.settle(admission, None)
             return
         answer: Cost | None
@@ -413,7 +415,8 @@ class UsageKeeper:
                 conn.close()
 
         events = await anyio.to_thread.run_sync(read)
-        return self.limits.rebuild(events, now)
+        self.limits.rebuild(events, now)
+        return len(events)
 
     # -- views --------------------------------------------------------------------------------
 

@@ -6,9 +6,10 @@ so synchronous SDK clients in the test thread talk to them over real sockets.
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,7 +83,11 @@ def running_stack(
     config: Mapping[str, Any] | None = None,
     limits: http1.ServerLimits | None = None,
     control: bool = False,
+    wall: Callable[[], float] | None = None,
+    tz: dt.tzinfo | None = None,
 ) -> Iterator[Stack]:
+    """A gateway over mocks. `wall` stands in for the wall clock (limits, rows), `tz` for the
+    local time zone of calendar limits."""
     with start_blocking_portal() as portal:
         futures = []
         mocks: dict[str, tuple[MockHandler, int]] = {}
@@ -121,6 +126,8 @@ def running_stack(
             port=0,
             limits=limits,
             control_port=0 if control else None,
+            **({"wall": wall} if wall is not None else {}),
+            tz=tz,
         )
         app_future, bound = portal.start_task(app.run)
         try:

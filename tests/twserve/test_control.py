@@ -213,10 +213,30 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
     assert keys["tester"]["key"] == "…"
     assert keys["limited"]["key"] == "…" + LIMITED_KEY[-4:]
     assert keys["limited"]["max_concurrent"] == 2
-    assert keys["limited"]["limits"] == [
-        {"per": "hour", "measure": "requests", "amount": 100, "cache_reads": False},
-        {"per": "minute", "measure": "tokens", "amount": 5000, "cache_reads": False},
+    limits = keys["limited"]["limits"]
+    assert [
+        {k: lim[k] for k in ("per", "measure", "amount", "cache_reads", "rolling", "used")}
+        for lim in limits
+    ] == [
+        {
+            "per": "hour",
+            "measure": "requests",
+            "amount": 100,
+            "cache_reads": False,
+            "rolling": True,
+            "used": 0,
+        },
+        {
+            "per": "minute",
+            "measure": "tokens",
+            "amount": 5000,
+            "cache_reads": False,
+            "rolling": True,
+            "used": 0,
+        },
     ]
+    # Nothing counted yet in a rolling window: nothing to roll off.
+    assert all(lim["reset"] is None and lim["reserved"] == 0 for lim in limits)
 
 
 def test_requests_view_lists_rows_with_attempts(stack: Stack) -> None:
