@@ -29,6 +29,7 @@ from twproto.errors import ErrorCategory, GatewayError, error_body, error_header
 from twproto.paths import Operation, Route, match_path
 from twproto.summary import count_tokens_body, summarize
 from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
+from twserve.bodies import BodyTap
 from twserve.engine import EngineHooks
 from twserve.events import EventBus
 from twserve.httptypes import Headers, Request, Responder
@@ -113,6 +114,8 @@ class Gateway:
         self.clock = clock
         self.wall = wall
         self.on_finished: Callable[[RequestRow], None] | None = None
+        # Body copies of requests in progress, by request id (retention.store_bodies).
+        self._taps: dict[str, BodyTap] = {}
         # Called with every stored row, after `on_finished` (metrics, the control plane).
         self.row_listeners: list[Callable[[RequestRow], None]] = []
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
@@ -191,7 +194,13 @@ class Gateway:
             await self._models(request, responder, route, dialect)
             return
         assert route.dialect is not None
-        await self._generate(request, responder, route, route.dialect, client_name)
+        retention = self.config.retention
+        if not retention.store_bodies:
+            await self._generate(request, responder, route, route.dialect, client_name)
+            return
+        # retention.store_bodies: a bounded copy of the answer goes to the row (twserve.bodies).
+        tap = BodyTap(responder, retention.body_max_bytes, request.body)
+        await self._generate(request, tap, route, route.dialect, client_name, tap=tap)
 
     async def _models(
         self, request: Request, responder: Responder, route: Route, dialect: Dialect
@@ -282,6 +291,7 @@ class Gateway:
         route: Route,
         dialect: Dialect,
         client_name: str,
+        tap: BodyTap | None = None,
     ) -> None:
         started = self.clock()
         # A reload may swap the config while this request waits for a key permit; it keeps the
@@ -294,6 +304,8 @@ class Gateway:
             key_name=client_name,
             format=dialect.value,
         )
+        if tap is not None:
+            self._taps[row.id] = tap
         if self.events is not None:
             self.events.request_started(row)
         try:
@@ -572,6 +584,9 @@ class Gateway:
         return f"{self._id_prefix}{next(self._id_counter):012x}"
 
     def _record(self, row: RequestRow) -> None:
+        tap = self._taps.pop(row.id, None) if self._taps else None
+        if tap is not None:
+            row.body = tap.stored()
         self.store.record(row)
         if self.on_finished is not None:
             self.on_finished(row)

@@ -1169,12 +1169,15 @@ def _failover(out: _Problems, top: _Fields) -> Failover:
 
 
 def _retention(out: _Problems, top: _Fields) -> Retention:
-    rf = top.fields("retention", tuple(defaults.RETENTION))
+    rf = top.fields("retention", (*defaults.RETENTION, "store_bodies"))
     if rf is None:
         return Retention()
     return Retention(
         row_days=rf.integer("row_days", defaults.RETENTION["row_days"]) or 1,
         body_days=rf.integer("body_days", defaults.RETENTION["body_days"]) or 0,
+        body_max_bytes=rf.integer("body_max_bytes", defaults.RETENTION["body_max_bytes"])
+        or int(defaults.RETENTION["body_max_bytes"].default or 0),
+        store_bodies=rf.boolean("store_bodies", False),
     )
 
 

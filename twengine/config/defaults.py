@@ -107,6 +107,8 @@ RETENTION: Mapping[str, Bound] = MappingProxyType(
     {
         "row_days": Bound(low=1, high=36_500, default=90),
         "body_days": Bound(low=0, high=36_500, default=7),
+        # Each stored body (request, answer) is cut at this many bytes.
+        "body_max_bytes": Bound(low=1024, high=64 * 1024 * 1024, default=262_144),
     }
 )
 

@@ -485,8 +485,13 @@ class Failover:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retention:
+    """``retention``: how long rows and bodies are kept; `store_bodies` turns body storage on
+    (each body cut at `body_max_bytes`)."""
+
     row_days: int = int(_d(defaults.RETENTION, "row_days"))
     body_days: int = int(_d(defaults.RETENTION, "body_days"))
+    body_max_bytes: int = int(_d(defaults.RETENTION, "body_max_bytes"))
+    store_bodies: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

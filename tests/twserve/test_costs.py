@@ -1,0 +1,155 @@
+"""Cost on every row and attempt, through the real server with the official SDKs (SPEC §12,
+§16): known (hand-computed, cache-heavy), free, unknown; failed attempts that billed tokens;
+the /usage view, Prometheus counters, and `twserve usage`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.twserve.sdk_clients import sdk_clients
+from tests.twserve.stack import CONTROL_KEY, Upstream, running_stack
+from twserve.cli import main
+from twserve.mock.script import MockSettings, Script, Usage
+
+pytestmark = pytest.mark.sdk
+
+# Claude Sonnet 4.6 in the shipped table: input 3, output 15, cache read 0.3, cache write 3.75
+# USD per million tokens.
+CACHE_HEAVY = Script(usage=Usage(input=3, output=33, cache_read=1111, cache_write=418))
+# 3×3 + 33×15 + 1111×0.3 + 418×3.75 = 9 + 495 + 333.3 + 1567.5 = 2404.8 µ$ → 2405
+CACHE_HEAVY_MICROS = 2405
+
+
+def _control(url: str, path: str) -> dict:  # type: ignore[type-arg]
+    with httpx2.Client() as http:
+        resp = http.get(url + path, headers={"authorization": f"Bearer {CONTROL_KEY}"})
+        assert resp.status_code == 200, resp.text
+        return resp.json()  # type: ignore[no-any-return]
+
+
+def test_cache_heavy_cost_in_every_client_format(tmp_path: Path) -> None:
+    upstreams = {"anth": Upstream("anthropic", MockSettings(script=CACHE_HEAVY))}
+    with running_stack(tmp_path, upstreams, control=True) as st, sdk_clients(st.url) as c:
+        c.anthropic.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "hi"}],
+        )
+        c.openai.chat.completions.create(
+            model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}]
+        )
+        stream = c.openai.responses.create(model="claude-sonnet-4-6", input="hi", stream=True)
+        for _ in stream:
+            pass
+        c.genai.models.generate_content(model="claude-sonnet-4-6", contents="hi")
+        rows = st.wait_rows(4)
+        usage = _control(st.control_url, "/usage?by=model&since=1h")
+        metrics = httpx2.get(
+            st.control_url + "/metrics", headers={"authorization": f"Bearer {CONTROL_KEY}"}
+        ).text
+    for row in rows:
+        assert (row["cost_micros"], row["cost_state"]) == (CACHE_HEAVY_MICROS, "known"), row
+        assert row["cache_read_tokens"] == 1111 and row["cache_write_tokens"] == 418
+        (attempt,) = json.loads(row["routing"])["attempts"]
+        assert attempt["cost_micros"] == CACHE_HEAVY_MICROS and attempt["cost_state"] == "known"
+        assert attempt["usage"]["cache_read"] == 1111
+    assert usage["by"] == "model"
+    assert usage["total"]["cost_micros"] == 4 * CACHE_HEAVY_MICROS
+    assert usage["total"]["requests"] == 4 and usage["total"]["cache_read_tokens"] == 4 * 1111
+    assert usage["prices"]["package"] == "litellm"
+    assert (
+        'gateway_tokens_total{key="tester",kind="cache_read",model="claude-sonnet-4-6",'
+        'provider="anth"} 4444.0' in metrics
+    )
+    assert (
+        'gateway_cost_usd_total{key="tester",model="claude-sonnet-4-6",provider="anth"} '
+        "0.00962" in metrics
+    )
+
+
+def test_unknown_price_is_null_and_free_is_zero(tmp_path: Path) -> None:
+    upstreams = {
+        "anth": Upstream("anthropic", MockSettings(script=CACHE_HEAVY)),
+        "local": Upstream(
+            "openai-chat", MockSettings(script=CACHE_HEAVY), extra={"billing": "free"}
+        ),
+    }
+    config = {
+        "groups": [{"name": "g", "providers": ["anth", "local"]}],
+        "routes": [
+            {
+                "name": "default",
+                "rules": [
+                    {"name": "free", "when": {"model": "free-*"}, "to": "local"},
+                    {"name": "rest", "to": "anth"},
+                ],
+            }
+        ],
+    }
+    with running_stack(tmp_path, upstreams, config=config, control=True) as st:
+        with sdk_clients(st.url) as c:
+            c.openai.chat.completions.create(
+                model="mystery-model-7", messages=[{"role": "user", "content": "hi"}]
+            )
+            c.openai.chat.completions.create(
+                model="free-model", messages=[{"role": "user", "content": "hi"}]
+            )
+        rows = st.wait_rows(2)
+        by_key = _control(st.control_url, "/usage?by=provider&since=1h")
+        bad = httpx2.get(
+            st.control_url + "/usage?by=colour",
+            headers={"authorization": f"Bearer {CONTROL_KEY}"},
+        )
+    unknown, free = rows
+    assert unknown["cost_micros"] is None and unknown["cost_state"] == "unknown"
+    assert free["cost_micros"] == 0 and free["cost_state"] == "free"
+    assert by_key["total"]["unpriced_requests"] == 1 and by_key["total"]["free_requests"] == 1
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "control.request.invalid"
+
+
+def test_a_failed_attempt_that_billed_tokens_carries_its_cost(tmp_path: Path) -> None:
+    # The first upstream opens its stream (message_start reports the input it billed), then
+    # breaks before any content; the request moves on to the second.
+    broken = Script(usage=Usage(input=1000, output=0, cache_read=0), break_after=0)
+    upstreams = {
+        "first": Upstream("anthropic", MockSettings(script=broken)),
+        "second": Upstream("anthropic", MockSettings(script=CACHE_HEAVY)),
+    }
+    with running_stack(tmp_path, upstreams) as st, sdk_clients(st.url) as c:
+        with c.anthropic.messages.stream(
+            model="claude-sonnet-4-6",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "hi"}],
+        ) as stream:
+            stream.get_final_message()
+        (row,) = st.wait_rows(1)
+    first, second = json.loads(row["routing"])["attempts"]
+    assert first["provider"] == "first" and first["outcome"] == "failed"
+    # 1000 input tokens × 3 µ$ (message_start also reports 1 output token: 15 µ$).
+    assert first["usage"]["input"] == 1000
+    assert first["cost_micros"] == 1000 * 3 + first["usage"]["output"] * 15
+    assert second["cost_micros"] == CACHE_HEAVY_MICROS
+    assert row["cost_micros"] == CACHE_HEAVY_MICROS + first["cost_micros"]
+    assert row["limit_cost"] == row["cost_micros"]
+
+
+def test_usage_command_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    upstreams = {"anth": Upstream("anthropic", MockSettings(script=CACHE_HEAVY))}
+    with running_stack(tmp_path, upstreams) as st, sdk_clients(st.url) as c:
+        for _ in range(2):
+            c.openai.chat.completions.create(
+                model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}]
+            )
+        st.wait_rows(2)
+    assert main(["usage", "--data-dir", str(tmp_path), "--by", "model", "--width", "160"]) == 0
+    out = capsys.readouterr().out
+    assert "usage by model" in out and "claude-sonnet-4-6" in out and "TOTAL" in out
+    assert "0.0048" in out  # 2 × 2405 µ$
+    assert main(["usage", "--data-dir", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rows"][0]["key"] == "tester" and data["total"]["cost_micros"] == 4810
+    assert main(["usage", "--data-dir", str(tmp_path), "--by", "colour"]) == 2

@@ -1,0 +1,58 @@
+"""Optional body storage (``retention.store_bodies``): the request as received and the answer
+as the client got it, each cut at ``retention.body_max_bytes``.
+
+`BodyTap` stands between the handler and the real responder and keeps a bounded copy of what
+is sent; it never holds more than the limit, whatever the answer's size.
+"""
+
+from __future__ import annotations
+
+from twserve.httptypes import Headers, Responder
+from twserve.store import StoredBody
+
+__all__ = ["BodyTap"]
+
+
+class BodyTap:
+    """A `Responder` that passes everything on and keeps the first `limit` bytes sent."""
+
+    def __init__(self, inner: Responder, limit: int, request: bytes) -> None:
+        self._inner = inner
+        self._request = request
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._kept = 0
+        self.truncated = False
+
+    async def start(self, status: int, headers: Headers) -> None:
+        await self._inner.start(status, headers)
+
+    async def send(self, data: bytes) -> None:
+        room = self._limit - self._kept
+        if room > 0:
+            piece = data[:room]
+            self._parts.append(piece)
+            self._kept += len(piece)
+        if len(data) > max(room, 0):
+            self.truncated = True
+        await self._inner.send(data)
+
+    async def end(self) -> None:
+        await self._inner.end()
+
+    async def abort(self) -> None:
+        await self._inner.abort()
+
+    @property
+    def started(self) -> bool:
+        return self._inner.started
+
+    def stored(self) -> StoredBody:
+        """What to keep of this request and its answer (so far)."""
+        request = self._request
+        cut = request[: self._limit]
+        return StoredBody(
+            request=cut,
+            answer=b"".join(self._parts),
+            truncated=self.truncated or len(request) > self._limit,
+        )
