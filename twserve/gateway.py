@@ -18,7 +18,7 @@ from typing import Any
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
 from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Send
 from twengine.config import Config, resolve_template
-from twengine.pricing import PriceTable
+from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
 from twengine.routing import RequestFacts
@@ -132,7 +132,9 @@ class Gateway:
         self.config = config
         if not self._configured:
             self._configured = True
-            self.router = Router(config)
+            # Prices and limits from the table too: `cheapest` ordering, context windows.
+            self.catalog = TableCatalog(self.usage.table)
+            self.router = Router(config, catalog=self.catalog)
             self.hooks = EngineHooks(self.router, wall=self.wall, clock=self.clock)
         else:
             for grant in self.router.configure(config):
@@ -280,6 +282,7 @@ class Gateway:
             ),
             sticky=cand.provider == sticky,
             max_tokens=cand.overrides.max_tokens,
+            output_limit=self.catalog.max_output_tokens(self.config, cand.provider, cand.model),
             reasoning=cand.overrides.reasoning,
             mock_headers=provider.forward_mock_headers,
         )

@@ -67,6 +67,7 @@ from twproto.ir import ReasoningLevel
 from twproto.paths import Operation, upstream_path
 from twproto.sse import encode_comment
 from twproto.translate import (
+    DEFAULT_MAX_TOKENS,
     ClientTranslationError,
     StreamTranslator,
     TranslatedRequest,
@@ -125,6 +126,9 @@ class Candidate:
     max_tokens: int | None = None
     reasoning: ReasoningLevel | None = None
     mock_headers: bool = False  # the provider's forward_mock_headers
+    # The model's output limit (model_specs, else the price table): a conversion to Anthropic
+    # of a request without max_tokens sends it.
+    output_limit: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -569,6 +573,7 @@ class _Relay:
                 model=cand.model,
                 stream=req.stream,
                 max_tokens=cand.max_tokens,
+                default_max_tokens=cand.output_limit or DEFAULT_MAX_TOKENS,
                 reasoning=ReasoningLevel.OFF
                 if rewrite is ResendReason.EFFORT_REFUSED
                 else cand.reasoning,
