@@ -77,24 +77,39 @@ class Spend:
             return self.tokens + (self.cache_reads if limit.cache_reads else 0)
         return self.cost_micros
 
-    def plus(self, other: Spend) -> Spend:
-        return Spend(
-            requests=self.requests + other.requests,
-            tokens=self.tokens + other.tokens,
-            cache_reads=self.cache_reads + other.cache_reads,
-            cost_micros=self.cost_micros + other.cost_micros,
-        )
-
-    def minus(self, other: Spend) -> Spend:
-        return Spend(
-            requests=self.requests - other.requests,
-            tokens=self.tokens - other.tokens,
-            cache_reads=self.cache_reads - other.cache_reads,
-            cost_micros=self.cost_micros - other.cost_micros,
-        )
-
 
 _NOTHING = Spend(requests=0)
+
+
+class _Totals:
+    """A running sum of spends, changed in place (the request path makes no objects for it)."""
+
+    __slots__ = ("cache_reads", "cost_micros", "requests", "tokens")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.tokens = 0
+        self.cache_reads = 0
+        self.cost_micros = 0
+
+    def add(self, spend: Spend) -> None:
+        self.requests += spend.requests
+        self.tokens += spend.tokens
+        self.cache_reads += spend.cache_reads
+        self.cost_micros += spend.cost_micros
+
+    def remove(self, spend: Spend) -> None:
+        self.requests -= spend.requests
+        self.tokens -= spend.tokens
+        self.cache_reads -= spend.cache_reads
+        self.cost_micros -= spend.cost_micros
+
+    def measure(self, limit: KeyLimit) -> int:
+        if limit.measure is LimitMeasure.REQUESTS:
+            return self.requests
+        if limit.measure is LimitMeasure.TOKENS:
+            return self.tokens + (self.cache_reads if limit.cache_reads else 0)
+        return self.cost_micros
 
 
 def period_bounds(per: LimitPeriod, now: float, tz: dt.tzinfo) -> tuple[float, float]:
@@ -191,17 +206,17 @@ class _Rolling:
     def __init__(self, span: float) -> None:
         self.span = span
         self.events: deque[tuple[float, Spend]] = deque()
-        self.total = _NOTHING
+        self.total = _Totals()
 
     def roll(self, now: float) -> None:
         edge = now - self.span
         events = self.events
         while events and events[0][0] <= edge:
-            self.total = self.total.minus(events.popleft()[1])
+            self.total.remove(events.popleft()[1])
 
     def add(self, ts: float, spend: Spend) -> None:
         self.events.append((ts, spend))
-        self.total = self.total.plus(spend)
+        self.total.add(spend)
 
     def frees_at(self, limit: KeyLimit, need: int) -> float | None:
         """When `need` of `limit`'s measure will have rolled off, or None if never."""
@@ -229,16 +244,16 @@ class _Calendar:
         self.tz = tz
         self.start = 0.0
         self.end = 0.0
-        self.total = _NOTHING
+        self.total = _Totals()
 
     def roll(self, now: float) -> None:
         if not self.start <= now < self.end:
             self.start, self.end = period_bounds(self.per, now, self.tz)
-            self.total = _NOTHING
+            self.total = _Totals()
 
     def add(self, ts: float, spend: Spend) -> None:
         if self.start <= ts < self.end:
-            self.total = self.total.plus(spend)
+            self.total.add(spend)
 
     def reset(self) -> float | None:
         return self.end
@@ -251,7 +266,7 @@ _Ledger = _Rolling | _Calendar
 class _Key:
     limits: tuple[KeyLimit, ...]
     ledgers: dict[LimitPeriod, _Ledger]
-    reserved: Spend = _NOTHING
+    reserved: _Totals = field(default_factory=_Totals)
     in_flight: int = 0
     # Per limit (by position): the alert level reached in the window, and the window it was in.
     alerted: list[int] = field(default_factory=list)
@@ -331,7 +346,7 @@ class KeyLimits:
                 return Wait(limit=lim, used=used, until=None)
             latest = max(blocked, key=lambda b: b[2] or 0.0)
             return Wait(limit=latest[0], used=latest[1], until=latest[2])
-        state.reserved = state.reserved.plus(estimate)
+        state.reserved.add(estimate)
         state.in_flight += 1
         return Admitted(reservation=Reservation(key=key, estimate=estimate))
 
@@ -340,7 +355,7 @@ class KeyLimits:
         state = self._keys.get(reservation.key)
         if state is None or not reservation.held:
             return
-        state.reserved = state.reserved.minus(reservation.estimate)
+        state.reserved.remove(reservation.estimate)
         state.in_flight -= 1
 
     def settle(self, reservation: Reservation, spend: Spend, now: float) -> list[LimitAlert]:
@@ -349,7 +364,7 @@ class KeyLimits:
         if state is None:
             return []
         if reservation.held:
-            state.reserved = state.reserved.minus(reservation.estimate)
+            state.reserved.remove(reservation.estimate)
             state.in_flight -= 1
         for ledger in state.ledgers.values():
             ledger.roll(now)
