@@ -261,6 +261,14 @@ class Gateway:
                         known[1] or spec.max_output_tokens,
                     )
                 specs[name] = known
+        table = self.usage.table
+        for name, (context, output) in specs.items():
+            # model_specs first, field by field; the price table fills what they leave out.
+            if context is None or output is None:
+                specs[name] = (
+                    context or table.context_window(name),
+                    output or table.max_output_tokens(name),
+                )
         for alias in self.config.aliases:
             if alias.name not in specs:
                 targets = [specs.get(t, (None, None)) for t in alias.targets]

@@ -214,14 +214,16 @@ def test_day_cost_limit_counts_priced_usage(tmp_path: Path) -> None:
     assert lim["used"] == 600 * ok and lim["reset"] == MIDNIGHT and lim["percent"] > 100
 
 
-def test_racing_requests_never_pass_the_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per", ["day", "minute"])
+def test_racing_requests_never_pass_the_limit(tmp_path: Path, per: str) -> None:
     wall = FakeWall(T0)
     slow = Script(usage=Usage(input=10, output=5), chunks=4, chunk_delay=0.05)
-    with _stack(tmp_path, [{"per": "day", "requests": 5}], wall=wall, script=slow) as st:
+    with _stack(tmp_path, [{"per": per, "requests": 5}], wall=wall, script=slow) as st:
         with ThreadPoolExecutor(20) as pool:
             results = list(pool.map(lambda _: _raw(st.url)[0], range(20)))
-        st.wait_rows(20)
+        rows = st.wait_rows(20)
     assert results.count(200) == 5 and results.count(429) == 15
+    assert sum(r["counted"] for r in rows) == 5
 
 
 def test_restart_rebuilds_day_usage_from_the_store(tmp_path: Path) -> None:
@@ -295,3 +297,41 @@ def test_alerts_at_80_and_100_percent(tmp_path: Path) -> None:
         (100, 5, "day", "requests"),
     ]
     assert seen[0].reset == MIDNIGHT and seen[0].key == "tester"
+
+
+@pytest.mark.parametrize(
+    ("per", "measure", "amount", "first_reset"),
+    [
+        # One request: 1 request, 3000 + 200 = 3200 tokens, 3000×3 + 200×15 = 12 000 µ$
+        # (Sonnet 4.6).
+        ("minute", "cost", 0.012, T0 + 60),
+        ("hour", "requests", 1, T0 + 3600),
+        ("day", "tokens", 3200, MIDNIGHT),
+        ("week", "cost", 0.012, dt.datetime(2026, 12, 7, tzinfo=UTC).timestamp()),
+        ("month", "tokens", 3200, dt.datetime(2027, 1, 1, tzinfo=UTC).timestamp()),
+    ],
+)
+def test_each_period_and_measure(
+    tmp_path: Path, per: str, measure: str, amount: float, first_reset: float
+) -> None:
+    wall = FakeWall(T0)
+    script = Script(usage=Usage(input=3000, output=200))
+    with _stack(tmp_path, [{"per": per, measure: amount}], wall=wall, script=script) as st:
+        assert _raw(st.url, model="claude-sonnet-4-6")[0] == 200
+        st.wait_rows(1)
+        status, body, headers = _raw(st.url, model="claude-sonnet-4-6")
+        # Just before the window frees: still refused; at the reset: through.
+        wall.advance(first_reset - T0 - 1)
+        assert _raw(st.url, model="claude-sonnet-4-6")[0] == 429
+        wall.advance(1)
+        assert _raw(st.url, model="claude-sonnet-4-6")[0] == 200
+        rows = st.wait_rows(4)
+    assert status == 429
+    assert headers[b"retry-after"] == str(int(first_reset - T0)).encode()
+    rolling = per in ("minute", "hour")
+    assert body["error"]["code"] == (
+        f"gw.key_limit.{measure}_rolling" if rolling else "insufficient_quota"
+    )
+    assert (b"x-should-retry" in headers) is not rolling
+    assert [r["counted"] for r in rows] == [1, 0, 0, 1]
+    assert rows[0]["limit_cost"] == 12_000 and rows[0]["limit_tokens"] == 3200

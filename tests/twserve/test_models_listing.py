@@ -23,7 +23,7 @@ UPSTREAMS = {
             "model_specs": {"big-model": {"context_window": 200000, "max_output_tokens": 64000}}
         },
     ),
-    "c": Upstream("openai-chat", models=["small-model", "chat-model"]),
+    "c": Upstream("openai-chat", models=["small-model", "chat-model", "gpt-5"]),
 }
 
 
@@ -39,9 +39,12 @@ def test_each_sdk_lists_models_and_aliases(tmp_path: Path) -> None:
         one = oai.models.retrieve("fast")
         with pytest.raises(openai.NotFoundError):
             oai.models.retrieve("nope")
-    expected = ["big-model", "small-model", "chat-model", "fast"]
+    expected = ["big-model", "small-model", "chat-model", "gpt-5", "fast"]
     assert openai_ids == expected and anthropic_ids == expected
     assert one.id == "fast"
     big = gemini["models/big-model"]
     assert (big.input_token_limit, big.output_token_limit) == (200000, 64000)
     assert set(gemini) == {f"models/{name}" for name in expected}
+    # Without model_specs, the shipped price table gives the limits (GPT-5: 272k in, 128k out).
+    gpt5 = gemini["models/gpt-5"]
+    assert (gpt5.input_token_limit, gpt5.output_token_limit) == (272_000, 128_000)
