@@ -1,6 +1,6 @@
-"""Hot-path benchmark of key limit accounting (SPEC §11): µs per request for one admit and one
-settle, on a key with four limits (minute, hour, day, month) whose windows hold a day's worth of
-traffic, against a key without limits.
+"""Hot-path benchmark of key limit accounting (docs/limits-and-costs.md): µs per request for
+one admit and one settle, on a key with four limits (minute, hour, day, month) whose windows
+hold a day's worth of traffic, against a key without limits.
 
     pytest benchmarks/bench_limits.py --benchmark-enable -p no:cacheprovider
 """

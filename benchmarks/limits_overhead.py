@@ -1,4 +1,4 @@
-"""Key limit accounting's CPU cost per request, end to end on loopback (SPEC §11, §21).
+"""Key limit accounting's CPU cost per request, end to end on loopback (docs/limits-and-costs.md).
 
 Two gateways in their own processes serve the same mock upstream with the same config but for
 one thing: the key of ``limited`` has four limits (requests per minute, tokens per hour, cost

@@ -111,7 +111,8 @@ class Metrics:
             buckets=TTFB_BUCKETS,
             registry=reg,
         )
-        # Spend (SPEC §11): tokens by kind and known cost, per key, upstream and model asked.
+        # Spend (docs/limits-and-costs.md): tokens by kind and known cost, per key, upstream and
+        # model asked.
         self.tokens = Counter(
             "gateway_tokens",
             "Tokens the upstreams reported, by key, upstream, model asked and kind "

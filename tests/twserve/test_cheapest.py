@@ -1,6 +1,6 @@
 """The `cheapest` group orders by the requested model's price (free first, unpriced last), and a
 conversion to Anthropic without max_tokens sends the model's output limit from the price table
-unless model_specs say otherwise (SPEC §6, §12)."""
+unless model_specs say otherwise (docs/balancing.md, docs/limits-and-costs.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from tests.twserve.sdk_clients import sdk_clients
 from tests.twserve.stack import Upstream, running_stack
 from twengine.router import RequestFacts
+from twmock.script import MockSettings
 from twproto.dialect import Dialect
-from twserve.mock.script import MockSettings
 
 pytestmark = pytest.mark.sdk
 

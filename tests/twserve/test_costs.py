@@ -1,6 +1,6 @@
-"""Cost on every row and attempt, through the real server with the official SDKs (SPEC §12,
-§16): known (hand-computed, cache-heavy), free, unknown; failed attempts that billed tokens;
-the /usage view, Prometheus counters, and `twserve usage`."""
+"""Cost on every row and attempt, through the real server with the official SDKs
+(docs/limits-and-costs.md): known (hand-computed, cache-heavy), free, unknown; failed attempts
+that billed tokens; the /usage view, Prometheus counters, and `twserve usage`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from tests.twserve.sdk_clients import sdk_clients
 from tests.twserve.stack import CONTROL_KEY, Upstream, running_stack
+from twmock.script import MockSettings, Script, Usage
 from twserve.cli import main
-from twserve.mock.script import MockSettings, Script, Usage
 
 pytestmark = pytest.mark.sdk
 

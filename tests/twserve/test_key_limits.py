@@ -1,5 +1,6 @@
-"""clients[].limits through the real server (SPEC §11): rolling and calendar windows per
-measure, the 429 each SDK sees (and does not retry), racing requests, restart rebuild."""
+"""clients[].limits through the real server (docs/limits-and-costs.md): rolling and calendar
+windows per measure, the 429 each SDK sees (and does not retry), racing requests, restart
+rebuild."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as gtypes
 
 from tests.twserve.stack import KEY, Upstream, running_stack
-from twserve.mock.script import MockSettings, Script, Usage
+from twmock.script import MockSettings, Script, Usage
 
 pytestmark = pytest.mark.sdk
 

@@ -1,6 +1,6 @@
-"""Retention and body storage (SPEC §16): the clean-up deletes the right rows and bodies;
-bodies are kept only when asked, cut at body_max_bytes; a schema-1 store upgrades in place and
-keeps its history; the price table refreshes from a URL."""
+"""Retention and body storage (docs/limits-and-costs.md): the clean-up deletes the right rows
+and bodies; bodies are kept only when asked, cut at body_max_bytes; a schema-1 store upgrades in
+place and keeps its history; the price table refreshes from a URL."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from tests.twserve.sdk_clients import sdk_clients
 from tests.twserve.stack import Upstream, running_stack
 from tests.twserve.test_key_limits import T0, FakeWall
+from twmock.script import MockSettings, Script, Usage
 from twserve.cli import main
-from twserve.mock.script import MockSettings, Script, Usage
 from twserve.prices import USER_FILE, load_price_table, shipped_price_data
 from twserve.store import RequestStore
 
