@@ -1,7 +1,8 @@
 """twengine: the gateway's decisions, pure — time, random draws and ids are arguments.
 
 Config (YAML text → a validated `Config`), routing rules and groups, smooth weighted round robin,
-health samples and pauses, slot accounting, conversation affinity, the retry schedule, the
+health samples and pauses, slot accounting, prices and cost, key limit accounting,
+conversation affinity, the retry schedule, the
 per-request `AttemptMachine` that returns actions for an IO shell to carry out, dry runs, and
 every message code. Nothing here reads a clock, sleeps, opens a socket or logs
 (docs/library.md).
@@ -129,6 +130,29 @@ from twengine.health import (
     HealthSettings,
     UpstreamHealth,
 )
+from twengine.limits import (
+    ALERT_LEVELS,
+    Admitted,
+    KeyLimits,
+    LimitAlert,
+    LimitStatus,
+    Refused,
+    Reservation,
+    Spend,
+    Wait,
+    period_bounds,
+)
+from twengine.pricing import (
+    Cost,
+    CostState,
+    ModelPricing,
+    Pricer,
+    PriceTable,
+    Rates,
+    TableCatalog,
+    Tier,
+    cost_of,
+)
 from twengine.retry import (
     HINT_FLOOR_SECS,
     JITTER,
@@ -169,6 +193,7 @@ from twengine.slots import (
 )
 
 __all__ = (
+    "ALERT_LEVELS",
     "ALL_UPSTREAMS",
     "CACHE_MIN_TOKENS",
     "CACHE_TTL_SECS",
@@ -184,6 +209,7 @@ __all__ = (
     "URL_TEST_MIN_SAMPLES",
     "WEIGHT_SCALE",
     "Action",
+    "Admitted",
     "Affinity",
     "Alias",
     "AttemptMachine",
@@ -210,6 +236,8 @@ __all__ = (
     "ConfigError",
     "ControlListen",
     "ConversationView",
+    "Cost",
+    "CostState",
     "DryRunCandidate",
     "DryRunReport",
     "DryRunSkip",
@@ -228,12 +256,16 @@ __all__ = (
     "IPNetwork",
     "Input",
     "KeyLimit",
+    "KeyLimits",
+    "LimitAlert",
     "LimitMeasure",
     "LimitPeriod",
+    "LimitStatus",
     "Listen",
     "MemberBalance",
     "MessageKind",
     "ModelPrice",
+    "ModelPricing",
     "ModelSpec",
     "OnMatch",
     "Outcome",
@@ -242,12 +274,17 @@ __all__ = (
     "PinnedTarget",
     "Plan",
     "PriceSheet",
+    "PriceTable",
+    "Pricer",
     "Pricing",
     "Problem",
     "Provider",
+    "Rates",
+    "Refused",
     "RequestFacts",
     "Resend",
     "ResendReason",
+    "Reservation",
     "RespondError",
     "Retention",
     "Route",
@@ -262,13 +299,17 @@ __all__ = (
     "SlotScope",
     "Slots",
     "SmoothWeightedRoundRobin",
+    "Spend",
     "State",
     "Store",
+    "TableCatalog",
     "Target",
     "TargetKind",
     "TemplateError",
     "Ticket",
+    "Tier",
     "UpstreamHealth",
+    "Wait",
     "WaitForSlot",
     "Waiting",
     "When",
@@ -276,6 +317,7 @@ __all__ = (
     "base_backoff",
     "build_config",
     "conversation_key",
+    "cost_of",
     "effective_weights",
     "fingerprint",
     "format_text",
@@ -290,6 +332,7 @@ __all__ = (
     "next_backoff",
     "order_members",
     "parse_comparison",
+    "period_bounds",
     "resolve",
     "resolve_template",
     "route_for",
