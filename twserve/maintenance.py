@@ -51,8 +51,9 @@ class Maintenance:
 
     async def rebuild(self) -> int:
         """Rebuild the limits' totals from the store now."""
-        self.usage.rebuild_needed = False
-        booked = await self.usage.rebuild(self.store.path)
+        self.usage.db_path = self.store.path
+        self.usage.rebuild_needed = True
+        booked = await self.usage.rebuild_now()
         if booked:
             log.info("key limits: %d stored requests counted in the current windows", booked)
         return booked

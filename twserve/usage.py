@@ -142,8 +142,11 @@ class UsageKeeper:
         # Set whenever a request settles, so requests waiting on a full window look again.
         self._settled: anyio.Event | None = None
         self.alert_listeners: list[Callable[[LimitAlert], None]] = []
-        # Set when a reload changed some key's limits; the maintenance task rebuilds.
+        # Set when a reload changed some key's limits; the next admission (or the maintenance
+        # task, whichever comes first) rebuilds the totals from `db_path`.
         self.rebuild_needed = False
+        self.db_path: Path | None = None
+        self._rebuild_lock: anyio.Lock | None = None
 
     def apply_config(self, config: Config) -> bool:
         """Take a new config; True when the limits changed and need a `rebuild`."""
@@ -188,6 +191,9 @@ class UsageKeeper:
     ) -> Admission | GatewayError:
         """Let the request through `key`'s limits, waiting on a rolling window until `deadline`
         (the gateway's monotonic clock); a refusal comes back as the error to send."""
+        if self.rebuild_needed and self.db_path is not None:
+            # A reload changed the limits: count the stored rows before admitting anything.
+            await self.rebuild_now()
         limits = self.limits
         if not limits.has_limits(key):
             return Admission(
@@ -377,6 +383,16 @@ class UsageKeeper:
                     log.exception("key limit alert listener failed")
 
     # -- startup ------------------------------------------------------------------------------
+
+    async def rebuild_now(self) -> int:
+        """Rebuild from `db_path` once, however many requests ask at the same moment."""
+        if self._rebuild_lock is None:
+            self._rebuild_lock = anyio.Lock()
+        async with self._rebuild_lock:
+            if not self.rebuild_needed or self.db_path is None:
+                return 0
+            self.rebuild_needed = False
+            return await self.rebuild(self.db_path)
 
     async def rebuild(self, db_path: Path) -> int:
         """Book the spends stored in `db_path` that fall in the current windows."""

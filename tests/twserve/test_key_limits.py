@@ -336,3 +336,31 @@ def test_each_period_and_measure(
     assert (b"x-should-retry" in headers) is not rolling
     assert [r["counted"] for r in rows] == [1, 0, 0, 1]
     assert rows[0]["limit_cost"] == 12_000 and rows[0]["limit_tokens"] == 3200
+
+
+def test_a_reload_that_adds_a_limit_counts_what_is_stored(tmp_path: Path) -> None:
+    """Limits added by editing the config file start from the day's stored rows, not from 0."""
+    from tests.twserve.live import KEY as LIVE_KEY
+    from tests.twserve.live import config_yaml, live_gateway, wait_for
+
+    def ask(url: str) -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        return httpcore.request(
+            "POST",
+            url + "/v1/chat/completions",
+            headers=[(b"authorization", b"Bearer " + LIVE_KEY.encode())],
+            content=json.dumps(body).encode(),
+        ).status
+
+    with live_gateway(tmp_path, {"a": MockSettings()}, lambda p, c: config_yaml(p, c)) as live:
+        assert [ask(live.url) for _ in range(3)] == [200, 200, 200]
+        wait_for(lambda: live.app.store.written >= 3)
+        text = live.path.read_text().replace(
+            f"    key: {LIVE_KEY}\n",
+            f"    key: {LIVE_KEY}\n    limits: [{{per: day, requests: 3}}]\n",
+        )
+        assert text != live.path.read_text()
+        live.write(text)
+        wait_for(lambda: live.events_of("ConfigReloaded"))
+        assert ask(live.url) == 429
+        assert live.app.usage.key_view("tester")[0]["used"] == 3
