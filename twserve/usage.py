@@ -205,12 +205,12 @@ class UsageKeeper:
             if isinstance(verdict, Admitted):
                 return Admission(reservation=verdict.reservation, estimate=estimate)
             left = deadline - self.clock()
-            if isinstance(verdict, Refused) or (
-                verdict.until is not None and verdict.until - now > left
+            if (
+                isinstance(verdict, Refused)
+                or left <= 0
+                or (verdict.until is not None and verdict.until - now > left)
             ):
-                self._alert(limits.refused_alert(key, verdict, now))
-                return self._refusal(key, verdict, now)
-            if left <= 0:
+                # Refused, or the window will not roll in time: answer now, with the reset.
                 self._alert(limits.refused_alert(key, verdict, now))
                 return self._refusal(key, verdict, now)
             # Wait for the window to roll (or for a request in flight to settle), then retry.
@@ -226,22 +226,20 @@ class UsageKeeper:
         used = describe_amount(limit, verdict.used)
         what = f"gateway key {key!r} is over its limit of {_describe_limit(limit)}: used {used}"
         if limit.per.rolling:
-            reset = verdict.reset if isinstance(verdict, Refused) else verdict.until
             code = f"gw.key_limit.{limit.measure.value}_rolling"
+            if isinstance(verdict, Refused) and verdict.reset is None:
+                return GatewayError(
+                    status=429,
+                    category=ErrorCategory.RATE_LIMITED,
+                    code=code,
+                    message=f"{what}; this request's estimate alone is over the limit",
+                    should_retry=False,
+                )
+            reset = verdict.reset if isinstance(verdict, Refused) else verdict.until
             if reset is None:
-                # Nothing will roll off in time: requests in flight hold the window, or this one
-                # alone is larger than the limit.
+                # Requests in flight hold the whole window: it frees when one of them ends.
                 retry = 1.0
-                when = "when requests in flight finish" if isinstance(verdict, Wait) else "never"
-                message = f"{what}; this request fits {when}"
-                if isinstance(verdict, Refused):
-                    return GatewayError(
-                        status=429,
-                        category=ErrorCategory.RATE_LIMITED,
-                        code=code,
-                        message=f"{what}; this request's estimate alone is over the limit",
-                        should_retry=False,
-                    )
+                message = f"{what}; this request fits when requests in flight finish"
             else:
                 retry = max(0.0, reset - now)
                 message = f"{what}; retry in {retry:.3f} s (at {_stamp(reset, self.tz)})"
