@@ -202,7 +202,12 @@ class Gateway:
             return
         # retention.store_bodies: a bounded copy of the answer goes to the row (twserve.bodies).
         tap = BodyTap(responder, retention.body_max_bytes, request.body)
-        await self._generate(request, tap, route, route.dialect, client_name, tap=tap)
+        try:
+            await self._generate(request, tap, route, route.dialect, client_name, tap=tap)
+        finally:
+            # A request that ended without storing its row leaves no copy behind.
+            for request_id in [i for i, t in self._taps.items() if t is tap]:
+                del self._taps[request_id]
 
     async def _models(
         self, request: Request, responder: Responder, route: Route, dialect: Dialect
