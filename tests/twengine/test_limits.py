@@ -201,3 +201,18 @@ def test_rolling_spans(per: str) -> None:
     run(kl, one(cost=100), T0, estimate=one(cost=1))
     verdict = kl.admit("k", one(cost=1), T0 + 1)
     assert isinstance(verdict, Wait) and verdict.until == T0 + span
+
+
+def test_calendar_moves_with_the_time_zone() -> None:
+    # 22:30 and 23:30 UTC on 2 December: one day in UTC, two days in Paris (23:30 and 00:30).
+    kl = limits(lim("day", "requests", 1))
+    first = dt.datetime(2026, 12, 2, 22, 30, tzinfo=UTC).timestamp()
+    later = first + 3600
+    run(kl, one(), first)
+    assert isinstance(kl.admit("k", one(), later), Refused)
+    kl.tz = PARIS
+    kl.configure([Client(name="k", key="x", limits=(lim("day", "requests", 1),))])
+    kl.rebuild([("k", first, one())], later)
+    (day,) = kl.status("k", later)
+    assert day.window_start == dt.datetime(2026, 12, 3, tzinfo=PARIS).timestamp()
+    assert day.used == 0 and isinstance(kl.admit("k", one(), later), Admitted)

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from tests.twserve.sdk_clients import sdk_clients
-from tests.twserve.stack import CONTROL_KEY, Upstream, running_stack
+from tests.twserve.stack import CONTROL_KEY, KEY, Upstream, running_stack
 from twmock.script import MockSettings, Script, Usage
 from twserve.cli import main
 
@@ -79,6 +79,7 @@ def test_unknown_price_is_null_and_free_is_zero(tmp_path: Path) -> None:
         ),
     }
     config = {
+        "clients": [{"name": "tester", "key": KEY, "limits": [{"per": "day", "cost": 5}]}],
         "groups": [{"name": "g", "providers": ["anth", "local"]}],
         "routes": [
             {
@@ -100,6 +101,7 @@ def test_unknown_price_is_null_and_free_is_zero(tmp_path: Path) -> None:
             )
         rows = st.wait_rows(2)
         by_key = _control(st.control_url, "/usage?by=provider&since=1h")
+        keys = _control(st.control_url, "/keys")["keys"]
         bad = httpx2.get(
             st.control_url + "/usage?by=colour",
             headers={"authorization": f"Bearer {CONTROL_KEY}"},
@@ -109,6 +111,10 @@ def test_unknown_price_is_null_and_free_is_zero(tmp_path: Path) -> None:
     assert free["cost_micros"] == 0 and free["cost_state"] == "free"
     assert by_key["total"]["unpriced_requests"] == 1 and by_key["total"]["free_requests"] == 1
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "control.request.invalid"
+    # A cost-limited key can reach models no price covers: "anth" lists none, so any model may
+    # be asked of it; "local" is free and never unpriced.
+    assert keys[0]["unpriced_models"] == [{"provider": "anth", "model": "*"}]
+    assert keys[0]["limits"][0]["used"] == 0  # unknown and free costs count 0
 
 
 def test_a_failed_attempt_that_billed_tokens_carries_its_cost(tmp_path: Path) -> None:
