@@ -212,3 +212,38 @@ def test_prices_update_refuses_what_is_not_a_price_list(
     # The shipped table stays in use.
     assert load_price_table(tmp_path).version == shipped_price_data()["version"]
     assert "cannot read a price list" in capsys.readouterr().err
+
+
+def test_maintenance_follows_a_time_zone_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from twengine.config import build_config
+    from twengine.pricing import PriceTable
+    from twserve.maintenance import Maintenance
+    from twserve.usage import UsageKeeper
+
+    config = build_config(
+        {
+            "version": 1,
+            "clients": [{"name": "k", "key": "x", "limits": [{"per": "day", "requests": 9}]}],
+            "providers": [{"name": "a", "base_url": "http://127.0.0.1:9/v1"}],
+        }
+    )
+    usage = UsageKeeper(config, PriceTable.from_data({}), wall=lambda: T0, tz=dt.UTC)
+    store = RequestStore(tmp_path / "r.sqlite3")
+    try:
+        maintenance = Maintenance(usage, store, lambda: config)
+        paris = ZoneInfo("Europe/Paris")
+        monkeypatch.setattr("twserve.maintenance.local_tz", lambda: paris)
+        assert maintenance._tz_moved()
+        assert usage.tz is paris and usage.limits.tz is paris
+        assert not maintenance._tz_moved()  # once moved, nothing more to do
+        # A pinned zone never moves.
+        pinned = Maintenance(usage, store, lambda: config, pinned_tz=dt.UTC)
+        monkeypatch.setattr("twserve.maintenance.local_tz", lambda: dt.UTC)
+        assert not pinned._tz_moved()
+    finally:
+        store.close_db()
