@@ -312,6 +312,7 @@ class UsageKeeper:
             if index < len(views):
                 views[index]["usage"] = _usage_json(billed)
                 views[index]["cost_micros"], views[index]["cost_state"] = cost_fields(cost)
+        self._price_quiet_attempts(views, attempts, skip=last if usage is not None else None)
         reached = usage is not None or bool(extras) or any(a.status is not None for a in attempts)
         if last is None or not reached:
             # No upstream answered at all (none was sent to, or none could be connected to):
@@ -327,8 +328,9 @@ class UsageKeeper:
                 answer = Cost(state=CostState.FREE, micros=0)
             else:
                 answer = Cost(state=CostState.UNKNOWN, micros=None)  # no usage reported
-            if usage is not None and last < len(views):
-                views[last]["usage"] = _usage_json(usage)
+            if last < len(views):
+                if usage is not None:
+                    views[last]["usage"] = _usage_json(usage)
                 views[last]["cost_micros"], views[last]["cost_state"] = cost_fields(answer)
         elif all((attempts[i].status or 0) >= 400 for i in sent):
             answer = None  # every upstream refused outright: billed nothing but what it said
@@ -351,6 +353,22 @@ class UsageKeeper:
         row.limit_cache_reads = spend.cache_reads
         row.limit_cost = spend.cost_micros
         self.settle(admission, spend)
+
+    @staticmethod
+    def _price_quiet_attempts(
+        views: list[dict[str, Any]], attempts: Sequence[AttemptRecord], *, skip: int | None
+    ) -> None:
+        """Cost fields for the attempts that reported no usage: one never sent, or refused
+        outright with an error status, billed nothing (0, known); one that was sent and ended
+        without saying what it used may have billed something (unknown)."""
+        for index, view in enumerate(views):
+            if "cost_state" in view or index == skip or index >= len(attempts):
+                continue
+            record = attempts[index]
+            if record.sent_at is None or (record.status or 0) >= 400:
+                view["cost_micros"], view["cost_state"] = 0, CostState.KNOWN.value
+            else:
+                view["cost_micros"], view["cost_state"] = None, CostState.UNKNOWN.value
 
     def settle(self, admission: Admission | None, spend: Spend | None) -> None:
         """Book what an admitted request used (`spend`), or release it (None: it never reached

@@ -109,6 +109,9 @@ def test_unknown_price_is_null_and_free_is_zero(tmp_path: Path) -> None:
     unknown, free = rows
     assert unknown["cost_micros"] is None and unknown["cost_state"] == "unknown"
     assert free["cost_micros"] == 0 and free["cost_state"] == "free"
+    for row, state in ((unknown, "unknown"), (free, "free")):
+        (attempt,) = json.loads(row["routing"])["attempts"]
+        assert attempt["cost_state"] == state
     assert by_key["total"]["unpriced_requests"] == 1 and by_key["total"]["free_requests"] == 1
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "control.request.invalid"
     # A cost-limited key can reach models no price covers: "anth" lists none, so any model may
@@ -159,3 +162,23 @@ def test_usage_command_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixt
     data = json.loads(capsys.readouterr().out)
     assert data["rows"][0]["key"] == "tester" and data["total"]["cost_micros"] == 4810
     assert main(["usage", "--data-dir", str(tmp_path), "--by", "colour"]) == 2
+
+
+def test_every_attempt_carries_a_cost_state(tmp_path: Path) -> None:
+    from twmock.script import ErrorSpec
+
+    refused = Script(error=ErrorSpec(status=503))
+    upstreams = {
+        "down": Upstream("anthropic", MockSettings(script=refused)),
+        "up": Upstream("anthropic", MockSettings(script=CACHE_HEAVY)),
+    }
+    with running_stack(tmp_path, upstreams) as st, sdk_clients(st.url) as c:
+        c.anthropic.messages.create(
+            model="claude-sonnet-4-6", max_tokens=9, messages=[{"role": "user", "content": "x"}]
+        )
+        (row,) = st.wait_rows(1)
+    down, up = json.loads(row["routing"])["attempts"]
+    # A 503 bills nothing: 0, known. The answer: its own cost.
+    assert (down["status"], down["cost_micros"], down["cost_state"]) == (503, 0, "known")
+    assert (up["cost_micros"], up["cost_state"]) == (CACHE_HEAVY_MICROS, "known")
+    assert row["cost_micros"] == CACHE_HEAVY_MICROS
