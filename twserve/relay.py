@@ -63,6 +63,7 @@ from twproto.failures import (
     stream_ended_early,
 )
 from twproto.first_content import FailedBeforeContent, Holding, OpeningHold, Released
+from twproto.headers import client_response_headers
 from twproto.ir import ReasoningLevel
 from twproto.paths import Operation, upstream_path
 from twproto.sse import encode_comment
@@ -94,21 +95,6 @@ WHOLE_BODY_LIMIT = 64 * 1024 * 1024
 INBOX_SIZE = 8
 REPORT_EVERY = 0.5
 KEEPALIVE = encode_comment("keep-alive")
-
-# Upstream response headers that describe the hop, not the answer.
-_HOP_HEADERS = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"content-length",
-        b"content-encoding",
-        b"date",
-        b"server",
-        b"set-cookie",
-        b"alt-svc",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,7 +221,10 @@ _Item = _Head | _ErrorBody | _Chunk | _Whole | _End | _Broken | _AttemptFailed |
 
 
 def _client_headers(upstream: Headers) -> Headers:
-    return [(k, v) for k, v in upstream if k not in _HOP_HEADERS]
+    # An allow-list, compared without regard to case: an upstream's `Content-Length` beside
+    # the gateway's own made h11 refuse the answer, and its account headers are not the
+    # client's business.
+    return client_response_headers(upstream)
 
 
 @dataclass(slots=True)

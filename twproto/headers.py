@@ -1,0 +1,39 @@
+"""Which upstream response headers a client may see (a wire fact, kept as data).
+
+An upstream's answer carries headers about the upstream's own hop (framing, connection, date,
+server, compression), about the operator's account there (organisation and project ids, rate
+limit counters, cookies), and a few that describe the answer itself. Only the last kind is the
+client's business, so the gateway passes an upstream's headers through an allow-list rather
+than a deny-list: a header a provider adds tomorrow stays with the gateway until it is listed
+here. Names are compared lower-cased, whatever case the upstream wrote them in (HTTP/1.1 servers
+commonly send ``Content-Length``; the gateway writes its own framing).
+
+The list applies where an upstream's head reaches a client as it came: same-format whole
+answers and passed-through errors. Streams and converted answers get headers the gateway writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["CLIENT_RESPONSE_HEADERS", "client_response_headers"]
+
+# name -> why a client needs it
+CLIENT_RESPONSE_HEADERS: dict[bytes, str] = {
+    b"content-type": "how to read the body",
+    b"request-id": "Anthropic's request id; SDKs report it with errors",
+    b"x-request-id": "OpenAI's request id; SDKs report it with errors",
+    b"retry-after": "when a refused request may be tried again (seconds or a date)",
+    b"retry-after-ms": "the same in milliseconds (OpenAI, Anthropic SDKs read it)",
+    b"x-should-retry": "the upstream's own word on retrying (Anthropic, OpenAI SDKs obey it)",
+}
+
+
+def client_response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers of `headers` a client may see, names lower-cased, in their order."""
+    kept: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in CLIENT_RESPONSE_HEADERS:
+            kept.append((lowered, value))
+    return kept
