@@ -138,6 +138,18 @@ _CODES = {
     "gw.request.headers_too_large": "The request headers are over the size limit (431).",
     "gw.request.bad_http": "The request is not well-formed HTTP (400).",
     "gw.request.timeout": "The client was too slow sending its request (408).",
+    "gw.request.bodies_busy": (
+        "Request bodies held in memory are at the gateway's limit; retry shortly (503)."
+    ),
+    "gw.listen.fd_exhausted": (
+        "Accepting a connection failed for want of file descriptors; the gateway backs off and retries (log)."
+    ),
+    "gw.listen.cannot_bind": (
+        "The gateway cannot listen on listen.*.bind and port (address in use, not local, no permission)."
+    ),
+    "gw.listen.bind_unresolved": (
+        "listen.*.bind is neither an IP address nor a host name that resolves."
+    ),
     "gw.no_upstream": "No upstream can take the request: every candidate was skipped.",
     "gw.upstream.connect": "The upstream could not be reached (refused, reset, TLS failure).",
     "gw.upstream.error": "The upstream answered with an error.",

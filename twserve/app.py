@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -104,9 +104,19 @@ class GatewayApp:
         gw.hooks.listeners.append(self.events.health_changed)
         self.usage.alert_listeners.append(self.events.key_limit_alert)
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
+        gateway_limits = limits or http1.ServerLimits()
+        if gateway_limits.max_connections is None:
+            gateway_limits = replace(
+                gateway_limits, max_connections=config.listen.gateway.max_connections
+            )
         # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
         self.gateway_server = http1.Server(
-            self.gateway.handle, limits=limits, errors=transport_error, switches=(http2.switch,)
+            self.gateway.handle,
+            limits=gateway_limits,
+            errors=transport_error,
+            switches=(http2.switch,),
+            check_head=self.gateway.check_head,
+            admit=lambda address: self.gateway.addresses.allows(address),
         )
         self.shutdown_grace = shutdown_grace
         # Created on the event loop, in run().

@@ -32,6 +32,7 @@ from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
 from twserve.bodies import BodyTap
 from twserve.engine import EngineHooks
 from twserve.events import EventBus
+from twserve.http1 import Refusal
 from twserve.httptypes import Headers, Request, Responder
 from twserve.relay import Candidate, RelayOutcome, RelayRequest, relay
 from twserve.store import RequestRow, RequestStore
@@ -143,6 +144,35 @@ class Gateway:
         self.settings = AttemptSettings.from_failover(config.failover)
         self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
         self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
+
+    def check_head(self, request: Request) -> Refusal | None:
+        """The checks a request's head is enough for — address, path, key — made by the
+        transport before it reads the body, so that no body is buffered for a request that
+        would be refused anyway. `handle` makes the same checks again."""
+        dialect = client_dialect_for(request.path, request.headers)
+        route = match_path(request.method, request.path, request.query)
+        err: GatewayError | None = None
+        if not self.addresses.allows(request.client[0]):
+            err = GatewayError(
+                status=403,
+                category=ErrorCategory.DENIED,
+                code="gw.auth.denied_address",
+                message="this address may not use the gateway",
+            )
+        elif route is None or route.operation is Operation.HEALTH:
+            return None  # handle answers these without a key (404, the warm-up probe, health)
+        else:
+            presented = find_key(request.headers, request.query)
+            if self.keys.lookup(presented) is None:
+                err = GatewayError(
+                    status=401,
+                    category=ErrorCategory.AUTH,
+                    code="gw.auth.bad_key" if presented else "gw.auth.missing_key",
+                    message="invalid gateway key" if presented else "missing gateway key",
+                )
+        if err is None:
+            return None
+        return Refusal(status=err.status, headers=error_headers(err), body=error_body(dialect, err))
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route = match_path(request.method, request.path, request.query)

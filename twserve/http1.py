@@ -14,7 +14,25 @@ Limits guard against bad or slow clients:
   parsed event too, and anything over `ServerLimits.max_header_bytes` is answered with 431.
 * The body is bounded by `ServerLimits.max_body_bytes` (413), checked against Content-Length up
   front and against the bytes actually received for chunked bodies.
-* Reading a head or body is bounded in time (408), and so is an idle keep-alive connection.
+* Reading a head or body is bounded in time as a whole, not per read (408): a client that
+  sends one byte every few seconds gets no more time than one that sends nothing. An idle
+  keep-alive connection is closed after its own, longer, wait.
+* Before the body is read, an application hook (`HeadCheck`) may refuse the request from its
+  head alone (the gateway checks the address and the key there), so nobody without a key gets
+  the gateway to buffer a body.
+* Bodies waiting in memory share one budget per server (`BodyBudget`); a body that would
+  overdraw it is answered 503 with ``Retry-After`` at once rather than waited for.
+* Every write to a client has a deadline (`ServerLimits.write_timeout`): a client that stops
+  reading is taken as gone, exactly as one that closes, so its upstream call is cancelled and
+  what it held is freed.
+* A request with both ``Content-Length`` and ``Transfer-Encoding`` is refused (400) and the
+  connection closed: two framings are how requests get smuggled past a proxy.
+
+Accepting is the server's own loop (`Server.serve_listener`), not anyio's ``serve``: running
+out of file descriptors (EMFILE/ENFILE) makes ``accept`` fail, which would end anyio's loop and
+the process with it; here it backs off and tries again. At `ServerLimits.max_connections` the
+loop stops accepting until a connection ends, and an `Admit` predicate (``allow_from``) closes
+a connection from a refused address before anything is read from it.
 
 Errors the transport itself answers (bad HTTP, limits, timeouts) are written by an
 `ErrorWriter` supplied by the application so they come out in the client's API format.
@@ -22,6 +40,7 @@ Errors the transport itself answers (bad HTTP, limits, timeouts) are written by 
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,9 +57,13 @@ from twserve.httptypes import Handler, Headers, Request
 log = logging.getLogger("twserve.http1")
 
 __all__ = [
+    "Admit",
+    "BodyBudget",
     "ClientGone",
     "ErrorWriter",
     "Handoff",
+    "HeadCheck",
+    "Refusal",
     "Server",
     "ServerLimits",
     "Switch",
@@ -51,6 +74,9 @@ __all__ = [
 READ_SIZE = 65536
 # How long a closing connection waits for the client to close its side.
 LINGER_SECS = 2.0
+# accept() failing for want of descriptors or memory: wait, doubling, up to the last value.
+ACCEPT_BACKOFF = (0.01, 1.0)
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,9 +84,52 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     max_headers: int = 200
     max_body_bytes: int = 32 * 1024 * 1024
+    # The whole head of a request, from the connection's start (or, on a kept-alive connection,
+    # from its first byte); the whole body, from the end of the head.
     head_timeout: float = 30.0
     body_timeout: float = 60.0
     keepalive_timeout: float = 75.0
+    # One write to the client (a piece of an answer) that cannot go out in this long means the
+    # client stopped reading: it is taken as gone.
+    write_timeout: float = 60.0
+    # Client connections open at once (None: no cap of the server's own).
+    max_connections: int | None = None
+    # Request bodies held in memory at once, over every connection of the server.
+    body_budget_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """A whole answer to send instead of reading a request's body; the connection then closes."""
+
+    status: int
+    headers: Headers
+    body: bytes
+
+
+# Called with a request whose head has arrived (body still unread): a Refusal, or None to go on.
+HeadCheck = Callable[[Request], Refusal | None]
+# Called with a new connection's peer address: False closes it before anything is read.
+Admit = Callable[[str], bool]
+
+
+class BodyBudget:
+    """Bytes of request bodies held in memory, bounded over a whole server."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used = max(0, self.used - size)
 
 
 # (request path or None, status, message code, message) -> (headers, body)
@@ -102,12 +171,27 @@ class ClientGone(Exception):
 
 
 class _Reject(Exception):
-    def __init__(self, status: int, code: str, message: str, path: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        path: str | None = None,
+        *,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.path = path
+        self.retry_after = retry_after
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.status)
+        self.refusal = refusal
 
 
 class _Responder:
@@ -155,6 +239,9 @@ class _Connection:
         limits: ServerLimits,
         errors: ErrorWriter,
         switches: Sequence[Switch] = (),
+        *,
+        check_head: HeadCheck | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         self.stream = stream
         self.switches = switches
@@ -162,8 +249,16 @@ class _Connection:
         self.handler = handler
         self.limits = limits
         self.errors = errors
+        self.check_head = check_head
+        self.budget = budget or BodyBudget(limits.body_budget_bytes)
+        # Bytes of the budget the request in progress holds (its body).
+        self.reserved = 0
+        self.requests = 0
+        # The scope of the handler running now: a client that stops reading cancels it.
+        self.handler_scope: anyio.CancelScope | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
+        self._stream_closed = False
         self.client_gone = anyio.Event()
         # Draining: finish the request in progress, take no further one on this connection.
         self.closing = False
@@ -182,17 +277,31 @@ class _Connection:
         data = self.h11.send(event)
         if data:
             try:
-                await self.stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                self.closed = True
-                self.client_gone.set()
+                with anyio.fail_after(self.limits.write_timeout):
+                    await self.stream.send(data)
+            except TimeoutError as exc:
+                # The client stopped reading: as good as gone. Cancelling the handler stops the
+                # upstream call and frees its slot and key permit (the relay's cleanup).
+                log.info("client %s stopped reading; dropping the connection", self.peer[0])
+                self._gone()
+                await self.close()
                 raise ClientGone() from exc
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self._gone()
+                raise ClientGone() from exc
+
+    def _gone(self) -> None:
+        self.closed = True
+        self.client_gone.set()
+        if self.handler_scope is not None:
+            self.handler_scope.cancel()
 
     async def close(self) -> None:
         """Drop the connection at once (a broken exchange, a client that left)."""
-        if not self.closed:
-            self.closed = True
-            self.client_gone.set()
+        self.closed = True
+        self.client_gone.set()
+        if not self._stream_closed:
+            self._stream_closed = True
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -223,15 +332,25 @@ class _Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
 
-    async def _next_event(self, timeout: float) -> Any:
-        """The next h11 event, reading from the socket as needed, within `timeout` seconds."""
-        with anyio.fail_after(timeout):
-            while True:
-                event = self.h11.next_event()
-                if event is not h11.NEED_DATA:
-                    return event
-                data = await self._receive()
-                self.h11.receive_data(data)
+    async def _next_event(self) -> Any:
+        """The next h11 event, reading from the socket as needed (callers bound the time)."""
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await self._receive()
+            self.h11.receive_data(data)
+
+    async def _first_byte(self) -> bool:
+        """Wait, at most the keep-alive time, for a kept-alive connection's next request to
+        begin. False: nothing came (or the client closed)."""
+        if self.h11.trailing_data[0]:
+            return True
+        with anyio.move_on_after(self.limits.keepalive_timeout):
+            data = await self._receive()
+            self.h11.receive_data(data)
+            return bool(data)
+        return False
 
     async def run(self) -> None:
         graceful = False
@@ -253,25 +372,31 @@ class _Connection:
 
     async def _one_request(self) -> bool:
         first = self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]
-        timeout = self.limits.keepalive_timeout if first else self.limits.head_timeout
         if self.closing and first:
             return False
+        fresh = self.requests == 0
+        self.requests += 1
         try:
             try:
                 if first:
-                    # Waiting for the next request on a kept-alive connection: a drain may
-                    # end this wait at once.
+                    # Waiting for a request to begin: a drain may end this wait at once. A new
+                    # connection has head_timeout for its whole head (SPEC §20's 30 s); a
+                    # kept-alive one may idle for keepalive_timeout first.
                     self.idle_scope = anyio.CancelScope()
                     with self.idle_scope:
-                        event = await self._next_event(timeout)
+                        if not fresh and not await self._first_byte():
+                            return False
+                        with anyio.fail_after(self.limits.head_timeout):
+                            event = await self._next_event()
                     self.idle_scope = None
                     if self.closing and self.h11.their_state is h11.IDLE:
                         return False
                 else:
-                    event = await self._next_event(timeout)
+                    with anyio.fail_after(self.limits.head_timeout):
+                        event = await self._next_event()
             except TimeoutError:
                 if self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]:
-                    return False  # idle keep-alive connection: close quietly
+                    return False  # a connection that never sent anything: close quietly
                 raise _Reject(
                     408, "gw.request.timeout", "request head not received in time"
                 ) from None
@@ -281,24 +406,45 @@ class _Connection:
                     raise _Reject(
                         431, "gw.request.headers_too_large", "request headers too large"
                     ) from None
-                raise _Reject(
-                    status, "gw.request.bad_http", f"malformed HTTP request: {exc}"
-                ) from None
+                # h11's message quotes the offending line: it is not echoed back.
+                raise _Reject(status, "gw.request.bad_http", "malformed HTTP request") from None
             if isinstance(event, h11.ConnectionClosed):
                 return False
             if not isinstance(event, h11.Request):
                 return False
             request = self._check_head(event)
+            if self.check_head is not None:
+                refusal = self.check_head(request)
+                if refusal is not None:
+                    raise _Refused(refusal)
             request.body = await self._read_body(request)
         except _Reject as rej:
             await self._send_rejection(rej)
             return False
-        for switch in self.switches:
-            take = switch(request)
-            if take is not None:
-                await take(self._handoff(request))
-                return False
-        return await self._dispatch(request)
+        except _Refused as ref:
+            await self._send_refusal(ref.refusal)
+            return False
+        try:
+            for switch in self.switches:
+                take = switch(request)
+                if take is not None:
+                    await take(self._handoff(request))
+                    return False
+            return await self._dispatch(request)
+        finally:
+            self.budget.release(self.reserved)
+            self.reserved = 0
+
+    def _reserve(self, size: int, path: str) -> None:
+        if not self.budget.reserve(size):
+            raise _Reject(
+                503,
+                "gw.request.bodies_busy",
+                "the gateway is holding as many request bodies as it may; try again shortly",
+                path,
+                retry_after=1,
+            )
+        self.reserved += size
 
     def _handoff(self, request: Request) -> Handoff:
         buffered, _ = self.h11.trailing_data
@@ -319,9 +465,21 @@ class _Connection:
         if size > self.limits.max_header_bytes or len(headers) > self.limits.max_headers:
             raise _Reject(431, "gw.request.headers_too_large", "request headers too large", path)
         length: int | None = None
+        chunked = False
         for name, value in headers:
             if name == b"content-length":
                 length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        if length is not None and chunked:
+            # h11 would follow Transfer-Encoding and ignore the length; a proxy in front may
+            # have done the opposite. Refuse rather than guess where the request ends.
+            raise _Reject(
+                400,
+                "gw.request.bad_http",
+                "a request may not carry both Content-Length and Transfer-Encoding",
+                path,
+            )
         if length is not None and length > self.limits.max_body_bytes:
             raise _Reject(
                 413,
@@ -341,41 +499,56 @@ class _Connection:
         )
 
     async def _read_body(self, request: Request) -> bytes:
+        length = request.header(b"content-length")
+        if length is not None:
+            self._reserve(int(length), request.path)
         parts: list[bytes] = []
         size = 0
-        while True:
-            try:
-                event = await self._next_event(self.limits.body_timeout)
-            except TimeoutError:
-                raise _Reject(
-                    408, "gw.request.timeout", "request body not received in time", request.path
-                ) from None
-            except h11.RemoteProtocolError as exc:
-                raise _Reject(
-                    400, "gw.request.bad_http", f"malformed request body: {exc}", request.path
-                ) from None
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > self.limits.max_body_bytes:
-                    raise _Reject(
-                        413,
-                        "gw.request.body_too_large",
-                        f"request body larger than {self.limits.max_body_bytes} bytes",
-                        request.path,
-                    )
-                parts.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                return b"".join(parts)
-            else:  # ConnectionClosed mid-body
-                raise _Reject(400, "gw.request.bad_http", "request body truncated", request.path)
+        try:
+            # One deadline for the whole body: progress does not buy more time.
+            with anyio.fail_after(self.limits.body_timeout):
+                while True:
+                    event = await self._next_event()
+                    if isinstance(event, h11.Data):
+                        size += len(event.data)
+                        if size > self.limits.max_body_bytes:
+                            raise _Reject(
+                                413,
+                                "gw.request.body_too_large",
+                                f"request body larger than {self.limits.max_body_bytes} bytes",
+                                request.path,
+                            )
+                        if length is None:
+                            self._reserve(len(event.data), request.path)
+                        parts.append(bytes(event.data))
+                    elif isinstance(event, h11.EndOfMessage):
+                        return b"".join(parts)
+                    else:  # ConnectionClosed mid-body
+                        raise _Reject(
+                            400, "gw.request.bad_http", "request body truncated", request.path
+                        )
+        except TimeoutError:
+            raise _Reject(
+                408, "gw.request.timeout", "request body not received in time", request.path
+            ) from None
+        except h11.RemoteProtocolError:
+            raise _Reject(
+                400, "gw.request.bad_http", "malformed request body", request.path
+            ) from None
 
     async def _send_rejection(self, rej: _Reject) -> None:
         headers, body = self.errors(rej.path, rej.status, rej.code, rej.message)
+        if rej.retry_after is not None:
+            headers = [*headers, (b"retry-after", str(rej.retry_after).encode())]
+        await self._send_refusal(Refusal(status=rej.status, headers=headers, body=body))
+
+    async def _send_refusal(self, refusal: Refusal) -> None:
+        headers, body = refusal.headers, refusal.body
         length = str(len(body)).encode()
         headers = [*headers, (b"content-length", length), (b"connection", b"close")]
         try:
             if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                await self.write(h11.Response(status_code=rej.status, headers=headers))
+                await self.write(h11.Response(status_code=refusal.status, headers=headers))
                 await self.write(h11.Data(data=body))
                 await self.write(h11.EndOfMessage())
         except (ClientGone, h11.LocalProtocolError):
@@ -403,6 +576,7 @@ class _Connection:
                 await self._watch_client(handler_scope)
 
             tg.start_soon(watch)
+            self.handler_scope = handler_scope
             try:
                 with handler_scope:
                     await self.handler(request, responder)
@@ -416,6 +590,8 @@ class _Connection:
                     )
                     tg.cancel_scope.cancel()
                     return False
+            finally:
+                self.handler_scope = None
             tg.cancel_scope.cancel()
         if self.closed or self.client_gone.is_set():
             return False
@@ -452,16 +628,24 @@ class Server:
         limits: ServerLimits | None = None,
         errors: ErrorWriter = plain_error,
         switches: Sequence[Switch] = (),
+        check_head: HeadCheck | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or ServerLimits()
         self.errors = errors
         self.switches = switches
+        self.check_head = check_head
+        self.admit = admit
+        self.budget = BodyBudget(self.limits.body_budget_bytes)
         self.connections: set[_Connection] = set()
+        # Connections accepted and not yet ended (counted at accept, before their task runs).
+        self.open_count = 0
         # Made on the event loop, in serve_listener (anyio objects need a running loop).
         self._accepting: anyio.CancelScope | None = None
         self._all: anyio.CancelScope | None = None
         self._idle: anyio.Event | None = None  # set when the last connection ends
+        self._room: anyio.Event | None = None  # set when a connection ends
         self._draining = False
 
     async def serve_listener(self, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
@@ -469,24 +653,80 @@ class Server:
             return
         self._accepting = anyio.CancelScope()
         self._all = anyio.CancelScope()
+        # anyio's TCP listener is one listener per address family (a MultiListener).
+        listeners: list[anyio.abc.SocketListener] = list(
+            getattr(listener, "listeners", None) or [listener]
+        )
         with self._all:
             async with anyio.create_task_group() as tg:
                 with self._accepting:
-                    await listener.serve(lambda stream: self._run(stream), task_group=tg)
+                    async with anyio.create_task_group() as loops:
+                        for one in listeners:
+                            loops.start_soon(self._accept_loop, one, tg)
                 # Accepting stopped (drain): close the listening socket so new clients are
                 # refused at once; the connections finish in this task group.
                 with anyio.CancelScope(shield=True):
                     await listener.aclose()
 
+    async def _accept_loop(
+        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup
+    ) -> None:
+        backoff = 0.0
+        cap = self.limits.max_connections
+        while True:
+            while cap is not None and self.open_count >= cap:
+                # At the cap: leave new clients in the kernel's backlog until one ends.
+                self._room = anyio.Event()
+                await self._room.wait()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                        continue  # that one client's trouble, not the listener's
+                    raise
+                # Out of descriptors (or memory): the pending client stays in the backlog.
+                # Back off, doubling, so the loop does not spin on a socket that stays readable.
+                if backoff == 0.0:
+                    log.warning(
+                        "gw.listen.fd_exhausted: cannot accept connections (%s); %d open; retrying",
+                        errno.errorcode.get(exc.errno or 0, exc.errno),
+                        self.open_count,
+                    )
+                backoff = min(max(backoff * 2, ACCEPT_BACKOFF[0]), ACCEPT_BACKOFF[1])
+                await anyio.sleep(backoff)
+                continue
+            backoff = 0.0
+            self.open_count += 1
+            tg.start_soon(self._run, stream)
+
     async def _run(self, stream: anyio.abc.SocketStream) -> None:
-        conn = _Connection(stream, self.handler, self.limits, self.errors, self.switches)
-        self.connections.add(conn)
         try:
-            await conn.run()
+            if self.admit is not None and not self.admit(_peer_host(stream)):
+                # Refused by address: closed before a byte is read (nothing is buffered).
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                return
+            conn = _Connection(
+                stream,
+                self.handler,
+                self.limits,
+                self.errors,
+                self.switches,
+                check_head=self.check_head,
+                budget=self.budget,
+            )
+            self.connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self.connections.discard(conn)
+                if not self.connections and self._idle is not None:
+                    self._idle.set()
         finally:
-            self.connections.discard(conn)
-            if not self.connections and self._idle is not None:
-                self._idle.set()
+            self.open_count -= 1
+            if self._room is not None:
+                self._room.set()
 
     async def drain(self, grace: float) -> bool:
         """Stop accepting, close idle connections, wait up to `grace` seconds for requests in
@@ -509,6 +749,14 @@ class Server:
         if self._all is not None:
             self._all.cancel()
         return finished
+
+
+def _peer_host(stream: anyio.abc.SocketStream) -> str:
+    try:
+        peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
+    except Exception:
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
 
 
 async def serve_listener(

@@ -437,7 +437,7 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
     if lf is None:
         return Listen()
     gateway = GatewayListen()
-    gf = lf.fields("gateway", ("bind", "port", "allow_from"))
+    gf = lf.fields("gateway", ("bind", "port", "allow_from", "max_connections"))
     if gf is not None:
         bind = _bind(gf, defaults.GATEWAY_BIND)
         port = gf.integer("port", replace(defaults.PORT, default=defaults.GATEWAY_PORT))
@@ -455,8 +455,12 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
                     path,
                     f"{text!r} is not an IP address or network such as 10.0.0.0/8",
                 )
+        max_connections = gf.integer("max_connections", defaults.GATEWAY_MAX_CONNECTIONS)
         gateway = GatewayListen(
-            bind=bind, port=port or defaults.GATEWAY_PORT, allow_from=tuple(networks)
+            bind=bind,
+            port=port or defaults.GATEWAY_PORT,
+            allow_from=tuple(networks),
+            max_connections=max_connections or 1000,
         )
     control = ControlListen()
     cf = lf.fields("control", ("enabled", "bind", "port", "key"))

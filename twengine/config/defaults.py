@@ -19,6 +19,7 @@ __all__ = [
     "CONTROL_PORT",
     "FAILOVER",
     "GATEWAY_BIND",
+    "GATEWAY_MAX_CONNECTIONS",
     "GATEWAY_PORT",
     "GROUP_WEIGHT",
     "LIMIT_COST_USD",
@@ -65,6 +66,8 @@ GATEWAY_PORT = 8788
 CONTROL_BIND = "127.0.0.1"
 CONTROL_PORT = 8789
 PORT = Bound(low=1, high=65535)
+# listen.gateway.max_connections: client connections open at once.
+GATEWAY_MAX_CONNECTIONS = Bound(low=1, high=1_000_000, default=1000)
 
 CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
 # Per-upstream numbers; `max_concurrent` has no default (no cap).

@@ -157,6 +157,8 @@ class GatewayListen:
     bind: str = defaults.GATEWAY_BIND
     port: int = defaults.GATEWAY_PORT
     allow_from: tuple[IPNetwork, ...] = ()
+    # Client connections open at once; beyond it new ones wait in the listen backlog.
+    max_connections: int = 1000
 
     def allows(self, address: str) -> bool:
         """Whether a client at `address` may connect (checked before the key)."""

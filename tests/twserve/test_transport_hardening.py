@@ -1,0 +1,263 @@
+"""The gateway's HTTP/1.1 edge against clients that are slow, keyless, greedy or malformed.
+
+Every test drives a running gateway (or the transport on its own, where the condition cannot be
+made on loopback) over a real socket with raw bytes, and bounds how long it waits: the faults
+fixed here showed up as a connection that stayed open, a body buffered for nobody, or a
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import pytest
+
+from tests.twserve.conftest import KEY, StackFactory, fallback
+from tests.twserve.stack import Upstream
+from twserve import http1
+from twserve.httptypes import Request, Responder
+from twserve.mock.script import MockSettings, Script
+
+CHAT = b"/v1/chat/completions"
+BODY = b'{"model":"gpt-e2e-1","messages":[{"role":"user","content":"hi"}]}'
+
+
+@contextmanager
+def connect(port: int, *, rcvbuf: int | None = None) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def read_reply(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """(status, head, body) of one answer framed by Content-Length, or what came before EOF."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(65536)
+        if not more:
+            return 0, data, b""
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        more = sock.recv(65536)
+        if not more:
+            break
+        body += more
+    return int(head.split(b" ")[1]), head, body
+
+
+def post_head(path: bytes, *, length: int, key: str | None = KEY, extra: bytes = b"") -> bytes:
+    auth = b"authorization: Bearer " + key.encode() + b"\r\n" if key else b""
+    return (
+        b"POST "
+        + path
+        + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + auth
+        + extra
+        + b"content-length: %d\r\n\r\n" % length
+    )
+
+
+# --- item 3: address and key before the body; one body deadline; a body budget --------------
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key"])
+def test_a_keyless_request_is_refused_before_its_body_is_read(
+    stack: StackFactory, key: str | None
+) -> None:
+    st = stack({"c": Upstream("openai-chat")})
+    with connect(st.port) as sock:
+        # Announce 30 MiB and send none of it: the answer must not wait for the body.
+        sock.sendall(post_head(CHAT, length=30 * 1024 * 1024, key=key))
+        started = time.monotonic()
+        status, head, body = read_reply(sock)
+        took = time.monotonic() - started
+    assert status == 401
+    assert json.loads(body)["error"]["code"] == (
+        "gw.auth.missing_key" if key is None else "gw.auth.bad_key"
+    )
+    assert b"connection: close" in head.lower()
+    assert took < 2.0
+
+
+def test_a_body_trickled_in_gets_one_deadline_not_one_per_read(stack: StackFactory) -> None:
+    limits = http1.ServerLimits(body_timeout=1.0)
+    st = stack({"c": Upstream("openai-chat")}, limits=limits)
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BODY)))
+        started = time.monotonic()
+        sock.settimeout(0.3)
+        answer = b""
+        # One byte every 0.3 s: each read is well inside the 1 s, the whole body far beyond it.
+        for byte in BODY:
+            try:
+                sock.sendall(bytes([byte]))
+                answer = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if answer:
+                break
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert took < 3.0
+
+
+def test_bodies_in_memory_share_one_budget(stack: StackFactory) -> None:
+    limits = http1.ServerLimits(body_budget_bytes=len(BODY) + 10)
+    st = stack({"c": Upstream("openai-chat")}, limits=limits)
+    with connect(st.port) as holder, connect(st.port) as second:
+        # The first request's body is announced and half sent: its bytes are held for it.
+        holder.sendall(post_head(CHAT, length=len(BODY)) + BODY[:10])
+        time.sleep(0.3)
+        second.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        status, head, body = read_reply(second)
+        assert status == 503
+        assert b"retry-after: 1" in head.lower()
+        assert json.loads(body)["error"]["code"] == "gw.request.bodies_busy"
+        holder.sendall(BODY[10:])
+        assert read_reply(holder)[0] == 200
+    # The budget is given back when a request ends.
+    with connect(st.port) as third:
+        third.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        assert read_reply(third)[0] == 200
+
+
+# --- item 9: head deadlines, framing, errors that echo nothing -------------------------------
+
+
+def test_the_first_request_head_gets_the_head_timeout(stack: StackFactory) -> None:
+    limits = http1.ServerLimits(head_timeout=1.0, keepalive_timeout=20.0)
+    st = stack({"c": Upstream("openai-chat")}, limits=limits)
+    with connect(st.port) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        started = time.monotonic()
+        status, _, _ = read_reply(sock)
+        took = time.monotonic() - started
+    assert status == 408
+    assert took < 3.0
+
+
+def test_a_kept_alive_connection_idles_for_the_keepalive_time(stack: StackFactory) -> None:
+    limits = http1.ServerLimits(head_timeout=0.5, keepalive_timeout=2.0)
+    st = stack({"c": Upstream("openai-chat")}, limits=limits)
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        assert read_reply(sock)[0] == 200
+        time.sleep(1.0)  # past the head timeout, inside the keep-alive time
+        sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        assert read_reply(sock)[0] == 200
+
+
+def test_content_length_with_transfer_encoding_is_refused_and_closed(
+    stack: StackFactory,
+) -> None:
+    st = stack({"c": Upstream("openai-chat")})
+    with connect(st.port) as sock:
+        sock.sendall(
+            post_head(CHAT, length=len(BODY), extra=b"transfer-encoding: chunked\r\n")
+            + b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+        )
+        status, head, body = read_reply(sock)
+        assert sock.recv(100) == b""  # and nothing more: closed
+    assert status == 400
+    assert b"connection: close" in head.lower()
+    assert "Transfer-Encoding" in json.loads(body)["error"]["message"]
+    assert len(st.mock("c").received) == 0
+
+
+def test_a_malformed_head_is_not_echoed(stack: StackFactory) -> None:
+    st = stack({"c": Upstream("openai-chat")})
+    with connect(st.port) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nx-secret sk-private-123\r\n\r\n")
+        status, _, body = read_reply(sock)
+    assert status == 400
+    assert b"sk-private-123" not in body
+    assert json.loads(body)["error"]["code"] == "gw.request.bad_http"
+
+
+# --- item 5: a client that stops reading ------------------------------------------------------
+
+
+def test_a_client_that_stops_reading_is_taken_as_gone(stack: StackFactory) -> None:
+    big = Script(chunks=20000, chunk_size=64)  # about 1.3 MB of answer, as fast as it goes
+    limits = http1.ServerLimits(write_timeout=1.0)
+    config = {
+        **fallback("c"),
+        "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
+    }
+    st = stack(
+        {"c": Upstream("openai-chat", MockSettings(script=big), extra={"max_concurrent": 1})},
+        config=config,
+        limits=limits,
+    )
+    stream_body = BODY[:-1] + b',"stream":true}'
+    with connect(st.port, rcvbuf=4096) as stalled:
+        stalled.sendall(post_head(CHAT, length=len(stream_body)) + stream_body)
+        # Never read. Once the socket buffers are full, the gateway's write waits 1 s, then
+        # gives up: the upstream call is cancelled, the slot and the key's permit freed.
+        time.sleep(3.0)
+        small = Script(text="ok")
+        with connect(st.port) as other:
+            header = b"x-mock-script: " + json.dumps({"text": small.text}).encode() + b"\r\n"
+            other.sendall(post_head(CHAT, length=len(BODY), extra=header) + BODY)
+            status, _, body = read_reply(other)
+        rows = st.wait_rows(2)
+    assert status == 200, body
+    assert rows[0]["cancelled"] == 1
+    assert rows[1]["status"] == 200
+
+
+# --- item 1 (the transport part): allow_from at accept ----------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_refused_address_is_closed_before_anything_is_read() -> None:
+    seen: list[Request] = []
+    heads: list[str] = []
+
+    async def handler(request: Request, responder: Responder) -> None:
+        seen.append(request)
+        await responder.start(204, [])
+        await responder.end()
+
+    def check_head(request: Request) -> http1.Refusal | None:
+        heads.append(request.path)
+        return None
+
+    def admit(address: str) -> bool:
+        return address != "127.0.0.1"
+
+    server = http1.Server(handler, check_head=check_head, admit=admit)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(
+            lambda task_status: http1.serve(handler, server=server, task_status=task_status)
+        )
+        async with await anyio.connect_tcp("127.0.0.1", port) as conn:
+            await conn.send(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            with anyio.fail_after(2):
+                try:
+                    got = await conn.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    got = b""
+        tg.cancel_scope.cancel()
+    assert got == b""
+    assert seen == [] and heads == []
