@@ -5,6 +5,15 @@ The key is looked for in ``x-api-key``, ``x-goog-api-key``, ``Authorization: Bea
 ``key`` query parameter, in that order; empty values are skipped. Every configured key is
 compared with `hmac.compare_digest` and all of them are compared every time, so neither the
 answer's timing nor its early exit tells which key came close.
+
+Keys are compared as UTF-8 bytes: a header value's raw bytes, a query value's percent-decoded
+bytes, a configured key encoded as UTF-8. Bytes that are not UTF-8 ride along as surrogate
+escapes, so they compare as themselves and never collapse into a replacement character that
+some other key might also contain.
+
+The query is read as ``application/x-www-form-urlencoded`` (`urllib.parse`), the way clients
+write it, so a name spelt with escapes (``%6Bey=``) is the ``key`` parameter both when the key
+is looked for and when it is taken out before the request goes upstream.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import hmac
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote_plus
 
 __all__ = ["AddressFilter", "KeyRing", "find_key", "strip_key_param"]
 
@@ -28,25 +37,28 @@ def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
     for wanted in (b"x-api-key", b"x-goog-api-key"):
         presented = found.get(wanted)
         if presented:
-            return presented.decode("latin-1")
+            return presented.decode("utf-8", "surrogateescape")
     bearer = found.get(b"authorization")
     if bearer and bearer[:7].lower() == b"bearer ":
         token = bearer[7:].strip()
         if token:
-            return token.decode("latin-1")
+            return token.decode("utf-8", "surrogateescape")
     if query:
-        for qname, qvalue in parse_qsl(query, keep_blank_values=False):
+        for qname, qvalue in parse_qsl(query, keep_blank_values=False, errors="surrogateescape"):
             if qname == "key" and qvalue:
                 return qvalue
     return None
 
 
 def strip_key_param(query: str) -> str:
-    """The query string without ``key=…``, so the gateway key never travels upstream."""
-    if "key=" not in query:
-        return query
-    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "key"]
-    return urlencode(kept)
+    """The query string without the ``key`` parameter (however its name is escaped), so the
+    gateway key never travels upstream. Every other parameter is kept exactly as written."""
+    kept = [
+        part
+        for part in query.split("&")
+        if part and unquote_plus(part.partition("=")[0], errors="surrogateescape") != "key"
+    ]
+    return "&".join(kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +75,7 @@ class KeyRing:
         """The client name for `presented`, or None; constant time in the key's content."""
         if not presented:
             return None
-        raw = presented.encode("latin-1", "replace")
+        raw = presented.encode("utf-8", "surrogateescape")
         match: str | None = None
         for key, name in self.entries:
             if hmac.compare_digest(key, raw) and match is None:

@@ -13,11 +13,12 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import quote
 
 import anyio
 import pytest
 
-from tests.twserve.conftest import KEY, StackFactory, fallback
+from tests.twserve.conftest import KEY, StackFactory, fallback, http
 from tests.twserve.stack import Upstream
 from twserve import http1
 from twserve.httptypes import Request, Responder
@@ -261,3 +262,38 @@ async def test_a_refused_address_is_closed_before_anything_is_read() -> None:
         tg.cancel_scope.cancel()
     assert got == b""
     assert seen == [] and heads == []
+
+
+# --- item 7 and item 9: the key in the query ----------------------------------------------------
+
+GEMINI_BODY = b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}'
+
+
+@pytest.mark.parametrize("name", ["key", "%6Bey", "k%65y", "%6B%65%79"])
+def test_an_escaped_key_parameter_is_found_and_never_sent_upstream(
+    stack: StackFactory, name: str
+) -> None:
+    st = stack({"g": Upstream("gemini")})
+    reply = http(
+        f"{st.url}/v1beta/models/gemini-e2e-1:generateContent?alt=json&{name}={KEY}&x=1",
+        body=GEMINI_BODY,
+        headers=[("content-type", "application/json")],
+    )
+    received = st.mock("g").received[-1]
+    assert reply.status == 200, reply.body
+    assert KEY not in received.query and KEY not in received.path
+    assert "x=1" in received.query
+
+
+def test_a_non_ascii_key_is_compared_as_utf8_bytes(stack: StackFactory) -> None:
+    secret = "schlüssel-ключ-鍵"
+    config = {"clients": [{"name": "tester", "key": secret}]}
+    st = stack({"c": Upstream("openai-chat")}, config=config)
+    url = f"{st.url}/v1/chat/completions"
+    by_query = http(f"{url}?key={quote(secret)}", body=BODY, headers=[("content-type", "a/json")])
+    # Compared in Latin-1 (with replacement) the right key failed: its Cyrillic and CJK letters
+    # became "?". A key that differs only there must still fail.
+    other = "schlüssel-ключ-鑰"
+    wrong = http(f"{url}?key={quote(other)}", body=BODY, headers=[("content-type", "a/json")])
+    assert by_query.status == 200, by_query.body
+    assert wrong.status == 401
