@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +18,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from twengine.config import ConfigError
-from twserve.app import GatewayApp
+from twengine.config import Config, ConfigError
+from twserve.app import GatewayApp, raise_fd_limit
 from twserve.configfile import (
     data_dir,
     load_config,
@@ -26,6 +27,7 @@ from twserve.configfile import (
     starting_config_text,
     write_private,
 )
+from twserve.http1 import ListenError
 
 log = logging.getLogger("twserve")
 
@@ -42,6 +44,16 @@ def _print_problems(err: ConfigError) -> None:
         print(f"  {p.code}{where}: {p.message}", file=sys.stderr)
 
 
+def _tell_key(path: Path, key: str) -> None:
+    """Say where the generated gateway key is. The key itself only goes to a terminal: stdout
+    that is a file or a pipe ends up in logs (systemd's journal, CI output, a shared terminal
+    log), and the key is in the 0600 config file anyway."""
+    if sys.stdout.isatty():
+        print(f"gateway key: {key}")
+    else:
+        print(f"the gateway key is clients[0].key in {path}")
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     path = _config_path(args)
     if path.exists() and not args.force:
@@ -50,8 +62,27 @@ def cmd_init(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     key = new_key()
     write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
-    print(f"wrote {path}\ngateway key: {key}")
+    print(f"wrote {path}")
+    _tell_key(path, key)
     return 0
+
+
+def _unresolved_binds(config: Config) -> list[str]:
+    """A problem line for each listen.*.bind that is not an address or a resolving name."""
+    binds = [("listen.gateway.bind", config.listen.gateway.bind, config.listen.gateway.port)]
+    if config.listen.control.enabled:
+        control = config.listen.control
+        binds.append(("listen.control.bind", control.bind, control.port))
+    problems = []
+    for where, host, port in binds:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            problems.append(
+                f"  gw.listen.bind_unresolved at {where}: {host!r} does not resolve "
+                f"({exc.strerror})"
+            )
+    return problems
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -65,6 +96,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{path}: {len(err.problems)} problem(s)", file=sys.stderr)
         _print_problems(err)
         return 1
+    unresolved = _unresolved_binds(config)
+    if unresolved:
+        print(f"{path}: {len(unresolved)} problem(s)", file=sys.stderr)
+        for line in unresolved:
+            print(line, file=sys.stderr)
+        return 1
     print(f"{path}: ok ({len(config.providers)} upstreams, {len(config.clients)} keys)")
     return 0
 
@@ -75,7 +112,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         key = new_key()
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
-        print(f"wrote a starting config to {path}; gateway key: {key}")
+        print(f"wrote a starting config to {path}")
+        _tell_key(path, key)
+    raise_fd_limit()
     home = data_dir() if not args.data_dir else Path(args.data_dir)
     app = _serving_app(path, home, port=args.port, safe=args.safe)
     if app is None:
@@ -104,10 +143,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     app.request_stop()
                     tg.start_soon(_stop_when_done, app, tg)
 
+    failed: list[ListenError] = []
     try:
-        anyio.run(main)
+        try:
+            anyio.run(main)
+        except* ListenError as group:
+            failed.extend(_leaves(group, ListenError))
     except KeyboardInterrupt:
         pass
+    if failed:
+        # One line, not a traceback: the port is taken, or bind names no address.
+        print(str(failed[0]), file=sys.stderr)
+        return 2
     return 0
 
 
@@ -212,6 +259,17 @@ def cmd_config(args: argparse.Namespace) -> int:
     history.record(data, "cli")
     print(f"{path}: rolled back to entry {entry.number} ({entry.version})")
     return 0
+
+
+def _leaves(group: BaseExceptionGroup[BaseException], kind: type[ListenError]) -> list[ListenError]:
+    """The exceptions of `kind` in `group`, however deeply task groups nested them."""
+    found: list[ListenError] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found.extend(_leaves(exc, kind))
+        elif isinstance(exc, kind):
+            found.append(exc)
+    return found
 
 
 async def _stop_when_done(app: GatewayApp, tg: anyio.abc.TaskGroup) -> None:

@@ -8,9 +8,11 @@ keep comments and layout.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +74,25 @@ def load_config(path: Path) -> Config:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` readable by the owner only (0600), atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    os.chmod(path, 0o600)
+    """Write `text` to `path` readable by the owner only (0600), atomically.
+
+    The temporary file is made by `tempfile.mkstemp` (O_CREAT|O_EXCL, mode 0600, a random
+    name) in the same directory: a fixed name such as ``config.yaml.tmp`` could be a symlink
+    planted by someone else, and opening it would write the config, keys and all, wherever it
+    points. `os.replace` then swaps the new file in; it replaces a symlink at `path` itself
+    rather than following it.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def new_key(prefix: str = "tw-") -> str:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,10 +64,12 @@ __all__ = [
     "ErrorWriter",
     "Handoff",
     "HeadCheck",
+    "ListenError",
     "Refusal",
     "Server",
     "ServerLimits",
     "Switch",
+    "listen",
     "serve",
     "serve_listener",
 ]
@@ -164,6 +167,30 @@ class Handoff:
 # Asked with each request before it is dispatched: a coroutine function that takes the
 # connection over (twserve/http2.py for h2c; a WebSocket upgrade the same way), or None.
 Switch = Callable[[Request], Callable[[Handoff], Awaitable[None]] | None]
+
+
+class ListenError(Exception):
+    """The server cannot listen where it was told: the address does not resolve
+    (``gw.listen.bind_unresolved``) or cannot be bound (``gw.listen.cannot_bind``)."""
+
+    def __init__(self, code: str, host: str, port: int, detail: str) -> None:
+        super().__init__(f"{code}: cannot listen on {host}:{port}: {detail}")
+        self.code = code
+        self.host = host
+        self.port = port
+        self.detail = detail
+
+
+async def listen(host: str, port: int) -> anyio.abc.Listener[anyio.abc.SocketStream]:
+    """A TCP listener on `host:port`; `ListenError` (one line, with a code) when there is none."""
+    try:
+        return await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    except socket.gaierror as exc:
+        raise ListenError(
+            "gw.listen.bind_unresolved", host, port, f"{host!r} does not resolve ({exc.strerror})"
+        ) from None
+    except OSError as exc:
+        raise ListenError("gw.listen.cannot_bind", host, port, exc.strerror or str(exc)) from None
 
 
 class ClientGone(Exception):
@@ -783,7 +810,7 @@ async def serve(
     """Bind `host:port` and serve until cancelled (or drained through `server`);
     `task_status.started(port)` reports the bound port."""
     srv = server or Server(handler, limits=limits, errors=errors)
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    listener = await listen(host, port)
     async with listener:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         task_status.started(int(bound))
