@@ -39,13 +39,13 @@ from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
 from twserve.usage import UsageKeeper
 
-__all__ = ["GatewayApp", "raise_fd_limit"]
+__all__ = ["FD_RESERVE", "GatewayApp", "raise_fd_limit"]
 
 log = logging.getLogger("twserve")
 
 # Descriptors kept back from listen.gateway.max_connections: upstream connections, the store,
 # the control plane, the event loop's own.
-_FD_RESERVE = 64
+FD_RESERVE = 64
 
 
 def raise_fd_limit(wanted: int = 1 << 20) -> int:

@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, ConfigError
-from twserve.app import GatewayApp, raise_fd_limit
+from twserve.app import FD_RESERVE, GatewayApp, raise_fd_limit
 from twserve.configfile import (
     data_dir,
     load_config,
@@ -114,11 +114,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         write_private(path, starting_config_text(gateway_key=key, control_key=new_key("twc-")))
         print(f"wrote a starting config to {path}")
         _tell_key(path, key)
-    raise_fd_limit()
+    open_files = raise_fd_limit()
     home = data_dir() if not args.data_dir else Path(args.data_dir)
     app = _serving_app(path, home, port=args.port, safe=args.safe)
     if app is None:
         return 1
+    cap = app.config.listen.gateway.max_connections
+    if 0 < open_files < cap + FD_RESERVE:
+        log.warning(
+            "listen.gateway.max_connections is %d but only %d files may be open: accepting "
+            "will pause when descriptors run out (raise the hard limit, ulimit -Hn)",
+            cap,
+            open_files,
+        )
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
