@@ -142,10 +142,10 @@ _CODES = {
         "Request bodies held in memory are at the gateway's limit; retry shortly (503)."
     ),
     "gw.listen.fd_exhausted": (
-        "Accepting a connection failed for want of file descriptors; the gateway backs off and retries (log)."
+        "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."
     ),
     "gw.listen.cannot_bind": (
-        "The gateway cannot listen on listen.*.bind and port (address in use, not local, no permission)."
+        "Cannot listen on listen.*.bind and port: in use, not local, or not permitted."
     ),
     "gw.listen.bind_unresolved": (
         "listen.*.bind is neither an IP address nor a host name that resolves."

@@ -526,9 +526,6 @@ class _Connection:
         )
 
     async def _read_body(self, request: Request) -> bytes:
-        length = request.header(b"content-length")
-        if length is not None:
-            self._reserve(int(length), request.path)
         parts: list[bytes] = []
         size = 0
         try:
@@ -545,8 +542,9 @@ class _Connection:
                                 f"request body larger than {self.limits.max_body_bytes} bytes",
                                 request.path,
                             )
-                        if length is None:
-                            self._reserve(len(event.data), request.path)
+                        # Bytes count against the budget as they arrive: a length announced
+                        # and never sent holds nothing back from anyone else.
+                        self._reserve(len(event.data), request.path)
                         parts.append(bytes(event.data))
                     elif isinstance(event, h11.EndOfMessage):
                         return b"".join(parts)
