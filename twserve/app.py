@@ -128,20 +128,9 @@ class GatewayApp:
         gw.hooks.listeners.append(self.events.health_changed)
         self.usage.alert_listeners.append(self.events.key_limit_alert)
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
-        gateway_limits = limits or http1.ServerLimits()
-        if gateway_limits.max_connections is None:
-            gateway_limits = replace(
-                gateway_limits, max_connections=config.listen.gateway.max_connections
-            )
-        # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
-        self.gateway_server = http1.Server(
-            self.gateway.handle,
-            limits=gateway_limits,
-            errors=transport_error,
-            switches=(http2.switch,),
-            check_head=self.gateway.check_head,
-            admit=lambda address: self.gateway.addresses.allows(address),
-        )
+        # One budget for request bodies held in memory, whichever listener they came in on.
+        self.body_budget = http1.BodyBudget((limits or http1.ServerLimits()).body_budget_bytes)
+        self.gateway_server = self._new_gateway_server()
         self.shutdown_grace = shutdown_grace
         # Created on the event loop, in run().
         self._stop: anyio.Event | None = None
@@ -272,10 +261,35 @@ class GatewayApp:
             await anyio.sleep(0.01)
         await self._stopped.wait()
 
-    async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
-        listener = await anyio.create_tcp_listener(
-            local_host=self.host, local_port=self.port, reuse_port=False
+    def _new_gateway_server(self) -> http1.Server:
+        """The gateway's HTTP server: the address checked at accept, the key before the body,
+        at most listen.gateway.max_connections open, bodies within the shared budget."""
+        limits = self.limits or http1.ServerLimits()
+        if limits.max_connections is None:
+            limits = replace(limits, max_connections=self.config.listen.gateway.max_connections)
+        # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
+        return http1.Server(
+            self.gateway.handle,
+            limits=limits,
+            errors=transport_error,
+            switches=(http2.switch,),
+            check_head=self.gateway.check_head,
+            admit=lambda address: self.gateway.addresses.allows(address),
+            budget=self.body_budget,
         )
+
+    def _new_control_server(self) -> http1.Server:
+        assert self.control is not None
+        return http1.Server(
+            self.control.handle,
+            limits=self.limits,
+            errors=control.transport_error,
+            budget=self.body_budget,
+        )
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        # http1.listen: a bind that fails is one ListenError line (gw.listen.*), no traceback.
+        listener = await http1.listen(self.host, self.port)
         bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self.gateway_port = bound
         task_status.started(bound)
@@ -283,9 +297,7 @@ class GatewayApp:
 
     async def _serve_control(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         assert self.control is not None and self._control_server is not None
-        listener = await anyio.create_tcp_listener(
-            local_host=self.control_host, local_port=self.control_port, reuse_port=False
-        )
+        listener = await http1.listen(self.control_host, self.control_port)
         task_status.started(int(listener.extra(anyio.abc.SocketAttribute.local_port)))
         await self._serve_on(self._control_server, listener)
 
@@ -308,11 +320,7 @@ class GatewayApp:
         self._control_pinned = control_pinned
         self._serving = None
         self._retiring: set[http1.Server] = set()
-        self._control_server = (
-            http1.Server(self.control.handle, limits=self.limits, errors=control.transport_error)
-            if self.control is not None
-            else None
-        )
+        self._control_server = self._new_control_server() if self.control is not None else None
         self.live: LiveConfig | None = None
         if path is None:
             return
@@ -416,12 +424,7 @@ class GatewayApp:
         and its connections finish what they are doing (streams are not cut)."""
         assert self._serving is not None
         old = self.gateway_server if self.gateway_port is not None else None
-        self.gateway_server = http1.Server(
-            self.gateway.handle,
-            limits=self.limits,
-            errors=transport_error,
-            switches=(http2.switch,),
-        )
+        self.gateway_server = self._new_gateway_server()
         self.host, self.port = host, port
         self.gateway_port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self._serving.start_soon(self._serve_on, self.gateway_server, listener)
@@ -434,9 +437,7 @@ class GatewayApp:
     ) -> None:
         assert self._serving is not None and self.control is not None
         old = self._control_server
-        self._control_server = http1.Server(
-            self.control.handle, limits=self.limits, errors=control.transport_error
-        )
+        self._control_server = self._new_control_server()
         self.control_host, self.control_port = host, port
         self._serving.start_soon(self._serve_on, self._control_server, listener)
         if old is not None:

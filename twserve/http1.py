@@ -655,6 +655,7 @@ class Server:
         switches: Sequence[Switch] = (),
         check_head: HeadCheck | None = None,
         admit: Admit | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or ServerLimits()
@@ -662,7 +663,9 @@ class Server:
         self.switches = switches
         self.check_head = check_head
         self.admit = admit
-        self.budget = BodyBudget(self.limits.body_budget_bytes)
+        # Shared with the process's other servers when given (the gateway and its control
+        # plane hold one budget between them).
+        self.budget = budget or BodyBudget(self.limits.body_budget_bytes)
         self.connections: set[_Connection] = set()
         # Connections accepted and not yet ended (counted at accept, before their task runs).
         self.open_count = 0
