@@ -303,3 +303,34 @@ def test_a_non_ascii_key_is_compared_as_utf8_bytes(stack: StackFactory) -> None:
     wrong = http(f"{url}?key={quote(other)}", body=BODY, headers=[("content-type", "a/json")])
     assert by_query.status == 200, by_query.body
     assert wrong.status == 401
+
+
+def _outside_address() -> str | None:
+    """An address of this machine that is not loopback (routing-table lookup, nothing sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+def test_the_gateway_closes_a_refused_address_at_accept(stack: StackFactory) -> None:
+    outside = _outside_address()
+    if outside is None:
+        pytest.skip("this machine has no address other than loopback")
+    config = {"listen": {"gateway": {"bind": "0.0.0.0", "allow_from": ["10.99.0.0/16"]}}}
+    st = stack({"c": Upstream("openai-chat")}, config=config)
+    with socket.create_connection((outside, st.port), timeout=5, source_address=(outside, 0)) as s:
+        s.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        try:
+            got = s.recv(100)
+        except ConnectionResetError:
+            got = b""
+    assert got == b""  # closed, not answered: nothing was read from it
+    assert len(st.mock("c").received) == 0
+    # Loopback is always allowed.
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        assert read_reply(sock)[0] == 200
