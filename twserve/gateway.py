@@ -67,6 +67,8 @@ def transport_error(
     category = ErrorCategory.TIMEOUT if status == 408 else ErrorCategory.REQUEST
     if status >= 500:
         category = ErrorCategory.UPSTREAM
+    if status == 503:  # the transport sheds load (request bodies): the client should back off
+        category = ErrorCategory.RATE_LIMITED
     err = GatewayError(status=status, category=category, code=code, message=message)
     return error_headers(err), error_body(client_dialect_for(path), err)
 

@@ -132,6 +132,7 @@ def test_bodies_in_memory_share_one_budget(stack: StackFactory) -> None:
         status, head, body = read_reply(second)
         assert status == 503
         assert b"retry-after: 1" in head.lower()
+        assert b"x-thinkwatch-error: rate_limited" in head.lower()
         assert json.loads(body)["error"]["code"] == "gw.request.bodies_busy"
         holder.sendall(BODY[20:])
         assert read_reply(holder)[0] == 200
