@@ -66,6 +66,7 @@ from twproto.formats import (
     new_stream_decoder,
     new_stream_encoder,
 )
+from twproto.headers import CLIENT_RESPONSE_HEADERS, client_response_headers
 from twproto.ir import (
     Answer,
     AnswerBuilder,
@@ -152,6 +153,7 @@ from twproto.translate import (
 )
 
 __all__ = (
+    "CLIENT_RESPONSE_HEADERS",
     "DEFAULT_MAX_TOKENS",
     "ERROR_HEADER",
     "FORMATS",
@@ -243,6 +245,8 @@ __all__ = (
     "classify_response",
     "classify_stream_error",
     "classify_transport",
+    "client_response_headers",
+    "client_response_headers",
     "count_tokens_body",
     "derive_call_id",
     "dispatch",

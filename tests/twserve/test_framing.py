@@ -22,7 +22,7 @@ from google.genai import types as gtypes
 from tests.twserve.conftest import FORMATS, MODELS, Sdks, ask, http
 from tests.twserve.reframe import FRAMINGS, reframer
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
-from twserve.mock.script import ErrorSpec, MockSettings, Script
+from twmock.script import ErrorSpec, MockSettings, Script
 
 _BASE_PATH = {"anthropic": "", "openai-chat": "/v1", "openai-responses": "/v1", "gemini": ""}
 

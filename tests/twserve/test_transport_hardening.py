@@ -20,9 +20,9 @@ import pytest
 
 from tests.twserve.conftest import KEY, StackFactory, fallback, http
 from tests.twserve.stack import Upstream
+from twmock.script import MockSettings, Script
 from twserve import http1
 from twserve.httptypes import Request, Responder
-from twserve.mock.script import MockSettings, Script
 
 CHAT = b"/v1/chat/completions"
 BODY = b'{"model":"gpt-e2e-1","messages":[{"role":"user","content":"hi"}]}'
