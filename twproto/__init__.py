@@ -246,7 +246,6 @@ __all__ = (
     "classify_stream_error",
     "classify_transport",
     "client_response_headers",
-    "client_response_headers",
     "count_tokens_body",
     "derive_call_id",
     "dispatch",

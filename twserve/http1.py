@@ -407,7 +407,7 @@ class _Connection:
             try:
                 if first:
                     # Waiting for a request to begin: a drain may end this wait at once. A new
-                    # connection has head_timeout for its whole head (SPEC §20's 30 s); a
+                    # connection has head_timeout for its whole head (docs/operations.md, 30 s); a
                     # kept-alive one may idle for keepalive_timeout first.
                     self.idle_scope = anyio.CancelScope()
                     with self.idle_scope:
