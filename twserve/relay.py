@@ -53,7 +53,7 @@ from twengine.attempt import (
 )
 from twengine.slots import Permit, Ticket
 from twproto.dialect import Dialect
-from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import (
     Failure,
     FailureKind,
@@ -782,7 +782,10 @@ class _Relay:
             return
         self.out.status = status
         self.out.error_code = "gw.upstream.error"
-        await self.responder.start(status, [*headers, (b"content-length", str(len(body)).encode())])
+        # The upstream's own body, marked as the upstream's like every error the gateway relays.
+        tag = (ERROR_HEADER, ErrorCategory.UPSTREAM.value.encode())
+        length = (b"content-length", str(len(body)).encode())
+        await self.responder.start(status, [*headers, tag, length])
         await self.responder.send(body)
         await self.responder.end()
 

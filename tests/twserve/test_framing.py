@@ -123,3 +123,4 @@ def test_passed_through_errors_through_every_framing(
     assert "bad field" in str(oa_err.value)
     assert g_err.value.code == 400
     assert ant_err.value.response.headers.get("set-cookie") is None
+    assert ant_err.value.response.headers.get("x-thinkwatch-error") == "upstream"
