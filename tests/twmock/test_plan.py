@@ -501,12 +501,8 @@ def test_plans_are_reproducible() -> None:
     )
 
 
-def test_many_chunks_plan_quickly() -> None:
-    import time
-
+def test_many_chunks_plan_whole() -> None:
+    # How fast is for benchmarks/, not for an assertion on a shared machine.
     path, body, query = stream_route("responses")
-    start = time.perf_counter()
     p = run(path, body, {"chunks": 5000}, query=query)
-    elapsed = time.perf_counter() - start
     assert sum(1 for s in p.steps if isinstance(s, Chunk)) >= 5000
-    assert elapsed < 1.0  # typically ~30 ms; generous for shared CI machines

@@ -292,7 +292,8 @@ def test_head_probe_without_key(st: Stack) -> None:
     started = time.monotonic()
     reply = http(st.url + "/", "HEAD")
     assert reply.status < 400 and reply.body == b""
-    assert time.monotonic() - started < 1.0
+    # Answered without waiting on any upstream (none is asked); the bound only catches a hang.
+    assert time.monotonic() - started < 5.0
     _nothing_reached_upstream(st)
 
 

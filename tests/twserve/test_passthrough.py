@@ -83,7 +83,7 @@ def test_claude_code_turn_passes_through_unchanged(
     # Claude Code's warm-up probe comes first, without a key.
     started = time.monotonic()
     probe = http(st.url + "/", "HEAD")
-    assert probe.status < 500 and time.monotonic() - started < 1.0
+    assert probe.status < 500 and time.monotonic() - started < 5.0
 
     reply = _send(st, req, auth)
     assert reply.status == 200, reply.body[:500]

@@ -82,5 +82,6 @@ async def test_burst_of_streams_leaves_one_row_each(stack: StackFactory) -> None
         ) == (1200, 3400, 56, 78)
         assert [a["outcome"] for a in attempts(row)] == ["ok"]
     assert st.mock("up").count() == REQUESTS
-    # The streams ran together: one after another they would take 100 × 80 ms of pacing.
-    assert elapsed < REQUESTS * 0.08 / 2
+    # The streams overlapped: one after another they could not end before 100 × 80 ms of
+    # pacing. (A logical bound, not a speed budget: speed is for benchmarks/.)
+    assert elapsed < REQUESTS * 0.08
