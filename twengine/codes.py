@@ -72,6 +72,11 @@ _CODES = {
     "config.slow_start_too_short": (
         "failover.stream_start_wait_secs is under 5 while next_on_slow_start is on."
     ),
+    "config.not_built": "A field whose behaviour is not built yet; refused rather than ignored.",
+    "config.secret_invalid": (
+        "A key or header value cannot be sent in an HTTP header once its variables are read "
+        "(line break, control character, white space at an end, empty)."
+    ),
     # --- engine: aliases, groups, routes, rules ------------------------------------------
     "engine.name_taken": "A group has the name of an upstream, so `to:` could not tell them apart.",
     "engine.alias_empty": "An alias lists no model.",
@@ -106,6 +111,7 @@ _CODES = {
     "engine.pinned_model_not_offered": "A pinned target's upstream does not offer its model.",
     "engine.client_route_unknown": "A gateway key's route names no route.",
     "engine.default_route_unknown": "default_route names no route.",
+    "engine.pinned_upstream_twice": "A pinned `to:` names the same upstream twice.",
     # --- config: live reload (stage 4) ----------------------------------------------------
     "config.runtime_failed": "The runtime objects (router, slots, keys) did not build from it.",
     "config.listen_unavailable": "A changed listen address cannot be bound; the old one stays.",
@@ -150,6 +156,9 @@ _CODES = {
     "gw.listen.bind_unresolved": (
         "listen.*.bind is neither an IP address nor a host name that resolves."
     ),
+    "gw.request.invalid_body": (
+        "A field of the body has the wrong shape for its API (messages not a list…) (400)."
+    ),
     "gw.no_upstream": "No upstream can take the request: every candidate was skipped.",
     "gw.upstream.connect": "The upstream could not be reached (refused, reset, TLS failure).",
     "gw.upstream.error": "The upstream answered with an error.",
@@ -164,6 +173,17 @@ _CODES = {
     ),
     "gw.upstream.broken_after_content": (
         "The upstream's stream broke after content reached the client; it ends with an error."
+    ),
+    "gw.upstream.credentials_missing": (
+        "An upstream's key or header needs an environment variable that is not set; "
+        "that upstream is skipped."
+    ),
+    "gw.upstream.credentials_invalid": (
+        "An upstream's key or header cannot be sent in a header; that upstream is skipped."
+    ),
+    "gw.upstream.auth_rejected": (
+        "An upstream refused the gateway's credentials (401/403); the client gets the "
+        "gateway's message, not the upstream's."
     ),
     "gw.busy_all": "Every candidate upstream stayed full for failover.wait_secs (429).",
     "gw.busy_upstream": (

@@ -101,6 +101,8 @@ class GatewayApp:
     ) -> None:
         self.config = config
         self.data_dir = data_dir
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
         self.env = dict(os.environ) if env is None else env
         self.host = host if host is not None else config.listen.gateway.bind
         self.port = port if port is not None else config.listen.gateway.port

@@ -103,6 +103,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 1
     print(f"{path}: ok ({len(config.providers)} upstreams, {len(config.clients)} keys)")
+    for warning in config.warnings:
+        print(f"  warning: {warning}", file=sys.stderr)
     return 0
 
 

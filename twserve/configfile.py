@@ -13,6 +13,7 @@ import io
 import os
 import secrets
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,11 @@ def _plain(node: Any) -> Any:
     return node
 
 
-def parse_config_text(text: str) -> Config:
-    """YAML text → validated Config; raises `ConfigError` naming every problem."""
+def parse_config_text(text: str, env: Mapping[str, str] | None = None) -> Config:
+    """YAML text → validated Config; raises `ConfigError` naming every problem.
+
+    ``${VAR}`` templates are read from `env` (default: the process environment): gateway keys
+    are resolved here, upstream credentials checked (see `build_config`)."""
     try:
         data = _yaml().load(io.StringIO(text))
     except YAMLError as exc:
@@ -66,11 +70,11 @@ def parse_config_text(text: str) -> Config:
         raise ConfigError(
             (Problem(code="config.yaml_invalid", path="", message="the config must be a mapping"),)
         )
-    return build_config(_plain(data))
+    return build_config(_plain(data), dict(os.environ) if env is None else env)
 
 
-def load_config(path: Path) -> Config:
-    return parse_config_text(path.read_text(encoding="utf-8"))
+def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
+    return parse_config_text(path.read_text(encoding="utf-8"), env)
 
 
 def write_private(path: Path, text: str) -> None:

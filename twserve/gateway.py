@@ -17,7 +17,8 @@ from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
 from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Send
-from twengine.config import Config, resolve_template
+from twengine.config import Config
+from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
@@ -210,9 +211,9 @@ class Gateway:
         if route.operation is Operation.HEALTH:
             await respond_bytes(responder, 200, b"ok", b"text/plain")
             return
-        client_name = self.keys.lookup(find_key(request.headers, request.query))
+        presented = find_key(request.headers, request.query)
+        client_name = self.config.client_for(self.keys.lookup(presented), presented=bool(presented))
         if client_name is None:
-            presented = find_key(request.headers, request.query)
             await respond_error(
                 responder,
                 dialect,
@@ -312,24 +313,26 @@ class Gateway:
                 specs[alias.name] = next((t for t in targets if t != (None, None)), (None, None))
         return specs
 
-    def _candidate(self, cand: RoutedCandidate, sticky: str | None) -> Candidate:
+    def _candidate(self, cand: RoutedCandidate, sticky: str | None) -> Candidate | CredentialFault:
         provider = self.config.provider(cand.provider)
-        key = resolve_template(provider.key, self.env) if provider.key else ""
+        # Read at send time; a variable not set or a value no header can carry skips this
+        # upstream (the fault never holds the value) instead of failing the request.
+        creds = resolve_credentials(provider, self.env)
+        if isinstance(creds, CredentialFault):
+            return creds
         return Candidate(
             name=provider.name,
             dialect=provider.protocol,
             base_url=provider.base_url,
-            key=key,
+            key=creds.key,
             model=cand.model,
-            headers=tuple(
-                (k.lower().encode(), resolve_template(v, self.env).encode())
-                for k, v in provider.headers
-            ),
+            headers=tuple((k.lower().encode(), v.encode()) for k, v in creds.headers),
             sticky=cand.provider == sticky,
             max_tokens=cand.overrides.max_tokens,
             output_limit=self.catalog.max_output_tokens(self.config, cand.provider, cand.model),
             reasoning=cand.overrides.reasoning,
             mock_headers=provider.forward_mock_headers,
+            connect_timeout=provider.connect_timeout_secs,
         )
 
     async def _generate(
@@ -451,7 +454,23 @@ class Gateway:
             self._record(row)
             await respond_error(responder, dialect, err)
             return
-        candidates = [self._candidate(c, plan.sticky) for c in plan.candidates]
+        built = [self._candidate(c, plan.sticky) for c in plan.candidates]
+        candidates = [c for c in built if isinstance(c, Candidate)]
+        faults = [c for c in built if isinstance(c, CredentialFault)]
+        if faults:
+            row.routing["attempts"] = [credential_skip_view(f) for f in faults]
+            if not candidates:
+                err = GatewayError(
+                    status=503,
+                    category=ErrorCategory.CONFIG,
+                    code=faults[0].code,
+                    message="no upstream for this request has usable credentials: "
+                    + "; ".join(f.message for f in faults),
+                )
+                row.status, row.error_code = err.status, err.code
+                self._record(row)
+                await respond_error(responder, dialect, err)
+                return
         if route.operation is Operation.COUNT_TOKENS:
             # Token counts go only to an upstream of the client's own format, without failover
             # to another format or retries; with none, they are estimated here (SPEC §14).
@@ -598,7 +617,10 @@ class Gateway:
         row.error_code = outcome.error_code
         row.translated = outcome.translated
         routing = row.routing or {}
-        routing["attempts"] = [attempt_view(a, models.get(a.provider)) for a in outcome.attempts]
+        routing["attempts"] = [
+            *routing.get("attempts", ()),  # upstreams skipped for their credentials
+            *(attempt_view(a, models.get(a.provider)) for a in outcome.attempts),
+        ]
         row.routing = routing
         usage = outcome.usage
         if usage is not None:
@@ -659,6 +681,23 @@ def attempt_view(record: AttemptRecord, model: str | None) -> dict[str, Any]:
         "retry": record.retry_round,
         "backoff_ms": record.backoff_ms,
         "resend": record.resend.value if record.resend else None,
+    }
+
+
+def credential_skip_view(fault: CredentialFault) -> dict[str, Any]:
+    """An upstream skipped for its credentials, in the shape of `attempt_view`."""
+    return {
+        "provider": fault.provider,
+        "model": None,
+        "outcome": "skipped",
+        "status": None,
+        "error": fault.code,
+        "ms": None,
+        "queued_ms": 0,
+        "skipped": fault.code.rsplit(".", 1)[-1],
+        "retry": 0,
+        "backoff_ms": None,
+        "resend": None,
     }
 
 

@@ -115,6 +115,7 @@ class Candidate:
     # The model's output limit (model_specs, else the price table): a conversion to Anthropic
     # of a request without max_tokens sends it.
     output_limit: int | None = None
+    connect_timeout: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -607,7 +608,13 @@ class _Relay:
                     await post(_AttemptFailed(index, _request_failure(exc)))
                     return
                 try:
-                    async with self.up.open("POST", url, headers=headers, body=body) as resp:
+                    async with self.up.open(
+                        "POST",
+                        url,
+                        headers=headers,
+                        body=body,
+                        connect_timeout=live.cand.connect_timeout,
+                    ) as resp:
                         await post(_Head(index, resp.status, resp.headers))
                         if resp.status >= 400:
                             await post(_ErrorBody(index, await resp.read_prefix(ERROR_BODY_LIMIT)))

@@ -218,10 +218,14 @@ class UpstreamClient:
         body: bytes,
         read_timeout: float | None = None,
         extra: Mapping[str, object] | None = None,
+        connect_timeout: float | None = None,
     ) -> AsyncIterator[UpstreamResponse]:
-        """Send the request and yield the response once its head has arrived."""
+        """Send the request and yield the response once its head has arrived.
+
+        `connect_timeout` is the upstream's own (``providers[].connect_timeout_secs``); None
+        takes the pool's."""
         timeouts: dict[str, float | None] = {
-            "connect": self.connect_timeout,
+            "connect": self.connect_timeout if connect_timeout is None else connect_timeout,
             "read": read_timeout,
             "write": 60.0,
             "pool": None,

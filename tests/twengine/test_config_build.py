@@ -427,13 +427,18 @@ def test_pricing() -> None:
     assert sheet.price("other") is None
 
 
-def test_state_and_store() -> None:
-    config = build(
-        state={"redis_url": "redis://localhost:6379/0"},
-        store={"postgres_dsn": "postgresql://tw@db/tw"},
-    )
-    assert config.state is not None and config.state.redis_url == "redis://localhost:6379/0"
-    assert config.store is not None and config.store.postgres_dsn == "postgresql://tw@db/tw"
+def test_state_and_store_are_refused_until_built() -> None:
+    # Redis and PostgreSQL are not built: accepting the sections would silently do nothing.
+    with pytest.raises(ConfigError) as info:
+        build(
+            state={"redis_url": "redis://localhost:6379/0"},
+            store={"postgres_dsn": "postgresql://tw@db/tw"},
+        )
+    assert [(p.code, p.path) for p in info.value.problems] == [
+        ("config.not_built", "state"),
+        ("config.not_built", "store"),
+    ]
+    assert "not built yet" in info.value.problems[0].message
 
 
 def test_lookups() -> None:

@@ -170,17 +170,25 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "config.url_invalid",
         "providers[0].base_url",
     ),
+    # Sections whose behaviour is not built are refused, not accepted and ignored.
+    ("redis state", with_(state={"redis_url": "redis://localhost"}), "config.not_built", "state"),
     (
-        "redis url",
-        with_(state={"redis_url": "http://localhost"}),
-        "config.url_invalid",
-        "state.redis_url",
+        "postgres store",
+        with_(store={"postgres_dsn": "postgresql://db"}),
+        "config.not_built",
+        "store",
     ),
     (
-        "postgres dsn",
-        with_(store={"postgres_dsn": "mysql://db"}),
-        "config.url_invalid",
-        "store.postgres_dsn",
+        "upstream key with a newline",
+        provider(key="sk-abc\n"),
+        "config.secret_invalid",
+        "providers[0].key",
+    ),
+    (
+        "gateway key with a trailing space",
+        client(key="k-me "),
+        "config.secret_invalid",
+        "clients[0].key",
     ),
     (
         "bad bind",
@@ -599,6 +607,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         rule(to=[{"provider": "a", "model": "x"}, {"provider": "b", "model": "m9"}]),
         "engine.pinned_model_not_offered",
         "routes[0].rules[0].to[1].model",
+    ),
+    (
+        "same upstream pinned twice",
+        rule(to=[{"provider": "b", "model": "m1"}, {"provider": "b", "model": "m2"}]),
+        "engine.pinned_upstream_twice",
+        "routes[0].rules[0].to[1].provider",
     ),
     (
         "client route unknown",

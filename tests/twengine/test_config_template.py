@@ -59,3 +59,45 @@ def test_config_keeps_the_template() -> None:
         }
     )
     assert config.provider("p").key == "${KEY}"
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["sk-live-SECRET${", "sk-live-SECRET${oops", "${sk-live-SECRET}", "Bearer ${a b SECRET}"],
+)
+def test_malformed_messages_never_quote_the_value(template: str) -> None:
+    # The value is a secret or holds one: a message that quotes it puts it in logs and answers.
+    with pytest.raises(TemplateError) as info:
+        template_variables(template)
+    assert "SECRET" not in info.value.message and "SECRET" not in str(info.value)
+
+
+def test_config_problems_never_quote_a_malformed_secret() -> None:
+    from twengine.config import ConfigError, build_config
+
+    data = {
+        "version": 1,
+        "listen": {"control": {"key": "ctl-SECRET-${"}},
+        "clients": [{"name": "c", "key": "gw-SECRET-${x"}],
+        "providers": [
+            {
+                "name": "p",
+                "base_url": "https://user:SECRET@relay.example/v1?x",
+                "key": "up-SECRET-${",
+                "headers": {"x-token": "${SECRET-1}"},
+            }
+        ],
+    }
+    with pytest.raises(ConfigError) as info:
+        build_config(data, {})
+    assert len(info.value.problems) == 5
+    assert "SECRET" not in str(info.value)
+
+
+def test_gateway_keys_are_resolved_with_an_environment() -> None:
+    from twengine.config import build_config
+
+    data = {"version": 1, "clients": [{"name": "c", "key": "gw-${PART}"}]}
+    assert build_config(data, {"PART": "abc"}).clients[0].key == "gw-abc"
+    # Without an environment (checking the shape only) the template is kept as written.
+    assert build_config(data).clients[0].key == "gw-${PART}"

@@ -102,11 +102,12 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
             *,
             config: Mapping[str, Any] | None = None,
             limits: http1.ServerLimits | None = None,
+            env: Mapping[str, str] | None = None,
         ) -> Stack:
             data_dir = tmp_path / f"stack-{next(numbers)}"
             data_dir.mkdir()
             return exits.enter_context(
-                running_stack(data_dir, upstreams, config=config, limits=limits)
+                running_stack(data_dir, upstreams, config=config, limits=limits, env=env)
             )
 
         yield start

@@ -85,6 +85,7 @@ def running_stack(
     control: bool = False,
     wall: Callable[[], float] | None = None,
     tz: dt.tzinfo | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
     """A gateway over mocks. `wall` stands in for the wall clock (limits, rows), `tz` for the
     local time zone of calendar limits."""
@@ -120,9 +121,9 @@ def running_stack(
         }
         data.update(config or {})
         app = GatewayApp(
-            build_config(data),
+            build_config(data, env or {}),
             data_dir,
-            env={},
+            env=dict(env or {}),
             port=0,
             limits=limits,
             control_port=0 if control else None,

@@ -35,6 +35,7 @@ from typing import Any, TypeVar, overload
 
 from twengine.codes import CODES
 from twengine.config import defaults
+from twengine.config.credentials import credential_faults, header_value_fault
 from twengine.config.defaults import Bound
 from twengine.config.model import (
     ALL_UPSTREAMS,
@@ -66,31 +67,18 @@ from twengine.config.model import (
     Route,
     Rule,
     SetOverrides,
-    State,
-    Store,
     Target,
     TargetKind,
     When,
     parse_comparison,
 )
-from twengine.config.template import TemplateError, template_variables
+from twengine.config.problem import Problem
+from twengine.config.schema import NOT_BUILT, SECTIONS
+from twengine.config.template import TemplateError, resolve_template, template_variables
 from twproto.dialect import Dialect
 from twproto.ir import ReasoningLevel
 
 __all__ = ["ConfigError", "Problem", "build_config"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    """One thing wrong with a config: stable `code`, field `path`, and a `message` for people."""
-
-    code: str
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        return f"{where}{self.message} [{self.code}]"
 
 
 class ConfigError(Exception):
@@ -122,11 +110,16 @@ _WILDCARD = re.compile(r"[*?\[\]]")
 class _Problems:
     def __init__(self) -> None:
         self.items: list[Problem] = []
+        self.warnings: list[Problem] = []
 
     def add(self, code: str, path: str, message: str) -> None:
         # An unregistered code is a bug here, not a config problem.
         assert code in CODES, code
         self.items.append(Problem(code=code, path=path, message=message))
+
+    def warn(self, code: str, path: str, message: str) -> None:
+        assert code in CODES, code
+        self.warnings.append(Problem(code=code, path=path, message=message))
 
 
 def _at(path: str, key: str | int) -> str:
@@ -397,22 +390,6 @@ def _one_or_many(out: _Problems, path: str, value: object) -> list[tuple[str, ob
 
 # --- stage 2: schema, section by section --------------------------------------------------
 
-_TOP = (
-    "version",
-    "listen",
-    "clients",
-    "providers",
-    "aliases",
-    "groups",
-    "routes",
-    "default_route",
-    "default_key",
-    "failover",
-    "retention",
-    "pricing",
-    "state",
-    "store",
-)
 _HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
@@ -433,11 +410,11 @@ def _bind(f: _Fields, default: str) -> str:
 
 
 def _listen(out: _Problems, top: _Fields) -> Listen:
-    lf = top.fields("listen", ("gateway", "control"))
+    lf = top.fields("listen", SECTIONS["listen"])
     if lf is None:
         return Listen()
     gateway = GatewayListen()
-    gf = lf.fields("gateway", ("bind", "port", "allow_from", "max_connections"))
+    gf = lf.fields("gateway", SECTIONS["listen.gateway"])
     if gf is not None:
         bind = _bind(gf, defaults.GATEWAY_BIND)
         port = gf.integer("port", replace(defaults.PORT, default=defaults.GATEWAY_PORT))
@@ -463,7 +440,7 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             max_connections=max_connections or 1000,
         )
     control = ControlListen()
-    cf = lf.fields("control", ("enabled", "bind", "port", "key"))
+    cf = lf.fields("control", SECTIONS["listen.control"])
     if cf is not None:
         enabled = cf.boolean("enabled", True)
         key = None
@@ -498,7 +475,7 @@ _MEASURES = tuple(m.value for m in LimitMeasure)
 
 
 def _limit(out: _Problems, path: str, item: object) -> KeyLimit | None:
-    f = _Fields.of(out, path, item, ("per", *_MEASURES, "cache_reads"))
+    f = _Fields.of(out, path, item, SECTIONS["clients[].limits[]"])
     if f is None:
         return None
     per_raw = f.required("per")
@@ -544,15 +521,36 @@ class _Placed:
     parts: tuple[str, ...] = ()
 
 
-def _clients(out: _Problems, top: _Fields) -> list[_Placed]:
+def _client_key(out: _Problems, path: str, key: str, env: Mapping[str, str] | None) -> str | None:
+    """A gateway key with its ``${VAR}`` read from `env`: keys are compared as presented, so the
+    template is resolved once, at load. None (and a problem) when it cannot be. Without `env`
+    a template is kept as written."""
+    if env is None and template_variables(key):
+        return key
+    try:
+        value = resolve_template(key, env or {})
+    except TemplateError as exc:
+        out.add(exc.code, path, exc.message)
+        return None
+    # A client sends its key in a header, which cannot carry these; such a key matches nobody.
+    fault = header_value_fault(value)
+    if fault is not None:
+        out.add("config.secret_invalid", path, f"the key {fault}; no client could present it")
+        return None
+    return value
+
+
+def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> list[_Placed]:
     placed: list[_Placed] = []
     for path, item in _entries(out, top, "clients"):
-        f = _Fields.of(out, path, item, ("name", "key", "route", "max_concurrent", "limits"))
+        f = _Fields.of(out, path, item, SECTIONS["clients[]"])
         if f is None:
             continue
         name = f.name()
         key_raw = f.required("key")
         key = None if key_raw is _ABSENT else _as_secret(out, f.at("key"), key_raw)
+        if key is not None:
+            key = _client_key(out, f.at("key"), key, env)
         route = f.name("route", required=False)
         max_concurrent = f.integer(
             "max_concurrent",
@@ -574,7 +572,6 @@ def _clients(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>[^\s]*)")
 _HTTP_URL = re.compile(
     r"(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(?P<port>\d{1,5}))?"
     r"(?P<path>/[^\s?#]*)?"
@@ -588,28 +585,15 @@ def _http_url(out: _Problems, path: str, value: object) -> tuple[str, str] | Non
         return None
     m = _HTTP_URL.fullmatch(text.strip())
     if m is None or (m["port"] and not 1 <= int(m["port"]) <= 65535):
+        # A URL with an ``@`` may carry a user and password: describe it without quoting it.
+        shown = "the value" if "@" in text else repr(text)
         out.add(
             "config.url_invalid",
             path,
-            f"{text!r} is not an http:// or https:// base URL (no query, no fragment)",
+            f"{shown} is not an http:// or https:// base URL (no query, no fragment, no user)",
         )
         return None
     return text.strip().rstrip("/"), m["host"].lower()
-
-
-def _service_url(out: _Problems, path: str, value: object, schemes: tuple[str, ...]) -> str | None:
-    text = _as_text(out, path, value)
-    if text is None:
-        return None
-    m = _URL.fullmatch(text.strip())
-    if m is None or m["scheme"].lower() not in schemes or not m["rest"]:
-        out.add(
-            "config.url_invalid",
-            path,
-            f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}",
-        )
-        return None
-    return text.strip()
 
 
 # RFC 9110 token characters for header names.
@@ -690,7 +674,7 @@ def _models(out: _Problems, f: _Fields) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-_SPEC_FIELDS = ("context_window", "max_output_tokens")
+_SPEC_FIELDS = SECTIONS["providers[].model_specs.*"]
 
 
 def _model_specs(out: _Problems, f: _Fields) -> tuple[tuple[str, ModelSpec], ...]:
@@ -759,27 +743,10 @@ def _model_specs(out: _Problems, f: _Fields) -> tuple[tuple[str, ModelSpec], ...
     return tuple(specs)
 
 
-_PROVIDER_FIELDS = (
-    "name",
-    "base_url",
-    "key",
-    "protocol",
-    "headers",
-    "models",
-    "max_concurrent",
-    "billing",
-    "model_specs",
-    "price_sheet",
-    "connect_timeout_secs",
-    "forward_mock_headers",
-    "http2",
-)
-
-
 def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
     placed: list[_Placed] = []
     for path, item in _entries(out, top, "providers"):
-        f = _Fields.of(out, path, item, _PROVIDER_FIELDS)
+        f = _Fields.of(out, path, item, SECTIONS["providers[]"])
         if f is None:
             continue
         name = f.name()
@@ -847,7 +814,7 @@ def _member(
     if isinstance(item, str):
         name = _as_name(out, path, item)
         return None if name is None else GroupMember(provider=name)
-    f = _Fields.of(out, path, item, ("name", "weight"))
+    f = _Fields.of(out, path, item, SECTIONS["groups[].providers[]"])
     if f is None:
         return None
     name = f.name()
@@ -870,7 +837,7 @@ def _member(
 def _groups(out: _Problems, top: _Fields) -> list[_Placed]:
     placed: list[_Placed] = []
     for path, item in _entries(out, top, "groups"):
-        f = _Fields.of(out, path, item, ("name", "type", "providers", "selected", "balance_by"))
+        f = _Fields.of(out, path, item, SECTIONS["groups[]"])
         if f is None:
             continue
         name = f.name()
@@ -936,23 +903,8 @@ def _groups(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
-_WHEN_FIELDS = (
-    "model",
-    "client",
-    "dialect",
-    "input_tokens",
-    "max_tokens",
-    "tool_count",
-    "tools",
-    "image",
-    "thinking",
-    "stream",
-    "provider_would_be",
-)
-
-
 def _when(out: _Problems, f: _Fields) -> When:
-    wf = f.fields("when", _WHEN_FIELDS)
+    wf = f.fields("when", SECTIONS["routes[].rules[].when"])
     if wf is None:
         return When()
 
@@ -1009,7 +961,7 @@ def _when(out: _Problems, f: _Fields) -> When:
 
 
 def _set(out: _Problems, f: _Fields) -> SetOverrides:
-    sf = f.fields("set", ("model", "max_tokens", "reasoning"))
+    sf = f.fields("set", SECTIONS["routes[].rules[].set"])
     if sf is None:
         return SetOverrides()
     model = _as_model(out, sf.at("model"), sf.raw("model")) if sf.has("model") else None
@@ -1052,7 +1004,7 @@ def _target(out: _Problems, f: _Fields) -> Target | None:
         return None
     pins: list[PinnedTarget] = []
     for ipath, item in items:
-        pf = _Fields.of(out, ipath, item, ("provider", "model"))
+        pf = _Fields.of(out, ipath, item, SECTIONS["routes[].rules[].to[]"])
         if pf is None:
             continue
         provider = pf.name("provider")
@@ -1082,7 +1034,7 @@ def _deny(out: _Problems, f: _Fields, rule_name: str | None) -> str | None:
 
 
 def _rule(out: _Problems, path: str, item: object) -> Rule | None:
-    f = _Fields.of(out, path, item, ("name", "when", "to", "set", "deny", "on_match"))
+    f = _Fields.of(out, path, item, SECTIONS["routes[].rules[]"])
     if f is None:
         return None
     name = f.name()
@@ -1123,7 +1075,7 @@ def _rule(out: _Problems, path: str, item: object) -> Rule | None:
 def _routes(out: _Problems, top: _Fields) -> list[_Placed]:
     placed: list[_Placed] = []
     for path, item in _entries(out, top, "routes"):
-        f = _Fields.of(out, path, item, ("name", "rules"))
+        f = _Fields.of(out, path, item, SECTIONS["routes[]"])
         if f is None:
             continue
         name = f.name()
@@ -1134,7 +1086,7 @@ def _routes(out: _Problems, top: _Fields) -> list[_Placed]:
 
 
 def _failover(out: _Problems, top: _Fields) -> Failover:
-    ff = top.fields("failover", (*defaults.FAILOVER, "next_on_slow_start"))
+    ff = top.fields("failover", SECTIONS["failover"])
     if ff is None:
         return Failover()
     values: dict[str, float] = {}
@@ -1173,7 +1125,7 @@ def _failover(out: _Problems, top: _Fields) -> Failover:
 
 
 def _retention(out: _Problems, top: _Fields) -> Retention:
-    rf = top.fields("retention", (*defaults.RETENTION, "store_bodies"))
+    rf = top.fields("retention", SECTIONS["retention"])
     if rf is None:
         return Retention()
     return Retention(
@@ -1185,7 +1137,7 @@ def _retention(out: _Problems, top: _Fields) -> Retention:
     )
 
 
-_PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+_PRICE_FIELDS = SECTIONS["pricing.sheets[].models.*"]
 
 
 def _price(out: _Problems, path: str, value: object) -> ModelPrice | None:
@@ -1212,12 +1164,12 @@ def _price(out: _Problems, path: str, value: object) -> ModelPrice | None:
 
 
 def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
-    pricing = top.fields("pricing", ("sheets",))
+    pricing = top.fields("pricing", SECTIONS["pricing"])
     if pricing is None:
         return []
     placed: list[_Placed] = []
     for path, item in _entries(out, pricing, "sheets"):
-        f = _Fields.of(out, path, item, ("name", "multiplier", "models"))
+        f = _Fields.of(out, path, item, SECTIONS["pricing.sheets[]"])
         if f is None:
             continue
         name = f.name()
@@ -1235,26 +1187,42 @@ def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
-def _state(out: _Problems, top: _Fields) -> State | None:
-    sf = top.fields("state", ("redis_url",))
-    if sf is None:
-        return None
-    url = sf.raw("redis_url")
-    if url is _ABSENT:
-        return State()
-    return State(redis_url=_service_url(out, sf.at("redis_url"), url, ("redis", "rediss", "unix")))
+def _not_built(out: _Problems, data: Mapping[str, object]) -> None:
+    """Refuse every field whose behaviour is not built, rather than accept and ignore it."""
+    for path, what in NOT_BUILT.items():
+        parent, _, name = path.rpartition(".")
+        if parent and parent in NOT_BUILT:
+            continue  # the enclosing section is refused already
+        for where in _occurrences(data, path):
+            out.add(
+                "config.not_built",
+                where,
+                f"{what} is not built yet; remove {name} from the config",
+            )
 
 
-def _store(out: _Problems, top: _Fields) -> Store | None:
-    sf = top.fields("store", ("postgres_dsn",))
-    if sf is None:
-        return None
-    dsn = sf.raw("postgres_dsn")
-    if dsn is _ABSENT:
-        return Store()
-    return Store(
-        postgres_dsn=_service_url(out, sf.at("postgres_dsn"), dsn, ("postgres", "postgresql"))
-    )
+def _occurrences(data: object, path: str) -> list[str]:
+    """The concrete paths at which schema path `path` (``a.b[].c``, ``m.*.f``) is present."""
+    found: list[tuple[str, object]] = [("", data)]
+    for segment in path.split("."):
+        step: list[tuple[str, object]] = []
+        many = segment.endswith("[]")
+        name = segment.removesuffix("[]")
+        for where, node in found:
+            if not isinstance(node, Mapping):
+                continue
+            items = list(node.items()) if name == "*" else [(name, node.get(name))]
+            for key, value in items:
+                if value is None:
+                    continue
+                here = _at(where, str(key))
+                if many and _is_seq(value):
+                    assert isinstance(value, Sequence)
+                    step.extend((_at(here, i), v) for i, v in enumerate(value))
+                elif not many:
+                    step.append((here, value))
+        found = step
+    return [where for where, _ in found]
 
 
 # --- stage 3: consistency -----------------------------------------------------------------
@@ -1313,6 +1281,29 @@ def _check_clients(
                     f"a per-{limit.per.value} limit is rebuilt from stored rows at startup; "
                     f"retention.row_days must be at least {limit.per.retention_days}, "
                     f"is {retention.row_days}",
+                )
+
+
+def _check_credentials(
+    out: _Problems, providers: Sequence[_Placed], env: Mapping[str, str] | None
+) -> None:
+    """Upstream keys and headers are read at send time; at load, a value that could never be
+    sent refuses the config, and a variable not set yet is a warning (requests skip the
+    upstream until it is). Without `env` only values written out in full are checked."""
+    for entry in providers:
+        for found in credential_faults(entry.value, env or {}):
+            if found.field == "key":
+                path = _at(entry.path, "key")
+            else:
+                path = _at(_at(entry.path, "headers"), found.field.removeprefix("headers."))
+            if found.variable is None:
+                out.add("config.secret_invalid", path, found.message)
+            elif env is not None:
+                out.warn(
+                    "config.env_missing",
+                    path,
+                    f"environment variable {found.variable} is not set; requests skip this "
+                    "upstream until it is",
                 )
 
 
@@ -1403,6 +1394,7 @@ def _check_routes(
                         f"{to.name!r} is neither an upstream nor a group",
                     )
             if to is not None and to.kind is TargetKind.PINNED:
+                pinned: set[str] = set()
                 for i, pin in enumerate(to.pinned):
                     ppath = (
                         _at(_at(placed.path, "to"), i)
@@ -1410,6 +1402,15 @@ def _check_routes(
                         else _at(placed.path, "to")
                     )
                     provider_obj = providers.get(pin.provider)
+                    if pin.provider in pinned:
+                        # A request tries each upstream once; a second pin could never be sent.
+                        out.add(
+                            "engine.pinned_upstream_twice",
+                            _at(ppath, "provider"),
+                            f"{pin.provider!r} is pinned twice in this rule; pin each upstream "
+                            "once (an alias can offer it several model names)",
+                        )
+                    pinned.add(pin.provider)
                     if provider_obj is None:
                         out.add(
                             "engine.pinned_unknown_upstream",
@@ -1444,11 +1445,17 @@ def _check_aliases(out: _Problems, aliases: Sequence[_Placed]) -> None:
 # --- the whole --------------------------------------------------------------------------
 
 
-def build_config(data: Mapping[str, object]) -> Config:
+def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = None) -> Config:
     """Validate parsed config data and build the `Config`.
 
     Raises `ConfigError` listing every problem found: schema problems section by section, then
     consistency problems.
+
+    `env` is the environment ``${VAR}`` templates are read from. With it, gateway keys are
+    resolved (a variable that is not set refuses the config) and upstream keys and headers are
+    checked (a value that cannot be sent refuses the config; a variable that is not set is a
+    warning in `Config.warnings`). Without it — checking a config's shape only — templates are
+    checked for syntax and kept as written.
     """
     out = _Problems()
     if not isinstance(data, Mapping):
@@ -1461,7 +1468,7 @@ def build_config(data: Mapping[str, object]) -> Config:
                 ),
             )
         )
-    top = _Fields(out, "", data, _TOP)
+    top = _Fields(out, "", data, SECTIONS[""])
 
     # Stage 2: schema.
     version = top.required("version")
@@ -1477,15 +1484,14 @@ def build_config(data: Mapping[str, object]) -> Config:
     retention = _retention(out, top)
     failover = _failover(out, top)
     sheets = _pricing(out, top)
-    clients = _clients(out, top)
+    clients = _clients(out, top, env)
     providers = _providers(out, top)
     aliases = _aliases(out, top)
     groups = _groups(out, top)
     routes = _routes(out, top)
     default_route = top.name("default_route", required=False)
     default_key = top.name("default_key", required=False)
-    state = _state(out, top)
-    store = _store(out, top)
+    _not_built(out, data)
 
     # Stage 3: consistency.
     provider_map = {p.value.name: p.value for p in providers}
@@ -1506,6 +1512,7 @@ def build_config(data: Mapping[str, object]) -> Config:
                 _at(entry.path, "price_sheet"),
                 f"{sheet!r} is not in pricing.sheets",
             )
+    _check_credentials(out, providers, env)
     _check_aliases(out, aliases)
     _check_groups(out, groups, set(provider_map), set(alias_map))
     built_routes = _check_routes(
@@ -1535,6 +1542,5 @@ def build_config(data: Mapping[str, object]) -> Config:
         failover=failover,
         retention=retention,
         pricing=Pricing(sheets=tuple(s.value for s in sheets)),
-        state=state,
-        store=store,
+        warnings=tuple(out.warnings),
     )

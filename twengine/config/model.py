@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from twengine.config import defaults
+from twengine.config.problem import Problem
 from twproto.dialect import Dialect
 from twproto.ir import ReasoningLevel
 
@@ -575,8 +576,12 @@ class Config:
     failover: Failover = field(default_factory=Failover)
     retention: Retention = field(default_factory=Retention)
     pricing: Pricing = field(default_factory=Pricing)
+    # Not built yet (SPEC §22): `build_config` refuses both sections, so these stay None.
     state: State | None = None
     store: Store | None = None
+    # Problems worth telling the operator that do not stop the config from serving (an upstream
+    # key's variable not set yet).
+    warnings: tuple[Problem, ...] = ()
 
     _providers: Mapping[str, Provider] = _no_index()
     _clients: Mapping[str, Client] = _no_index()
@@ -609,6 +614,17 @@ class Config:
     def client(self, name: str) -> Client:
         """The gateway key called `name` (by name, never by key); KeyError if there is none."""
         return self._clients[name]
+
+    def client_for(self, matched: str | None, *, presented: bool) -> str | None:
+        """The gateway key name a request is served as: `matched`, the name of the key it
+        presented; or, when it presented none, `default_key` (None: the request is refused).
+
+        A key that was presented but matches nothing is refused even with a `default_key`: a
+        mistyped key must not pass as a keyless request.
+        """
+        if matched is not None:
+            return matched
+        return None if presented else self.default_key
 
     def price_sheet(self, name: str) -> PriceSheet:
         """The price sheet called `name`; KeyError if there is none."""

@@ -8,7 +8,8 @@ in the `Config`.
 Grammar: ``${NAME}`` with NAME matching ``[A-Za-z_][A-Za-z0-9_]*`` is replaced by the variable's
 value; ``$${`` stands for a literal ``${``; any other ``$`` is itself. An unclosed ``${`` or a bad
 name is malformed (`config.template_invalid`); a variable absent from the environment is
-`config.env_missing`. The environment is an argument: this module reads nothing itself.
+`config.env_missing`. The environment is an argument: this module reads nothing itself. Messages
+never quote the value, which is a secret or holds one.
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ def _expand(value: str, env: Mapping[str, str] | None) -> tuple[str, tuple[str, 
         elif value.startswith("${", j):
             end = value.find("}", j + 2)
             if end < 0:
-                raise TemplateError("config.template_invalid", f"unclosed '${{' in {value!r}")
+                # The value is a secret, or holds one: messages describe it, never quote it.
+                raise TemplateError(
+                    "config.template_invalid", "the value has a '${' that is never closed by '}'"
+                )
             name = value[j + 2 : end]
             if not _NAME.fullmatch(name):
                 raise TemplateError(
                     "config.template_invalid",
-                    f"'${{{name}}}' is not a variable reference: names are letters, digits and _",
+                    "the value has a '${…}' that is not a variable reference: names are "
+                    "letters, digits and _ (write $${ for a literal '${')",
                 )
             names.append(name)
             if env is not None:
