@@ -56,6 +56,7 @@ __all__ = [
     "KIND_POLICY",
     "MAX_BODY_BYTES",
     "RULES",
+    "TEMPORARY_STATUSES",
     "Evidence",
     "Failure",
     "FailureKind",
@@ -217,6 +218,10 @@ _5XX = range(500, 600)
 # error, or a 2xx carrying an error body) but leave 4xx to the status rows.
 _NOT_4XX = _statuses(None, range(100, 400), _5XX)
 _BAD_REQUEST = _statuses(400, 422, None)
+# The server statuses worth retrying (SPEC §5). Any other 5xx — 501 Not Implemented, 505 HTTP
+# Version Not Supported, 507, 508, 511, a relay's own 520–527 — still fails over but is not
+# retried on the same upstream: nothing says waiting will change the answer.
+TEMPORARY_STATUSES = frozenset({500, 502, 503, 504, 529})
 _MODEL_STATUSES = _statuses(400, 403, 404, 422, None)
 
 K = FailureKind
@@ -477,7 +482,6 @@ RULES: tuple[Rule, ...] = (
     Rule(name="status_402", kind=K.NO_BALANCE, statuses=_statuses(402)),
     Rule(name="status_401_403", kind=K.AUTH_REJECTED, statuses=_statuses(401, 403)),
     Rule(name="status_404", kind=K.MODEL_UNAVAILABLE, statuses=_statuses(404)),
-    Rule(name="status_408", kind=K.SERVER, statuses=_statuses(408)),
     Rule(name="status_429", kind=K.RATE_LIMITED, statuses=_statuses(429)),
     Rule(name="status_503_529", kind=K.OVERLOADED, statuses=_statuses(503, 529)),
     Rule(name="status_5xx", kind=K.SERVER, statuses=_statuses(_5XX)),
@@ -919,10 +923,13 @@ def _classify(
             pause_secs = max(0.0, reset_at - now)
         else:
             pause = PauseRule.UNEXPLAINED  # a rate limit without a named pause
+    temporary = policy.temporary
+    if status is not None and status >= 500 and status not in TEMPORARY_STATUSES:
+        temporary = False
     return Failure(
         kind=rule.kind,
         failover=policy.failover,
-        temporary=policy.temporary,
+        temporary=temporary,
         pause=pause,
         pause_secs=pause_secs,
         reset_at=reset_at,

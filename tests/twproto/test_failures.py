@@ -576,7 +576,8 @@ SHAPES: list[Case] = [
     Case("529-empty", 529, b"", Expect(K.OVERLOADED, P.UNEXPLAINED)),
     Case("500-plain", 500, b"oops", Expect(K.SERVER, P.UNEXPLAINED, rule="status_5xx")),
     Case("504-empty", 504, b"", Expect(K.SERVER, P.UNEXPLAINED)),
-    Case("408-empty", 408, b"", Expect(K.SERVER, P.UNEXPLAINED, rule="status_408")),
+    # An upstream's 408 is an ordinary 4xx: the client's answer, not a temporary fault.
+    Case("408-empty", 408, b"", Expect(K.CLIENT_ERROR, P.NONE, rule="status_4xx")),
     Case("413-empty", 413, b"", Expect(K.CLIENT_ERROR, P.NONE, rule="status_4xx")),
     Case("200-empty-object", 200, b"{}", Expect(K.SERVER, P.UNEXPLAINED, rule="unrecognised")),
     Case("binary-body", 500, bytes(range(256)) * 4, Expect(K.SERVER, P.UNEXPLAINED)),
@@ -959,3 +960,23 @@ def test_docs_list_every_rule_and_kind() -> None:
         assert re.search(rf"`{re.escape(rule.name)}`", doc), rule.name
     for kind in FailureKind:
         assert f"`{kind.value}`" in doc, kind
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 529])
+def test_listed_server_statuses_are_temporary(status: int) -> None:
+    failure = classify_response(status, [], b"", now=NOW)
+    assert failure.failover and failure.temporary
+
+
+@pytest.mark.parametrize("status", [501, 505, 507, 511, 520, 599])
+def test_other_server_statuses_fail_over_without_retry(status: int) -> None:
+    # Only 500/502/503/504/529 are retried (SPEC §5); even a body reading like a server error
+    # does not make a 501 worth waiting for.
+    for body in (b"", b'{"error": {"type": "api_error", "message": "internal server error"}}'):
+        failure = classify_response(status, [], body, now=NOW)
+        assert failure.kind is K.SERVER and failure.failover and not failure.temporary
+
+
+def test_408_is_not_retried_nor_failed_over() -> None:
+    failure = classify_response(408, [], b"", now=NOW)
+    assert failure.kind is K.CLIENT_ERROR and not failure.failover and not failure.temporary
