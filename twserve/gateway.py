@@ -28,6 +28,7 @@ from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.paths import Operation, Route, match_path
+from twproto.structure import check_structure
 from twproto.summary import count_tokens_body, summarize
 from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
 from twserve.bodies import BodyTap
@@ -369,6 +370,19 @@ class Gateway:
                 category=ErrorCategory.REQUEST,
                 code="gw.request.bad_json",
                 message="the request body must be a JSON object",
+            )
+            row.status, row.error_code = 400, err.code
+            self._record(row)
+            await respond_error(responder, dialect, err)
+            return
+        fault = check_structure(dialect, body)
+        if fault is not None:
+            # Checked here because a same-format body goes upstream without being decoded.
+            err = GatewayError(
+                status=400,
+                category=ErrorCategory.REQUEST,
+                code="gw.request.invalid_body",
+                message=fault.message,
             )
             row.status, row.error_code = 400, err.code
             self._record(row)
