@@ -449,9 +449,13 @@ _FINAL: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
     _K.NO_BALANCE: (402, _C.UPSTREAM, "gw.upstream.error"),
     _K.QUOTA_USED_UP: (429, _C.RATE_LIMITED, "gw.upstream.error"),
     _K.RATE_LIMITED: (429, _C.RATE_LIMITED, "gw.upstream.error"),
-    _K.AUTH_REJECTED: (502, _C.UPSTREAM, "gw.upstream.error"),
+    # Never the upstream's own status or words: its 401 would read as the client's key being
+    # wrong, and an upstream that echoes the key it was sent would hand the secret to the client.
+    _K.AUTH_REJECTED: (502, _C.UPSTREAM, "gw.upstream.auth_rejected"),
     _K.MODEL_UNAVAILABLE: (404, _C.UPSTREAM, "gw.upstream.error"),
-    _K.OVERLOADED: (503, _C.UPSTREAM, "gw.upstream.error"),
+    # 529 is the status an overloaded upstream answers with (Anthropic's overloaded_error); an
+    # in-stream overload carries no status of its own and keeps its meaning this way.
+    _K.OVERLOADED: (529, _C.UPSTREAM, "gw.upstream.error"),
     _K.SERVER: (502, _C.UPSTREAM, "gw.upstream.error"),
     _K.CONNECT: (502, _C.UPSTREAM, "gw.upstream.connect"),
     _K.STREAM_ENDED_EARLY: (502, _C.UPSTREAM, "gw.upstream.stream_ended_early"),
@@ -464,6 +468,8 @@ _KEEP_UPSTREAM_STATUS = frozenset(
     {_K.OVERLOADED, _K.SERVER, _K.EFFORT_REFUSED, _K.SEALED_REASONING, _K.CLIENT_ERROR}
 )
 _INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
+# Kinds whose code says more than "an error event opened the stream".
+_OWN_CODE = frozenset({_K.AUTH_REJECTED})
 # Kinds that arise without any response from the upstream; they keep their own codes.
 _NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
 
@@ -471,8 +477,14 @@ _NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
 def _passes_through(failure: Failure) -> bool:
     # SPEC §5: the last candidate's own 4xx other than 429 reaches the client unchanged. An
     # in-stream error has no response of its own to pass on.
+    # An upstream's refusal of the gateway's credentials is never passed on (see _FINAL).
     status = failure.status
-    return status is not None and 400 <= status < 500 and status != 429
+    return (
+        status is not None
+        and 400 <= status < 500
+        and status != 429
+        and failure.kind is not FailureKind.AUTH_REJECTED
+    )
 
 
 def _tried_suffix(hops: Sequence[str]) -> str:
@@ -1011,7 +1023,12 @@ class AttemptMachine:
 
     def _error_from(self, failure: Failure, *, after_content: bool) -> GatewayError:
         status, category, code = _FINAL[failure.kind]
-        if failure.status is None and failure.kind not in _NO_RESPONSE and not after_content:
+        if (
+            failure.status is None
+            and failure.kind not in _OWN_CODE
+            and failure.kind not in _NO_RESPONSE
+            and not after_content
+        ):
             # No status and not a transport fault: an error event opened the stream.
             code = "gw.upstream.stream_opening_error"
         if (
@@ -1024,6 +1041,12 @@ class AttemptMachine:
         if category is ErrorCategory.RATE_LIMITED:
             retry_after = failure.retry_after_secs or failure.pause_secs
         message = failure.message or failure.kind.value.replace("_", " ")
+        if failure.kind is FailureKind.AUTH_REJECTED:
+            answered = f"HTTP {failure.status}" if failure.status else "an error event"
+            message = (
+                f"the upstream refused the gateway's credentials for it ({answered}); "
+                "check the upstream's key in the gateway's config"
+            )
         return GatewayError(
             status=status,
             category=category,

@@ -265,12 +265,13 @@ def test_client_error_passes_the_upstreams_answer_through_without_failover() -> 
         (K.STREAM_ENDED_EARLY, Backoff),
         # The last candidate's own 4xx other than 429 reaches the client unchanged.
         (K.NO_BALANCE, PassThroughUpstreamError),
-        (K.AUTH_REJECTED, PassThroughUpstreamError),
         (K.MODEL_UNAVAILABLE, PassThroughUpstreamError),
         (K.CLIENT_ERROR, PassThroughUpstreamError),
         # 429s and faults without a response of their own become the gateway's error.
         (K.RATE_LIMITED, RespondError),
         (K.QUOTA_USED_UP, RespondError),
+        # A refusal of the gateway's credentials is written by the gateway, never passed on.
+        (K.AUTH_REJECTED, RespondError),
         (K.IDLE_TIMEOUT, RespondError),
     ],
 )
@@ -320,7 +321,8 @@ def test_an_error_event_that_opens_the_stream_has_its_own_code() -> None:
     start(m)
     action = only(fail(m, failure(K.OVERLOADED, status=None)))
     assert isinstance(action, RespondError)
-    assert (action.error.status, action.error.code) == (503, "gw.upstream.stream_opening_error")
+    # An overload keeps its status (529, overloaded_error for Anthropic clients) without one.
+    assert (action.error.status, action.error.code) == (529, "gw.upstream.stream_opening_error")
 
 
 def test_an_error_event_after_content_is_an_upstream_error() -> None:
@@ -493,7 +495,7 @@ def test_wait_secs_zero_turns_waiting_off() -> None:
 def test_after_a_real_failure_the_deadline_hands_over_that_failure() -> None:
     m = make(("a", "b"), stream=False)
     start(m, free={"a"})
-    f = failure(K.AUTH_REJECTED)
+    f = failure(K.NO_BALANCE)
     assert fail(m, f, 3.0, free=()) == [WaitForSlot(providers=("b",), until=120.0)]
     assert only(timer(m, 120.0, free=())) == PassThroughUpstreamError(
         provider="a", index=0, failure=f
@@ -1099,3 +1101,18 @@ def test_any_sequence_of_inputs_keeps_the_invariants(
         assert (m.next_deadline() is None) == (m.state in (State.IDLE, State.DONE))
         if m.headers_sent:
             assert stream
+
+
+@pytest.mark.parametrize("status", [401, 403, 400, None])
+def test_an_upstream_credential_refusal_is_the_gateways_own_words(status: int | None) -> None:
+    # An upstream that echoes the key it was sent must not hand it to the client.
+    m = make(("a", "b"), stream=False, wait_secs=0)
+    start(m)
+    leaked = failure(K.AUTH_REJECTED, status=status, message="bad key sk-SECRET-9")
+    fail(m, leaked)
+    action = only(fail(m, leaked))
+    assert isinstance(action, RespondError)
+    err = action.error
+    assert (err.status, err.code) == (502, "gw.upstream.auth_rejected")
+    assert "SECRET" not in err.message and "credentials" in err.message
+    assert err.message.endswith("(tried: a → b)")

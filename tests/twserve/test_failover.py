@@ -16,6 +16,7 @@ import socket
 import time
 from typing import Any
 
+import anthropic
 import pytest
 
 from tests.twserve.conftest import (
@@ -310,3 +311,43 @@ def test_silent_upstream_is_left_on_slow_start(stack: StackFactory, sdks: Sdks) 
         ("a", "slow_start"),
         ("b", "ok"),
     ]
+
+
+def test_in_stream_overload_keeps_its_type_for_anthropic_clients(
+    stack: StackFactory, sdks: Sdks
+) -> None:
+    # An Anthropic upstream whose stream opens with overloaded_error, nothing to fail over to
+    # and no retrying: the SDK must see an overload (529, overloaded_error), not an api_error.
+    st = stack(
+        {"a": _up("anthropic", {"stream_error_after": 0})}, config=fallback("a", wait_secs=0)
+    )
+    with pytest.raises(anthropic.OverloadedError) as info:
+        ask(sdks, st, "anthropic", stream=True)
+    assert info.value.status_code == 529
+    body = info.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_upstream_credential_refusal_never_echoes_the_upstreams_words(
+    stack: StackFactory, fmt: str, status: int
+) -> None:
+    # A relay that echoes the key it was sent: its words must not reach the client.
+    echo = f"invalid api key: upstream-key-a (sent as {status})"
+    st = stack(
+        {"a": _up(fmt, {"error": {"status": status, "message": echo}})},
+        config=fallback("a"),
+    )
+    reply = http(
+        st.url + _PATHS[fmt],
+        body=_BODIES[fmt] % b"false" if b"%s" in _BODIES[fmt] else _BODIES[fmt],
+        headers=[("content-type", "application/json"), _KEY_HEADERS[fmt]],
+    )
+    assert reply.status == 502, reply.body
+    assert reply.header("x-thinkwatch-error") == "upstream"
+    assert b"upstream-key-a" not in reply.body and b"invalid api key" not in reply.body
+    assert b"refused the gateway's credentials" in reply.body
+    (row,) = st.wait_rows(1)
+    assert row["error_code"] == "gw.upstream.auth_rejected"
+    assert [(a["provider"], a["status"]) for a in attempts(row)] == [("a", status)]
