@@ -360,14 +360,16 @@ class Router:
         now: float,
         conversation: str | None = None,
         new_turn: bool = True,
+        take_turn: bool = True,
     ) -> Plan:
         """Route one request and order its candidates, taking the balancer's step.
 
         `conversation` is the conversation key (`twengine.affinity.conversation_key`), None
         when the request belongs to none; `new_turn` whether the request starts a turn
-        (`twengine.affinity.is_new_turn`).
+        (`twengine.affinity.is_new_turn`). With `take_turn` False (a token count) nothing moves:
+        no balancer step, no turn recorded — the plan is the one a dry-run shows.
         """
-        return self._plan(facts, now, conversation, new_turn, commit=True)
+        return self._plan(facts, now, conversation, new_turn, commit=take_turn)
 
     def dryrun(
         self,

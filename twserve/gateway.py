@@ -13,6 +13,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
@@ -29,9 +30,10 @@ from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.paths import Operation, Route, match_path
 from twproto.structure import check_structure
-from twproto.summary import count_tokens_body, summarize
+from twproto.summary import summarize
 from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
 from twserve.bodies import BodyTap
+from twserve.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.engine import EngineHooks
 from twserve.events import EventBus
 from twserve.http1 import Refusal
@@ -424,11 +426,13 @@ class Gateway:
             if summary.first_user_text
             else None,
         )
+        counting = route.operation is Operation.COUNT_TOKENS
         plan = self.router.plan(
             facts,
             now=self.clock(),
             conversation=conversation,
             new_turn=is_new_turn(summary.last_kind),
+            take_turn=not counting,  # a token count is no turn of the balancer or the conversation
         )
         decision = plan.decision
         row.routing = {
@@ -493,18 +497,10 @@ class Gateway:
                 row.local, row.status, row.cost_micros, row.cost_state = True, 200, 0, "local"
                 row.input_tokens = summary.input_tokens
                 self._record(row)
-                body_out = count_tokens_body(dialect, summary.input_tokens)
-                await responder.start(
-                    200,
-                    [
-                        (b"content-type", b"application/json"),
-                        (b"x-thinkwatch-local", b"1"),
-                        (b"content-length", str(len(body_out)).encode()),
-                    ],
-                )
-                await responder.send(body_out)
-                await responder.end()
+                await answer_locally(responder, dialect, summary.input_tokens)
                 return
+            # Never retried (SPEC §9, §14); an upstream without the endpoint is estimated here.
+            fallback = LocalFallbackResponder(responder)
         if self.events is not None:
             self.events.request_routed(row, plan)
         req = RelayRequest(
@@ -556,14 +552,16 @@ class Gateway:
                 self.hooks,
                 candidates,
                 req,
-                responder,
-                settings=settings,
+                fallback if counting else responder,
+                settings=replace(settings, wait_secs=0) if counting else settings,
                 clock=self.clock,
                 wall=self.wall,
                 rng=self.rng.random,
                 out=outcome,
                 observer=self._observer(row.id),
             )
+            if counting and fallback.held:
+                await answer_locally(responder, dialect, summary.input_tokens)
             finished = True
         finally:
             if key_permit is not None:
@@ -580,6 +578,10 @@ class Gateway:
                 attempt_usage=outcome.attempt_usage,
                 models=models,
             )
+            if counting and fallback.held and finished:
+                row.local, row.status, row.provider = True, 200, None
+                row.cost_micros, row.cost_state = 0, "local"
+                row.input_tokens = summary.input_tokens
             usage = outcome.usage
             if conversation and outcome.provider and usage is not None:
                 self.router.record_answer(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import anthropic
@@ -12,6 +13,7 @@ from google import genai
 from google.genai import types
 
 from tests.twserve.stack import KEY, Upstream, running_stack
+from twmock.script import MockSettings, parse_script
 
 
 @pytest.mark.sdk
@@ -42,3 +44,62 @@ def test_counts_go_to_a_same_format_upstream(tmp_path: Path) -> None:
     assert received.path == "/v1/messages/count_tokens"
     assert json.loads(received.body)["messages"][0]["content"] == "hi"
     assert counted.input_tokens > 0
+
+
+def _anthropic(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=5)
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("status", [404, 405])
+def test_a_same_format_upstream_without_the_endpoint_is_estimated_locally(
+    tmp_path: Path, status: int
+) -> None:
+    up = Upstream("anthropic", MockSettings(script=parse_script({"error": status})))
+    with running_stack(tmp_path, {"a": up}) as st:
+        raw = _anthropic(st.url).messages.with_raw_response.count_tokens(
+            model="m", messages=[{"role": "user", "content": "hello there, " * 40}]
+        )
+        (row,) = st.wait_rows(1)
+        calls = len(st.mock("a").received)
+    assert raw.headers["x-thinkwatch-local"] == "1"
+    assert 120 <= raw.parse().input_tokens <= 140
+    assert calls == 1
+    assert (row["status"], row["local"], row["cost_micros"]) == (200, 1, 0)
+
+
+@pytest.mark.sdk
+def test_a_failed_count_is_never_retried(tmp_path: Path) -> None:
+    # 503 is temporary: a generation would back off and retry within wait_secs; a count does not.
+    up = Upstream("anthropic", MockSettings(script=parse_script({"error": 503})))
+    with running_stack(tmp_path, {"a": up}, config={"failover": {"wait_secs": 30}}) as st:
+        started = time.monotonic()
+        with pytest.raises(anthropic.APIStatusError) as info:
+            _anthropic(st.url).messages.count_tokens(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+        elapsed = time.monotonic() - started
+        calls = len(st.mock("a").received)
+    assert info.value.status_code == 503
+    assert calls == 1 and elapsed < 1.5
+
+
+@pytest.mark.sdk
+def test_counts_take_no_balancer_turn(tmp_path: Path) -> None:
+    ups = {"a": Upstream("anthropic"), "b": Upstream("anthropic")}
+    config = {
+        "groups": [{"name": "lb", "type": "load-balance", "providers": ["a", "b"]}],
+        "routes": [{"name": "default", "rules": [{"name": "all", "to": "lb"}]}],
+    }
+    with running_stack(tmp_path, ups, config=config) as st:
+        client = _anthropic(st.url)
+        for i in range(4):
+            # Each generation starts a conversation of its own; a count sits between them.
+            client.messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": f"q{i}"}]
+            )
+            client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "x"}])
+        rows = st.wait_rows(8)
+    generated = [r["provider"] for r in rows if "count_tokens" not in r["path"]]
+    # Weights 1:1 interleave; counts moving the balancer would make this a, a, a, a.
+    assert generated == ["a", "b", "a", "b"]
