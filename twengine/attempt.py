@@ -159,6 +159,9 @@ class AttemptSettings:
     next_on_slow_start: bool = False
     stream_start_wait_secs: float = 30.0
     busy_retry_after_secs: float = 5.0
+    # False for a request that sets only a thinking budget: a refused effort is not resent then
+    # (SPEC §13), the refusal is an ordinary client error.
+    resend_effort: bool = True
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_secs", "keepalive_after", "keepalive_every"):
@@ -316,6 +319,8 @@ class Resend:
     provider: str
     index: int
     reason: ResendReason
+    # The refusal that asked for the resend (its message may name the levels accepted).
+    failure: Failure | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -834,6 +839,8 @@ class AttemptMachine:
             self._last_failure = (index, failure)
             return self._end_with(self._error_from(failure, after_content=True))
         reason = _RESEND_REASONS.get(failure.kind)
+        if reason is ResendReason.EFFORT_REFUSED and not self._settings.resend_effort:
+            reason = None
         if reason is not None and reason not in self._resent:
             self._resent.add(reason)
             self._close_current(Outcome.RESENT, now, failure=failure)
@@ -846,7 +853,7 @@ class AttemptMachine:
                 )
             )
             self._dispatch(new, now)
-            return [Resend(provider=provider, index=new, reason=reason)]
+            return [Resend(provider=provider, index=new, reason=reason, failure=failure)]
         index = self._close_current(Outcome.FAILED, now, failure=failure)
         return self._after_failure(index, failure, now, free, paused)
 

@@ -66,7 +66,7 @@ from twproto.formats._common import (
     merge_dropped,
     tool_names_for,
 )
-from twproto.formats._effort import budget_for_effort, parse_effort
+from twproto.formats._effort import budget_for_effort, parse_effort, without_reasoning_switches
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
 
@@ -259,6 +259,10 @@ def translate_request(
             req = replace(req, max_output_tokens=max_tokens)
         if reasoning is not None:
             req = replace(req, reasoning=_set_reasoning(req.reasoning, reasoning))
+            if reasoning is ir.ReasoningLevel.OFF:
+                req = replace(req, extras=without_reasoning_switches(req.extras))
+                if target is Dialect.ANTHROPIC:
+                    req = replace(req, reasoning=None)  # no thinking field at all (SPEC §13)
         if drop_sealed_reasoning:
             req = _without_sealed_reasoning(req)
         if target is Dialect.ANTHROPIC and req.max_output_tokens is None:

@@ -28,6 +28,7 @@ from twengine.slots import Permit
 from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.formats._effort import sets_only_budget
 from twproto.paths import Operation, Route, match_path
 from twproto.structure import check_structure
 from twproto.summary import summarize
@@ -553,7 +554,7 @@ class Gateway:
                 candidates,
                 req,
                 fallback if counting else responder,
-                settings=replace(settings, wait_secs=0) if counting else settings,
+                settings=self._settings_for(settings, counting, body, dialect),
                 clock=self.clock,
                 wall=self.wall,
                 rng=self.rng.random,
@@ -591,6 +592,16 @@ class Gateway:
                     now=self.clock(),
                 )
             self._record(row)
+
+    @staticmethod
+    def _settings_for(
+        settings: AttemptSettings, counting: bool, body: dict[str, Any], dialect: Dialect
+    ) -> AttemptSettings:
+        if counting:
+            return replace(settings, wait_secs=0)  # a token count is never retried
+        if sets_only_budget(body, dialect):
+            return replace(settings, resend_effort=False)  # SPEC §13: not resent
+        return settings
 
     async def _admit(
         self,

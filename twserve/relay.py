@@ -52,6 +52,7 @@ from twengine.attempt import (
     WaitForSlot,
 )
 from twengine.slots import Permit, Ticket
+from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import (
@@ -63,8 +64,9 @@ from twproto.failures import (
     stream_ended_early,
 )
 from twproto.first_content import FailedBeforeContent, Holding, OpeningHold, Released
+from twproto.formats._effort import level_after_refusal, parse_effort, requested_effort
 from twproto.headers import client_response_headers
-from twproto.ir import ReasoningLevel
+from twproto.ir import Effort, ReasoningLevel
 from twproto.paths import Operation, upstream_path
 from twproto.sse import encode_comment
 from twproto.translate import (
@@ -294,6 +296,8 @@ class _Relay:
         self.passthrough: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
         self.translated: dict[str, TranslatedRequest] = {}
         self._rewrites: dict[str, ResendReason] = {}
+        # The level a refused effort is resent with, per upstream (None: without an effort).
+        self._effort_after: dict[str, Effort | None] = {}
         self.started = False
         self.tg: anyio.abc.TaskGroup | None = None
         self.observer = observer
@@ -488,6 +492,11 @@ class _Relay:
                 # Once to the same upstream, rewritten: without the reasoning effort it refused
                 # (SPEC §13), or without the reasoning sealed for another account (SPEC §14).
                 self._rewrites[action.provider] = action.reason
+                if action.reason is ResendReason.EFFORT_REFUSED:
+                    self._effort_after[action.provider] = level_after_refusal(
+                        self._asked_effort(self.cands[action.provider]),
+                        action.failure.message if action.failure else "",
+                    )
                 self.translated.pop(action.provider, None)
                 self._send(action.provider, action.index)
             elif isinstance(action, WaitForSlot):
@@ -550,6 +559,24 @@ class _Relay:
         assert self.tg is not None
         self.tg.start_soon(self._reader, live)
 
+    def _asked_effort(self, cand: Candidate) -> Effort | None:
+        """The effort level sent to `cand`: its rule's, else the client's own."""
+        if cand.reasoning is not None:
+            return parse_effort(cand.reasoning.value)
+        try:
+            obj = json_loads(self.req.body)
+        except ValueError:
+            return None
+        return requested_effort(obj, self.req.client_dialect) if isinstance(obj, dict) else None
+
+    def _reasoning_for(
+        self, cand: Candidate, rewrite: ResendReason | None
+    ) -> ReasoningLevel | None:
+        if rewrite is not ResendReason.EFFORT_REFUSED:
+            return cand.reasoning
+        # Resent with the level the refusal accepts (SPEC §13), or without an effort.
+        return reasoning_level(self._effort_after.get(cand.name))
+
     def _request_for(self, cand: Candidate) -> tuple[str, Headers, bytes]:
         req = self.req
         same = cand.dialect is req.client_dialect
@@ -564,9 +591,7 @@ class _Relay:
                 stream=req.stream,
                 max_tokens=cand.max_tokens,
                 default_max_tokens=cand.output_limit or DEFAULT_MAX_TOKENS,
-                reasoning=ReasoningLevel.OFF
-                if rewrite is ResendReason.EFFORT_REFUSED
-                else cand.reasoning,
+                reasoning=self._reasoning_for(cand, rewrite),
                 drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING,
             )
             self.translated[cand.name] = translated
@@ -837,6 +862,16 @@ def _as_gateway_error(failure: Failure) -> GatewayError:
         code="gw.upstream.error",
         message=failure.message or failure.kind.value,
     )
+
+
+def reasoning_level(effort: Effort | None) -> ReasoningLevel:
+    """The rule level that sends `effort`: none is off, and minimal (OpenAI's lowest, with no
+    rule level of its own) is low."""
+    if effort is None or effort is Effort.NONE:
+        return ReasoningLevel.OFF
+    if effort is Effort.MINIMAL:
+        return ReasoningLevel.LOW
+    return ReasoningLevel(effort.value)
 
 
 async def relay(

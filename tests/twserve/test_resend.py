@@ -27,7 +27,33 @@ def _ask(url: str, body: dict[str, object]) -> int:
     ).status
 
 
-def test_refused_effort_is_resent_without_it(tmp_path: Path) -> None:
+def test_refused_effort_is_resent_with_the_nearest_accepted_level(tmp_path: Path) -> None:
+    # "does not support effort level 'xhigh'. Supported levels: high, low, max, medium": high and
+    # max are as near to xhigh; the lower is taken.
+    up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
+    body = {
+        "model": "m",
+        "max_tokens": 32000,
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "xhigh"},
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with running_stack(tmp_path, up) as st:
+        assert _ask(st.url, body) == 200
+        first, second = (r.json() for r in st.mock("a").received)
+        (row,) = st.wait_rows(1)
+    assert first["output_config"] == {"effort": "xhigh"}
+    assert second["thinking"] == {"type": "adaptive"}
+    assert second["output_config"] == {"effort": "high"}
+    attempts = json.loads(row["routing"])["attempts"]
+    assert [(a["outcome"], a["resend"]) for a in attempts] == [
+        ("resent", None),
+        ("ok", "effort_refused"),
+    ]
+
+
+def test_a_budget_only_request_is_not_resent(tmp_path: Path) -> None:
+    # SPEC §13: a request that sets only a thinking budget keeps the upstream's 400.
     up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
     body = {
         "model": "m",
@@ -36,16 +62,40 @@ def test_refused_effort_is_resent_without_it(tmp_path: Path) -> None:
         "messages": [{"role": "user", "content": "hi"}],
     }
     with running_stack(tmp_path, up) as st:
-        assert _ask(st.url, body) == 200
-        first, second = (r.json() for r in st.mock("a").received)
+        assert _ask(st.url, body) == 400
+        calls = len(st.mock("a").received)
         (row,) = st.wait_rows(1)
-    assert first["thinking"] == THINKING
-    assert second["thinking"] == {"type": "disabled"}
-    attempts = json.loads(row["routing"])["attempts"]
-    assert [(a["outcome"], a["resend"]) for a in attempts] == [
-        ("resent", None),
-        ("ok", "effort_refused"),
-    ]
+    assert calls == 1
+    assert [a["outcome"] for a in json.loads(row["routing"])["attempts"]] == ["failed"]
+
+
+def test_a_refused_effort_naming_no_level_is_resent_without_it(tmp_path: Path) -> None:
+    up = {
+        "a": Upstream(
+            "openai-chat",
+            MockSettings(
+                script=Script(
+                    fail_first=1,
+                    error=ErrorSpec(status=400, message="reasoning_effort is not supported"),
+                )
+            ),
+        )
+    }
+    body = {
+        "model": "m",
+        "reasoning_effort": "high",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with running_stack(tmp_path, up) as st:
+        status = httpcore.request(
+            "POST",
+            st.url + "/v1/chat/completions",
+            headers=[(b"authorization", b"Bearer " + KEY.encode())],
+            content=json.dumps(body).encode(),
+        ).status
+        first, second = (r.json() for r in st.mock("a").received)
+    assert status == 200
+    assert first["reasoning_effort"] == "high" and "reasoning_effort" not in second
 
 
 def test_sealed_reasoning_is_resent_without_it(tmp_path: Path) -> None:
