@@ -48,6 +48,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from itertools import islice
+from zoneinfo import ZoneInfo
 
 from twproto import _json
 from twproto.dialect import Dialect
@@ -68,6 +69,7 @@ __all__ = [
     "classify_stream_error",
     "classify_transport",
     "idle_timeout",
+    "next_pacific_midnight",
     "stream_ended_early",
 ]
 
@@ -842,6 +844,16 @@ def _named_reset(message: str) -> float | None:
         return None
 
 
+# Gemini's per-day quotas reset at midnight Pacific time (Google's documented quota day).
+_PACIFIC = ZoneInfo("America/Los_Angeles")
+
+
+def next_pacific_midnight(now: float) -> float:
+    """The first midnight in America/Los_Angeles after `now` (epoch seconds), DST included."""
+    day = datetime.fromtimestamp(now, _PACIFIC).date() + timedelta(days=1)
+    return datetime(day.year, day.month, day.day, tzinfo=_PACIFIC).timestamp()
+
+
 def _quota_reset(
     info: _Info, headers: Mapping[str, str], codex_reset: float | None, now: float
 ) -> float | None:
@@ -854,7 +866,11 @@ def _quota_reset(
     named = _named_reset(info.message)
     if named is not None and named > now:
         return named
-    return _window_reset(headers, now)
+    window = _window_reset(headers, now)
+    if window is None and info.daily_quota:
+        # A per-day quota with no reset named comes back with Google's quota day.
+        return next_pacific_midnight(now)
+    return window
 
 
 def _matches(

@@ -30,6 +30,7 @@ from twproto.failures import (
     classify_stream_error,
     classify_transport,
     idle_timeout,
+    next_pacific_midnight,
     stream_ended_early,
 )
 
@@ -268,8 +269,14 @@ SHAPES: list[Case] = [
                 }
             }
         ),
+        # A daily quota resets at midnight Pacific (NOW is 08:06:40 PDT), whatever retryDelay says.
         Expect(
-            K.QUOTA_USED_UP, P.QUOTA, pause_secs=39.0, retry_after=39.0, rule="gemini_daily_quota"
+            K.QUOTA_USED_UP,
+            P.QUOTA,
+            pause_secs=57200.0,
+            reset_at=_epoch("2025-06-16T07:00:00+00:00"),
+            retry_after=39.0,
+            rule="gemini_daily_quota",
         ),
     ),
     Case(
@@ -980,3 +987,16 @@ def test_other_server_statuses_fail_over_without_retry(status: int) -> None:
 def test_408_is_not_retried_nor_failed_over() -> None:
     failure = classify_response(408, [], b"", now=NOW)
     assert failure.kind is K.CLIENT_ERROR and not failure.failover and not failure.temporary
+
+
+@pytest.mark.parametrize(
+    ("now", "midnight"),
+    [
+        ("2025-06-15T15:06:40+00:00", "2025-06-16T07:00:00+00:00"),  # PDT, UTC-7
+        ("2025-01-15T07:59:59+00:00", "2025-01-15T08:00:00+00:00"),  # PST, UTC-8
+        ("2025-03-09T12:00:00+00:00", "2025-03-10T07:00:00+00:00"),  # the day DST starts
+        ("2025-11-02T12:00:00+00:00", "2025-11-03T08:00:00+00:00"),  # the day DST ends
+    ],
+)
+def test_next_pacific_midnight(now: str, midnight: str) -> None:
+    assert next_pacific_midnight(_epoch(now)) == _epoch(midnight)
