@@ -29,6 +29,7 @@ from twengine.config.model import GroupType, Provider
 from twserve import control, http1, http2
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
+from twserve.effort_store import load_effort_memory, save_effort_memory
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
 from twserve.liveconfig import LiveConfig
@@ -122,6 +123,8 @@ class GatewayApp:
             usage=self.usage,
         )
         gw = self.gateway
+        gw.effort_memory_changed = lambda: save_effort_memory(data_dir, gw.effort_memory)
+        gw.use_effort_memory(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
         self.metrics = Metrics(lambda: gw.router, clock=gw.clock)
         self.events.listeners.append(self.metrics.on_event)

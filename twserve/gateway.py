@@ -17,9 +17,18 @@ from dataclasses import replace
 from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
-from twengine.attempt import Action, AttemptRecord, AttemptSettings, Backoff, Send
+from twengine.attempt import (
+    Action,
+    AttemptRecord,
+    AttemptSettings,
+    Backoff,
+    Outcome,
+    ResendReason,
+    Send,
+)
 from twengine.config import Config
 from twengine.config.credentials import CredentialFault, resolve_credentials
+from twengine.effort_memory import EffortKey, EffortMemory, upstream_identity
 from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
@@ -28,7 +37,7 @@ from twengine.slots import Permit
 from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
-from twproto.formats._effort import sets_only_budget
+from twproto.formats._effort import requested_effort, sets_only_budget
 from twproto.paths import Operation, Route, match_path
 from twproto.structure import check_structure
 from twproto.summary import summarize
@@ -134,6 +143,10 @@ class Gateway:
         self._id_prefix = uuid.uuid4().hex[:12]
         self._id_counter = itertools.count(1)
         self.rng = random.Random()
+        # Reasoning levels upstreams accepted in place of refused ones (SPEC §13); the app
+        # loads and persists it (effort-memory.json) through `effort_memory_changed`.
+        self.effort_memory = EffortMemory()
+        self.effort_memory_changed: Callable[[], None] | None = None
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -149,6 +162,7 @@ class Gateway:
                 self.hooks.deliver_grant(grant)
             self.usage.apply_config(config)
         self.settings = AttemptSettings.from_failover(config.failover)
+        self.use_effort_memory(self.effort_memory)
         self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
         self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
 
@@ -170,7 +184,8 @@ class Gateway:
             return None  # handle answers these without a key (404, the warm-up probe, health)
         else:
             presented = find_key(request.headers, request.query)
-            if self.keys.lookup(presented) is None:
+            matched = self.keys.lookup(presented)
+            if self.config.client_for(matched, presented=bool(presented)) is None:
                 err = GatewayError(
                     status=401,
                     category=ErrorCategory.AUTH,
@@ -180,6 +195,85 @@ class Gateway:
         if err is None:
             return None
         return Refusal(status=err.status, headers=error_headers(err), body=error_body(dialect, err))
+
+    def _identities(self) -> dict[str, str]:
+        out = {}
+        for p in self.config.providers:
+            creds = resolve_credentials(p, self.env)
+            key = creds.key if not isinstance(creds, CredentialFault) else (p.key or "")
+            out[p.name] = upstream_identity(p.base_url, p.protocol.value, key)
+        return out
+
+    def use_effort_memory(self, memory: EffortMemory) -> None:
+        """Take `memory`, dropping the choices of upstreams removed or changed (address, key,
+        protocol) since they were made."""
+        self.effort_memory = memory
+        if memory.keep_only(self._identities()):
+            self._effort_memory_changed()
+
+    def _effort_memory_changed(self) -> None:
+        if self.effort_memory_changed is not None:
+            self.effort_memory_changed()
+
+    def _apply_effort_memory(
+        self, candidates: list[Candidate], body: dict[str, Any], dialect: Dialect
+    ) -> tuple[list[Candidate], dict[str, dict[str, Any]]]:
+        """Candidates with remembered levels put in up front, and each one's effort view
+        (``{asked, sent, reason: rule|remembered}``) for the request row."""
+        client_level = None if sets_only_budget(body, dialect) else requested_effort(body, dialect)
+        out: list[Candidate] = []
+        efforts: dict[str, dict[str, Any]] = {}
+        for cand in candidates:
+            asked = cand.reasoning or (client_level.value if client_level else None)
+            sent = None
+            if asked is not None and asked != "off":
+                key = EffortKey(
+                    upstream=cand.name, model=cand.model, client_format=dialect.value, level=asked
+                )
+                identity = upstream_identity(cand.base_url, cand.dialect.value, cand.key)
+                sent = self.effort_memory.recall(key, now=self.wall(), identity=identity)
+            if sent is not None:
+                cand = replace(cand, reasoning=sent)
+                efforts[cand.name] = {"asked": asked, "sent": sent, "reason": "remembered"}
+            elif cand.reasoning is not None:
+                efforts[cand.name] = {"asked": asked, "sent": cand.reasoning, "reason": "rule"}
+            elif asked is not None:
+                # Unchanged (no view on the row) unless the upstream refuses it.
+                efforts[cand.name] = {"asked": asked, "sent": asked, "reason": None}
+            out.append(cand)
+        return out, efforts
+
+    def _remember_efforts(
+        self,
+        outcome: RelayOutcome,
+        candidates: list[Candidate],
+        efforts: dict[str, dict[str, Any]],
+        body: dict[str, Any],
+        dialect: Dialect,
+    ) -> None:
+        """After a resend with an accepted level succeeded, remember that level."""
+        ok = {
+            a.provider
+            for a in outcome.attempts
+            if a.outcome is Outcome.OK and a.resend is ResendReason.EFFORT_REFUSED
+        }
+        client_level = requested_effort(body, dialect)
+        changed = False
+        for cand in candidates:
+            sent = outcome.effort_resent.get(cand.name)
+            if sent is None or cand.name not in ok:
+                continue
+            asked = efforts.get(cand.name, {}).get("asked") or cand.reasoning
+            asked = asked or (client_level.value if client_level else None)
+            if asked is None:
+                continue
+            key = EffortKey(
+                upstream=cand.name, model=cand.model, client_format=dialect.value, level=asked
+            )
+            identity = upstream_identity(cand.base_url, cand.dialect.value, cand.key)
+            changed |= self.effort_memory.remember(key, sent, now=self.wall(), identity=identity)
+        if changed:
+            self._effort_memory_changed()
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route = match_path(request.method, request.path, request.query)
@@ -502,6 +596,9 @@ class Gateway:
                 return
             # Never retried (SPEC §9, §14); an upstream without the endpoint is estimated here.
             fallback = LocalFallbackResponder(responder)
+        efforts: dict[str, dict[str, Any]] = {}
+        if not counting:
+            candidates, efforts = self._apply_effort_memory(candidates, body, dialect)
         if self.events is not None:
             self.events.request_routed(row, plan)
         req = RelayRequest(
@@ -570,7 +667,9 @@ class Gateway:
             row.duration_ms = int((self.clock() - started) * 1000)
             row.cancelled = outcome.cancelled or not finished
             models = {c.name: c.model for c in candidates}
-            self._fill_row(row, outcome, models)
+            self._fill_row(row, outcome, models, efforts)
+            if finished and not counting:
+                self._remember_efforts(outcome, candidates, efforts, body, dialect)
             self.usage.finish(
                 row,
                 admission,
@@ -637,7 +736,13 @@ class Gateway:
         await respond_error(responder, dialect, admitted)
         return None
 
-    def _fill_row(self, row: RequestRow, outcome: RelayOutcome, models: dict[str, str]) -> None:
+    def _fill_row(
+        self,
+        row: RequestRow,
+        outcome: RelayOutcome,
+        models: dict[str, str],
+        efforts: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         row.status = outcome.status
         row.provider = outcome.provider
         row.ttfb_ms = outcome.ttfb_ms
@@ -646,7 +751,10 @@ class Gateway:
         routing = row.routing or {}
         routing["attempts"] = [
             *routing.get("attempts", ()),  # upstreams skipped for their credentials
-            *(attempt_view(a, models.get(a.provider)) for a in outcome.attempts),
+            *(
+                attempt_view(a, models.get(a.provider), _effort_view(a, outcome, efforts or {}))
+                for a in outcome.attempts
+            ),
         ]
         row.routing = routing
         usage = outcome.usage
@@ -693,9 +801,23 @@ class Gateway:
             self.events.request_ended(row)
 
 
-def attempt_view(record: AttemptRecord, model: str | None) -> dict[str, Any]:
+def _effort_view(
+    record: AttemptRecord, outcome: RelayOutcome, efforts: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """``{asked, sent, reason}`` of an attempt (SPEC §13), None when no level was changed."""
+    base = efforts.get(record.provider)
+    if record.resend is ResendReason.EFFORT_REFUSED:
+        sent = outcome.effort_resent.get(record.provider)
+        asked = base["asked"] if base else None
+        return {"asked": asked, "sent": sent, "reason": "rejected"}
+    return base if base is not None and base["reason"] is not None else None
+
+
+def attempt_view(
+    record: AttemptRecord, model: str | None, effort: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One attempt as the request row's routing JSON keeps it (SPEC §16); `model` is the model
-    name sent to that upstream."""
+    name sent to that upstream, `effort` what became of its reasoning level."""
     return {
         "provider": record.provider,
         "model": model,
@@ -708,6 +830,7 @@ def attempt_view(record: AttemptRecord, model: str | None) -> dict[str, Any]:
         "retry": record.retry_round,
         "backoff_ms": record.backoff_ms,
         "resend": record.resend.value if record.resend else None,
+        "effort": effort,
     }
 
 
@@ -725,6 +848,7 @@ def credential_skip_view(fault: CredentialFault) -> dict[str, Any]:
         "retry": 0,
         "backoff_ms": None,
         "resend": None,
+        "effort": None,
     }
 
 

@@ -146,6 +146,8 @@ class RelayOutcome:
     # Usage reported by attempts that did not give the answer (by attempt index): tokens an
     # upstream may bill although its attempt failed or was cancelled.
     attempt_usage: dict[int, Any] = field(default_factory=dict)
+    # Per upstream: the level a refused effort was resent with ("off": without one).
+    effort_resent: dict[str, str] = field(default_factory=dict)
 
 
 class RelayHooks(Protocol):
@@ -493,10 +495,12 @@ class _Relay:
                 # (SPEC §13), or without the reasoning sealed for another account (SPEC §14).
                 self._rewrites[action.provider] = action.reason
                 if action.reason is ResendReason.EFFORT_REFUSED:
-                    self._effort_after[action.provider] = level_after_refusal(
+                    level = level_after_refusal(
                         self._asked_effort(self.cands[action.provider]),
                         action.failure.message if action.failure else "",
                     )
+                    self._effort_after[action.provider] = level
+                    self.out.effort_resent[action.provider] = level.value if level else "off"
                 self.translated.pop(action.provider, None)
                 self._send(action.provider, action.index)
             elif isinstance(action, WaitForSlot):

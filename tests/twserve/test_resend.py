@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpcore
 
 from tests.twserve.stack import KEY, Upstream, running_stack
+from twengine.effort_memory import EffortKey
 from twmock.script import ErrorSpec, MockSettings, Script
+from twserve.effort_store import load_effort_memory
 
 THINKING = {"type": "enabled", "budget_tokens": 31999}
 
@@ -123,3 +126,51 @@ def test_sealed_reasoning_is_resent_without_it(tmp_path: Path) -> None:
     assert first["messages"][1]["content"][0]["type"] == "thinking"
     assert [b["type"] for b in second["messages"][1]["content"]] == ["text"]
     assert "reasoning:sealed_for_account" in json.loads(row["translated"])
+
+
+def _effort_body() -> dict[str, object]:
+    return {
+        "model": "m",
+        "max_tokens": 32000,
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "xhigh"},
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+
+def test_an_accepted_level_is_remembered_across_restarts(tmp_path: Path) -> None:
+    up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
+    with running_stack(tmp_path, up) as st:
+        assert _ask(st.url, _effort_body()) == 200  # refused, resent with high
+        assert _ask(st.url, _effort_body()) == 200  # high sent up front
+        sent = [r.json()["output_config"]["effort"] for r in st.mock("a").received]
+        rows = st.wait_rows(2)
+    assert sent == ["xhigh", "high", "high"]
+    views = [[a["effort"] for a in json.loads(r["routing"])["attempts"]] for r in rows]
+    assert views == [
+        [None, {"asked": "xhigh", "sent": "high", "reason": "rejected"}],
+        [{"asked": "xhigh", "sent": "high", "reason": "remembered"}],
+    ]
+    saved = json.loads((tmp_path / "effort-memory.json").read_text())
+    assert [(e["upstream"], e["level"], e["sent"]) for e in saved["entries"]] == [
+        ("a", "xhigh", "high")
+    ]
+    assert "upstream-key-a" not in json.dumps(saved)
+    assert (tmp_path / "effort-memory.json").stat().st_mode & 0o777 == 0o600
+    # What the file holds is what a restart starts with.
+    loaded = load_effort_memory(tmp_path)
+    key = EffortKey(upstream="a", model="m", client_format="anthropic", level="xhigh")
+    assert loaded.recall(key, now=time.time(), identity=saved["entries"][0]["identity"]) == "high"
+
+
+def test_a_changed_upstream_forgets_its_levels(tmp_path: Path) -> None:
+    up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
+    with running_stack(tmp_path, up) as st:
+        assert _ask(st.url, _effort_body()) == 200
+    assert len(json.loads((tmp_path / "effort-memory.json").read_text())["entries"]) == 1
+    # Restarted with a new key (and its mock on a new port): the choice is dropped at start.
+    rotated = {"a": Upstream("anthropic", MockSettings(), extra={"key": "a-new-key"})}
+    with running_stack(tmp_path, rotated) as st:
+        assert _ask(st.url, _effort_body()) == 200
+        assert [r.json()["output_config"]["effort"] for r in st.mock("a").received] == ["xhigh"]
+    assert json.loads((tmp_path / "effort-memory.json").read_text())["entries"] == []
