@@ -33,6 +33,7 @@ from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
 from twengine.routing import Candidate as RoutedCandidate
 from twengine.routing import RequestFacts
+from twengine.sealed import SealedReasoning
 from twengine.slots import Permit
 from twproto import json_loads
 from twproto.dialect import Dialect
@@ -147,6 +148,8 @@ class Gateway:
         # loads and persists it (effort-memory.json) through `effort_memory_changed`.
         self.effort_memory = EffortMemory()
         self.effort_memory_changed: Callable[[], None] | None = None
+        # Conversations whose sealed reasoning an upstream refused (SPEC §14).
+        self.sealed = SealedReasoning()
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -599,6 +602,14 @@ class Gateway:
         efforts: dict[str, dict[str, Any]] = {}
         if not counting:
             candidates, efforts = self._apply_effort_memory(candidates, body, dialect)
+        if conversation is not None:
+            now = self.clock()
+            candidates = [
+                replace(c, drop_sealed=True)
+                if self.sealed.leave_out(conversation, c.name, now=now)
+                else c
+                for c in candidates
+            ]
         if self.events is not None:
             self.events.request_routed(row, plan)
         req = RelayRequest(
@@ -678,6 +689,10 @@ class Gateway:
                 attempt_usage=outcome.attempt_usage,
                 models=models,
             )
+            if conversation is not None:
+                for a in outcome.attempts:
+                    if a.resend is ResendReason.SEALED_REASONING:
+                        self.sealed.mark(conversation, a.provider, now=self.clock())
             if counting and fallback.held and finished:
                 row.local, row.status, row.provider = True, 200, None
                 row.cost_micros, row.cost_state = 0, "local"

@@ -118,6 +118,8 @@ class Candidate:
     # of a request without max_tokens sends it.
     output_limit: int | None = None
     connect_timeout: float | None = None
+    # This upstream refused the conversation's sealed reasoning before: leave it out up front.
+    drop_sealed: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -596,7 +598,7 @@ class _Relay:
                 max_tokens=cand.max_tokens,
                 default_max_tokens=cand.output_limit or DEFAULT_MAX_TOKENS,
                 reasoning=self._reasoning_for(cand, rewrite),
-                drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING,
+                drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING or cand.drop_sealed,
             )
             self.translated[cand.name] = translated
             self.out.translated = list(translated.dropped)

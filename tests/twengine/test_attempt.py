@@ -214,7 +214,10 @@ def test_a_failover_kind_moves_to_the_next_candidate(kind: FailureKind) -> None:
 def test_effort_and_sealed_reasoning_resend_once_to_the_same_upstream(kind: FailureKind) -> None:
     m = make()
     start(m)
-    assert fail(m, failure(kind), 1.0) == [Resend(provider="a", index=1, reason=RESEND[kind])]
+    refusal = failure(kind)
+    assert fail(m, refusal, 1.0) == [
+        Resend(provider="a", index=1, reason=RESEND[kind], failure=refusal)
+    ]
     assert m.attempts[0].outcome is Outcome.RESENT
     assert m.attempts[1].resend is RESEND[kind]
     assert m.state is State.DISPATCHED
@@ -240,8 +243,9 @@ def test_resend_allowance_is_fresh_on_the_next_hop() -> None:
     start(m)
     fail(m, failure(K.EFFORT_REFUSED))
     assert fail(m, failure(K.SERVER)) == [Send(provider="b", index=2)]
-    assert fail(m, failure(K.EFFORT_REFUSED)) == [
-        Resend(provider="b", index=3, reason=ResendReason.EFFORT_REFUSED)
+    refusal = failure(K.EFFORT_REFUSED)
+    assert fail(m, refusal) == [
+        Resend(provider="b", index=3, reason=ResendReason.EFFORT_REFUSED, failure=refusal)
     ]
 
 
@@ -361,7 +365,7 @@ def test_recorded_error_responses_lead_to_the_action_their_kind_calls_for(
     start(m)
     action = only(fail(m, f))
     if f.kind in RESEND:
-        assert action == Resend(provider="a", index=1, reason=RESEND[f.kind])
+        assert action == Resend(provider="a", index=1, reason=RESEND[f.kind], failure=f)
     elif f.failover:
         assert action == Send(provider="b", index=1)
     else:

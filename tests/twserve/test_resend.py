@@ -174,3 +174,35 @@ def test_a_changed_upstream_forgets_its_levels(tmp_path: Path) -> None:
         assert _ask(st.url, _effort_body()) == 200
         assert [r.json()["output_config"]["effort"] for r in st.mock("a").received] == ["xhigh"]
     assert json.loads((tmp_path / "effort-memory.json").read_text())["entries"] == []
+
+
+def test_sealed_reasoning_is_left_out_on_later_turns(tmp_path: Path) -> None:
+    up = {"a": Upstream("anthropic", _settings("anthropic-invalid-signature"))}
+    history: list[dict[str, object]] = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "c2VhbGVkLWVsc2V3aGVyZQ=="},
+                {"type": "text", "text": "hello"},
+            ],
+        },
+        {"role": "user", "content": "and now?"},
+    ]
+
+    def turn(url: str, messages: list[dict[str, object]]) -> int:
+        body = {"model": "m", "max_tokens": 32000, "thinking": THINKING, "messages": messages}
+        return httpcore.request(
+            "POST",
+            url + "/v1/messages",
+            headers=[(b"x-api-key", KEY.encode()), (b"x-claude-code-session-id", b"s-1")],
+            content=json.dumps(body).encode(),
+        ).status
+
+    with running_stack(tmp_path, up) as st:
+        assert turn(st.url, history) == 200  # refused, resent without the sealed block
+        later = [*history, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "?"}]
+        assert turn(st.url, later) == 200
+        bodies = [r.json() for r in st.mock("a").received]
+    assert len(bodies) == 3  # the later turn went once, already without the sealed block
+    assert [b["type"] for b in bodies[2]["messages"][1]["content"]] == ["text"]
