@@ -676,7 +676,7 @@ class Gateway:
             if key_permit is not None:
                 self.hooks.release(key_permit)
             row.duration_ms = int((self.clock() - started) * 1000)
-            row.cancelled = outcome.cancelled or not finished
+            row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.model for c in candidates}
             self._fill_row(row, outcome, models, efforts)
             if finished and not counting:

@@ -148,6 +148,8 @@ class RelayOutcome:
     # Usage reported by attempts that did not give the answer (by attempt index): tokens an
     # upstream may bill although its attempt failed or was cancelled.
     attempt_usage: dict[int, Any] = field(default_factory=dict)
+    # The client left after the whole answer had gone out (not a cancelled request).
+    delivered: bool = False
     # Per upstream: the level a refused effort was resent with ("off": without one).
     effort_resent: dict[str, str] = field(default_factory=dict)
 
@@ -356,8 +358,19 @@ class _Relay:
     def _cleanup(self) -> None:
         if not self.machine.done:
             self.machine.client_gone(self.clock())
-            self.out.cancelled = True
             live = self.live
+            # A client that leaves right after the answer's final event (its SDK is done) has
+            # the whole answer: that is not a cancelled request, even if the upstream's own end
+            # had not arrived yet.
+            delivered = (
+                live is not None
+                and live.committed
+                and live.translator is not None
+                and live.translator.finished
+                and live.pending == b""
+            )
+            self.out.cancelled = not delivered
+            self.out.delivered = delivered
             if live is not None:
                 # What the client had already received came from this upstream.
                 if live.committed:
@@ -518,8 +531,15 @@ class _Relay:
             elif isinstance(action, SendKeepAlive):
                 await self.responder.send(KEEPALIVE)
             elif isinstance(action, CancelAttempt):
-                if self.live is not None and self.live.index == action.index:
-                    self._end_attempt(self.live, failure=action.failure, now=self.clock())
+                live = self.live
+                if live is not None and live.index == action.index:
+                    if live.committed:
+                        # It answered before it went quiet (idle timeout after content): the
+                        # row names it, with the usage seen so far.
+                        self.out.provider = live.cand.name
+                        if live.translator is not None:
+                            self.out.usage = live.translator.usage
+                    self._end_attempt(live, failure=action.failure, now=self.clock())
             elif isinstance(action, RespondError):
                 await self._respond_error(action.error)
             elif isinstance(action, EndStreamWithError):

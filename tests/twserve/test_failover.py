@@ -351,3 +351,23 @@ def test_upstream_credential_refusal_never_echoes_the_upstreams_words(
     (row,) = st.wait_rows(1)
     assert row["error_code"] == "gw.upstream.auth_rejected"
     assert [(a["provider"], a["status"]) for a in attempts(row)] == [("a", status)]
+
+
+def test_idle_timeout_after_content_names_the_upstream_that_answered(
+    stack: StackFactory,
+) -> None:
+    import dataclasses
+
+    st = stack({"a": _up("anthropic", {"stall_after": 1, "text": B_TEXT})}, config=fallback("a"))
+    gw = st.app.gateway
+    # failover.idle_timeout_secs is at least 30 s in a config; the machine takes any figure.
+    gw.settings = dataclasses.replace(gw.settings, idle_timeout_secs=0.5)
+    reply = http(
+        st.url + _PATHS["anthropic"],
+        body=_BODIES["anthropic"] % b"true",
+        headers=[("content-type", "application/json"), _KEY_HEADERS["anthropic"]],
+    )
+    assert reply.status == 200 and b"event: error" in reply.body
+    (row,) = st.wait_rows(1)
+    assert row["provider"] == "a" and row["error_code"] == "gw.upstream.idle_timeout"
+    assert row["cancelled"] == 0
