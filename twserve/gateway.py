@@ -622,6 +622,7 @@ class Gateway:
             sse=route.sse,
             query=strip_key_param(request.query),
             owner=row.id,
+            arrival=started,
         )
         client = self.config.client(client_name)
         key_permit = None

@@ -133,6 +133,9 @@ class RelayRequest:
     sse: bool  # Gemini clients: SSE (alt=sse) or a JSON-array stream
     query: str = ""
     owner: str = ""  # request id, for slot bookkeeping
+    # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run
+    # from there, not from the end of a wait in the key's queue (SPEC §8). None: now.
+    arrival: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -289,7 +292,7 @@ class _Relay:
             candidates=[CandidateRef(name=c.name, sticky=c.sticky) for c in candidates],
             client_stream=req.stream,
             client_is_gemini=req.client_dialect is Dialect.GEMINI,
-            arrival=clock(),
+            arrival=clock() if req.arrival is None else req.arrival,
             settings=settings,
             rng=rng,
         )

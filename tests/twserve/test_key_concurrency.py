@@ -59,3 +59,47 @@ def test_without_waiting_the_second_request_gets_429(tmp_path: Path) -> None:
     assert busy[1][b"x-thinkwatch-error"] == b"rate_limited" and b"retry-after" in busy[1]
     assert sorted(r["error_code"] or "" for r in rows) == ["", "gw.key.busy"]
     assert len(st.mock("a").received) == 1  # the refused request never reached an upstream
+
+
+def test_wait_secs_runs_from_arrival_not_from_the_end_of_the_key_queue(tmp_path: Path) -> None:
+    # One upstream slot, every answer a 1 s stream, wait_secs 1.5. R1 (key with
+    # max_concurrent 1) streams from 0 to 1 s; H (another key) waits for the slot and streams
+    # from 1 to 2 s; R2 (R1's key) arrives at 0.1, waits for its key until 1 s, then for the
+    # slot. Its 1.5 s run from arrival: 429 at about 1.6 s — not a fresh 1.5 s from 1 s, which
+    # would outlast H and answer 200 at about 3 s.
+    import threading
+    import time
+
+    slow = MockSettings(script=Script(chunks=10, chunk_delay=0.1))
+    config = {
+        "clients": [
+            {"name": "tester", "key": KEY, "max_concurrent": 1},
+            {"name": "hog", "key": "hog-key"},
+        ],
+        "failover": {"wait_secs": 1.5},
+    }
+    with running_stack(
+        tmp_path, {"a": Upstream("anthropic", slow, extra={"max_concurrent": 1})}, config=config
+    ) as st:
+        slots = st.app.gateway.router.slots
+
+        def ask(key: bytes) -> None:
+            httpcore.request(
+                "POST", st.url + "/v1/messages", headers=[(b"x-api-key", key)], content=BODY
+            )
+
+        r1 = threading.Thread(target=ask, args=(KEY.encode(),))
+        r1.start()
+        deadline = time.monotonic() + 5
+        while slots.in_flight("a") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hog = threading.Thread(target=ask, args=(b"hog-key",))
+        hog.start()
+        time.sleep(0.1)
+        started = time.monotonic()
+        status, _, _ = _ask(st.url)
+        elapsed = time.monotonic() - started
+        r1.join()
+        hog.join()
+    assert status == 429, elapsed
+    assert elapsed < 2.2, elapsed
