@@ -118,6 +118,13 @@ from twengine.dryrun import (
     DryRunSkip,
     format_text,
 )
+from twengine.effort_memory import (
+    EFFORT_MEMORY_TTL_SECS,
+    EffortChoice,
+    EffortKey,
+    EffortMemory,
+    upstream_identity,
+)
 from twengine.groups import (
     URL_TEST_MIN_SAMPLES,
     order_members,
@@ -180,6 +187,7 @@ from twengine.routing import (
     route_for,
     when_holds,
 )
+from twengine.sealed import MAX_SEALED_MARKS, SEALED_MARK_TTL_SECS, SealedReasoning
 from twengine.slots import (
     Busy,
     Claim,
@@ -199,10 +207,13 @@ __all__ = (
     "CACHE_TTL_SECS",
     "CODES",
     "CONTEXT_FILL",
+    "EFFORT_MEMORY_TTL_SECS",
     "HINT_FLOOR_SECS",
     "JITTER",
+    "MAX_SEALED_MARKS",
     "PREFIXES",
     "SCHEDULE_SECS",
+    "SEALED_MARK_TTL_SECS",
     "SESSION_HEADERS",
     "TERMINAL_ACTIONS",
     "TRANSITIONS",
@@ -241,6 +252,9 @@ __all__ = (
     "DryRunCandidate",
     "DryRunReport",
     "DryRunSkip",
+    "EffortChoice",
+    "EffortKey",
+    "EffortMemory",
     "EndStreamWithError",
     "Failover",
     "Finish",
@@ -291,6 +305,7 @@ __all__ = (
     "Router",
     "RoutingDecision",
     "Rule",
+    "SealedReasoning",
     "Send",
     "SendKeepAlive",
     "SetOverrides",
@@ -331,6 +346,7 @@ __all__ = (
     "near_context_limit",
     "next_backoff",
     "order_members",
+    "output_limit",
     "parse_comparison",
     "period_bounds",
     "resolve",
@@ -340,6 +356,7 @@ __all__ = (
     "swrr_step",
     "take_part",
     "template_variables",
+    "upstream_identity",
     "url_test_latency",
     "when_holds",
 )

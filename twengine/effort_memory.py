@@ -2,8 +2,8 @@
 
 When an upstream refuses a reasoning effort level, the request is resent once with a level it
 accepts (SPEC §13). After that resend succeeds the choice is remembered per (upstream, model,
-client format, level asked) for `TTL_SECS` (7 days), so later requests send the accepted level
-up front instead of paying for a refusal each time.
+client format, level asked) for `EFFORT_MEMORY_TTL_SECS` (7 days), so later requests send the
+accepted level up front instead of paying for a refusal each time.
 
 An entry belongs to the upstream as it was when the choice was made: its `identity` is a digest
 of the upstream's address, protocol and key (`upstream_identity`; the key itself is never
@@ -22,9 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TTL_SECS", "EffortChoice", "EffortKey", "EffortMemory", "upstream_identity"]
+__all__ = [
+    "EFFORT_MEMORY_TTL_SECS",
+    "EffortChoice",
+    "EffortKey",
+    "EffortMemory",
+    "upstream_identity",
+]
 
-TTL_SECS = 7 * 24 * 3600.0
+EFFORT_MEMORY_TTL_SECS = 7 * 24 * 3600.0
 _VERSION = 1
 
 
@@ -75,8 +81,9 @@ class EffortMemory:
         return choice.sent
 
     def remember(self, key: EffortKey, sent: str, *, now: float, identity: str) -> bool:
-        """Remember `sent` for `key` for `TTL_SECS`; whether anything changed (to persist)."""
-        choice = EffortChoice(sent=sent, expires_at=now + TTL_SECS, identity=identity)
+        """Remember `sent` for `key` for `EFFORT_MEMORY_TTL_SECS`; whether anything changed (so
+        the caller knows to persist)."""
+        choice = EffortChoice(sent=sent, expires_at=now + EFFORT_MEMORY_TTL_SECS, identity=identity)
         before = self._entries.get(key)
         self._entries[key] = choice
         return before is None or before.sent != sent or before.identity != identity

@@ -6,25 +6,27 @@ refuses them (``sealed_reasoning``) and the request is resent without them. Ever
 would be refused the same way — the history keeps those items — so the conversation is marked
 for that upstream and its later requests there leave them out up front.
 
-A mark lasts `TTL_SECS` after it was last used (a conversation idle that long has moved on) and
-at most `MAX_MARKS` are kept, the least recently used going first, so the store stays bounded
-whatever the traffic. Time is an argument; nothing here reads a clock.
+A mark lasts `SEALED_MARK_TTL_SECS` after it was last used (a conversation idle that long has
+moved on) and at most `MAX_SEALED_MARKS` are kept, the least recently used going first, so the
+store stays bounded whatever the traffic. Time is an argument; nothing here reads a clock.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["MAX_MARKS", "TTL_SECS", "SealedReasoning"]
+__all__ = ["MAX_SEALED_MARKS", "SEALED_MARK_TTL_SECS", "SealedReasoning"]
 
-TTL_SECS = 24 * 3600.0
-MAX_MARKS = 100_000
+SEALED_MARK_TTL_SECS = 24 * 3600.0
+MAX_SEALED_MARKS = 100_000
 
 
 class SealedReasoning:
     """Marks of (conversation, upstream) pairs whose sealed reasoning is left out."""
 
-    def __init__(self, *, ttl_secs: float = TTL_SECS, max_marks: int = MAX_MARKS) -> None:
+    def __init__(
+        self, *, ttl_secs: float = SEALED_MARK_TTL_SECS, max_marks: int = MAX_SEALED_MARKS
+    ) -> None:
         self._ttl = ttl_secs
         self._max = max_marks
         self._marks: OrderedDict[tuple[str, str], float] = OrderedDict()

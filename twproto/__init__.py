@@ -35,6 +35,7 @@ from twproto.failures import (
     KIND_POLICY,
     MAX_BODY_BYTES,
     RULES,
+    TEMPORARY_STATUSES,
     Evidence,
     Failure,
     FailureKind,
@@ -46,6 +47,7 @@ from twproto.failures import (
     classify_stream_error,
     classify_transport,
     idle_timeout,
+    next_pacific_midnight,
     stream_ended_early,
 )
 from twproto.first_content import (
@@ -136,6 +138,13 @@ from twproto.sse import (
     encode_comment,
     encode_event,
 )
+from twproto.structure import (
+    SHAPES,
+    FieldShape,
+    JsonKind,
+    StructureFault,
+    check_structure,
+)
 from twproto.summary import (
     RequestSummary,
     count_tokens_body,
@@ -160,6 +169,8 @@ __all__ = (
     "KIND_POLICY",
     "MAX_BODY_BYTES",
     "RULES",
+    "SHAPES",
+    "TEMPORARY_STATUSES",
     "Answer",
     "AnswerBuilder",
     "ClientTranslationError",
@@ -172,6 +183,7 @@ __all__ = (
     "FailedBeforeContent",
     "Failure",
     "FailureKind",
+    "FieldShape",
     "Finish",
     "Format",
     "GatewayError",
@@ -182,6 +194,7 @@ __all__ = (
     "JSONArrayError",
     "JSONDecodeError",
     "JSONObject",
+    "JsonKind",
     "KindPolicy",
     "Message",
     "MessageStart",
@@ -219,6 +232,7 @@ __all__ = (
     "StreamEvent",
     "StreamHandler",
     "StreamTranslator",
+    "StructureFault",
     "Text",
     "TextDelta",
     "Tool",
@@ -240,6 +254,7 @@ __all__ = (
     "UsageUpdate",
     "answer_events",
     "answer_to_stream",
+    "check_structure",
     "classify_event",
     "classify_payload",
     "classify_response",
@@ -263,6 +278,7 @@ __all__ = (
     "match_path",
     "new_stream_decoder",
     "new_stream_encoder",
+    "next_pacific_midnight",
     "split_target",
     "stream_ended_early",
     "stream_error_event",

@@ -7,12 +7,12 @@ never a reason not to start); writes replace the file atomically, readable by th
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 
 from twengine.effort_memory import EffortMemory
+from twproto import json_dumps, json_loads
 from twserve.configfile import write_private
 
 __all__ = ["FILE_NAME", "load_effort_memory", "save_effort_memory"]
@@ -25,7 +25,7 @@ log = logging.getLogger("twserve")
 def load_effort_memory(data_dir: Path) -> EffortMemory:
     path = data_dir / FILE_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_loads(path.read_bytes())
     except FileNotFoundError:
         return EffortMemory()
     except (OSError, ValueError) as exc:
@@ -36,6 +36,6 @@ def load_effort_memory(data_dir: Path) -> EffortMemory:
 
 def save_effort_memory(data_dir: Path, memory: EffortMemory) -> None:
     try:
-        write_private(data_dir / FILE_NAME, json.dumps(memory.to_json(), indent=1) + "\n")
+        write_private(data_dir / FILE_NAME, json_dumps(memory.to_json()).decode() + "\n")
     except OSError as exc:
         log.warning("%s could not be written: %s", data_dir / FILE_NAME, exc)

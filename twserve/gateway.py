@@ -39,6 +39,7 @@ from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.formats._effort import requested_effort, sets_only_budget
+from twproto.ir import ReasoningLevel
 from twproto.paths import Operation, Route, match_path
 from twproto.structure import check_structure
 from twproto.summary import summarize
@@ -227,19 +228,30 @@ class Gateway:
         out: list[Candidate] = []
         efforts: dict[str, dict[str, Any]] = {}
         for cand in candidates:
-            asked = cand.reasoning or (client_level.value if client_level else None)
-            sent = None
+            asked = (
+                cand.reasoning.value
+                if cand.reasoning is not None
+                else (client_level.value if client_level else None)
+            )
+            sent: ReasoningLevel | None = None
             if asked is not None and asked != "off":
                 key = EffortKey(
                     upstream=cand.name, model=cand.model, client_format=dialect.value, level=asked
                 )
                 identity = upstream_identity(cand.base_url, cand.dialect.value, cand.key)
-                sent = self.effort_memory.recall(key, now=self.wall(), identity=identity)
+                found = self.effort_memory.recall(key, now=self.wall(), identity=identity)
+                # A hand-edited file may hold anything: only a level this gateway sends counts.
+                if found is not None and found in set(ReasoningLevel):
+                    sent = ReasoningLevel(found)
             if sent is not None:
                 cand = replace(cand, reasoning=sent)
-                efforts[cand.name] = {"asked": asked, "sent": sent, "reason": "remembered"}
+                efforts[cand.name] = {"asked": asked, "sent": sent.value, "reason": "remembered"}
             elif cand.reasoning is not None:
-                efforts[cand.name] = {"asked": asked, "sent": cand.reasoning, "reason": "rule"}
+                efforts[cand.name] = {
+                    "asked": asked,
+                    "sent": cand.reasoning.value,
+                    "reason": "rule",
+                }
             elif asked is not None:
                 # Unchanged (no view on the row) unless the upstream refuses it.
                 efforts[cand.name] = {"asked": asked, "sent": asked, "reason": None}
@@ -266,7 +278,9 @@ class Gateway:
             sent = outcome.effort_resent.get(cand.name)
             if sent is None or cand.name not in ok:
                 continue
-            asked = efforts.get(cand.name, {}).get("asked") or cand.reasoning
+            asked = efforts.get(cand.name, {}).get("asked") or (
+                cand.reasoning.value if cand.reasoning is not None else None
+            )
             asked = asked or (client_level.value if client_level else None)
             if asked is None:
                 continue

@@ -518,7 +518,7 @@ class _Relay:
                         action.failure.message if action.failure else "",
                     )
                     self._effort_after[action.provider] = level
-                    self.out.effort_resent[action.provider] = level.value if level else "off"
+                    self.out.effort_resent[action.provider] = reasoning_level(level).value
                 self.translated.pop(action.provider, None)
                 self._send(action.provider, action.index)
             elif isinstance(action, WaitForSlot):

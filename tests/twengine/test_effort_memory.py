@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
-from twengine.effort_memory import TTL_SECS, EffortKey, EffortMemory, upstream_identity
+from twengine.effort_memory import (
+    EFFORT_MEMORY_TTL_SECS,
+    EffortKey,
+    EffortMemory,
+    upstream_identity,
+)
 
 KEY = EffortKey(upstream="a", model="m", client_format="anthropic", level="xhigh")
 ID_A = upstream_identity("https://a.example", "anthropic", "sk-1")
@@ -30,9 +35,9 @@ def test_remember_and_recall() -> None:
 def test_expires_after_seven_days() -> None:
     memory = EffortMemory()
     memory.remember(KEY, "high", now=0.0, identity=ID_A)
-    assert TTL_SECS == 7 * 24 * 3600
-    assert memory.recall(KEY, now=TTL_SECS - 1, identity=ID_A) == "high"
-    assert memory.recall(KEY, now=TTL_SECS, identity=ID_A) is None
+    assert EFFORT_MEMORY_TTL_SECS == 7 * 24 * 3600
+    assert memory.recall(KEY, now=EFFORT_MEMORY_TTL_SECS - 1, identity=ID_A) == "high"
+    assert memory.recall(KEY, now=EFFORT_MEMORY_TTL_SECS, identity=ID_A) is None
     assert len(memory) == 0
 
 
