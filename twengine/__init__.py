@@ -346,7 +346,6 @@ __all__ = (
     "near_context_limit",
     "next_backoff",
     "order_members",
-    "output_limit",
     "parse_comparison",
     "period_bounds",
     "resolve",

@@ -160,7 +160,7 @@ class AttemptSettings:
     stream_start_wait_secs: float = 30.0
     busy_retry_after_secs: float = 5.0
     # False for a request that sets only a thinking budget: a refused effort is not resent then
-    # (SPEC §13), the refusal is an ordinary client error.
+    # (docs/operations.md), the refusal is an ordinary client error.
     resend_effort: bool = True
 
     def __post_init__(self) -> None:

@@ -1,9 +1,9 @@
 """Effort memory: the reasoning level an upstream accepted in place of the one it refused.
 
 When an upstream refuses a reasoning effort level, the request is resent once with a level it
-accepts (SPEC §13). After that resend succeeds the choice is remembered per (upstream, model,
-client format, level asked) for `EFFORT_MEMORY_TTL_SECS` (7 days), so later requests send the
-accepted level up front instead of paying for a refusal each time.
+accepts (docs/operations.md). After that resend succeeds the choice is remembered per
+(upstream, model, client format, level asked) for `EFFORT_MEMORY_TTL_SECS` (7 days), so later
+requests send the accepted level up front instead of paying for a refusal each time.
 
 An entry belongs to the upstream as it was when the choice was made: its `identity` is a digest
 of the upstream's address, protocol and key (`upstream_identity`; the key itself is never

@@ -1,4 +1,5 @@
-"""Which conversations must leave their sealed reasoning out, upstream by upstream (SPEC §14).
+"""Which conversations must leave their sealed reasoning out, upstream by upstream
+(docs/operations.md).
 
 Reasoning items (Anthropic thinking signatures, Responses ``encrypted_content``) are sealed for
 the account that produced them. Once a conversation has moved to another account, that upstream

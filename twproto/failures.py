@@ -220,8 +220,8 @@ _5XX = range(500, 600)
 # error, or a 2xx carrying an error body) but leave 4xx to the status rows.
 _NOT_4XX = _statuses(None, range(100, 400), _5XX)
 _BAD_REQUEST = _statuses(400, 422, None)
-# The server statuses worth retrying (SPEC §5). Any other 5xx — 501 Not Implemented, 505 HTTP
-# Version Not Supported, 507, 508, 511, a relay's own 520–527 — still fails over but is not
+# The server statuses worth retrying (docs/failures.md). Any other 5xx — 501 Not Implemented,
+# 505 HTTP Version Not Supported, 507, 508, 511, a relay's own 520–527 — still fails over but is not
 # retried on the same upstream: nothing says waiting will change the answer.
 TEMPORARY_STATUSES = frozenset({500, 502, 503, 504, 529})
 _MODEL_STATUSES = _statuses(400, 403, 404, 422, None)

@@ -5,7 +5,7 @@ body whose ``messages`` is a string or whose message is a number would otherwise
 upstream — or trip up the gateway's own reading of it later. `check_structure` reads the body
 against a small table per format (`SHAPES`) and returns the first field of the wrong kind, so
 the gateway can refuse the request with a 400 in the client's format before any upstream sees
-it (SPEC §20: a refused request never reaches an upstream).
+it (docs/operations.md: a refused request never reaches an upstream).
 
 Only the shape is checked — lists, objects and text where the API has them — not values:
 whether a role or a model exists is the upstream's to say. Fields outside the table are not

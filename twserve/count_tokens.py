@@ -1,4 +1,5 @@
-"""Token counts answered here when the upstream of the client's format cannot count (SPEC §14).
+"""Token counts answered here when the upstream of the client's format cannot count
+(docs/operations.md).
 
 A token count goes to one upstream of the client's own format, never retried and never failed
 over to another format. When that upstream answers 404 or 405 — a relay without the counting

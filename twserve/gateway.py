@@ -145,11 +145,11 @@ class Gateway:
         self._id_prefix = uuid.uuid4().hex[:12]
         self._id_counter = itertools.count(1)
         self.rng = random.Random()
-        # Reasoning levels upstreams accepted in place of refused ones (SPEC §13); the app
+        # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md); the app
         # loads and persists it (effort-memory.json) through `effort_memory_changed`.
         self.effort_memory = EffortMemory()
         self.effort_memory_changed: Callable[[], None] | None = None
-        # Conversations whose sealed reasoning an upstream refused (SPEC §14).
+        # Conversations whose sealed reasoning an upstream refused (docs/operations.md).
         self.sealed = SealedReasoning()
         self.apply_config(config)
 
@@ -611,7 +611,7 @@ class Gateway:
                 self._record(row)
                 await answer_locally(responder, dialect, summary.input_tokens)
                 return
-            # Never retried (SPEC §9, §14); an upstream without the endpoint is estimated here.
+            # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
             fallback = LocalFallbackResponder(responder)
         efforts: dict[str, dict[str, Any]] = {}
         if not counting:
@@ -729,7 +729,7 @@ class Gateway:
         if counting:
             return replace(settings, wait_secs=0)  # a token count is never retried
         if sets_only_budget(body, dialect):
-            return replace(settings, resend_effort=False)  # SPEC §13: not resent
+            return replace(settings, resend_effort=False)  # docs/operations.md: not resent
         return settings
 
     async def _admit(
@@ -834,7 +834,7 @@ class Gateway:
 def _effort_view(
     record: AttemptRecord, outcome: RelayOutcome, efforts: dict[str, dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """``{asked, sent, reason}`` of an attempt (SPEC §13), None when no level was changed."""
+    """``{asked, sent, reason}`` of an attempt (docs/operations.md), None when unchanged."""
     base = efforts.get(record.provider)
     if record.resend is ResendReason.EFFORT_REFUSED:
         sent = outcome.effort_resent.get(record.provider)

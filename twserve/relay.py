@@ -134,7 +134,8 @@ class RelayRequest:
     query: str = ""
     owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run
-    # from there, not from the end of a wait in the key's queue (SPEC §8). None: now.
+    # from there, not from the end of a wait in the key's queue
+    # (docs/operations.md). None: now.
     arrival: float | None = None
 
 
@@ -350,6 +351,9 @@ class _Relay:
                     else:
                         actions = await self._on_item(item, now)
                     await self._carry_out(actions)
+                # The answer (or its error) is written and ended: a client that leaves from
+                # here on had all of it.
+                self.out.delivered = not self.out.cancelled
                 tg.cancel_scope.cancel()
         except* ClientGone:
             pass  # the client left mid-answer; _cleanup records it
@@ -603,7 +607,7 @@ class _Relay:
     ) -> ReasoningLevel | None:
         if rewrite is not ResendReason.EFFORT_REFUSED:
             return cand.reasoning
-        # Resent with the level the refusal accepts (SPEC §13), or without an effort.
+        # Resent with the level the refusal accepts (docs/operations.md), or without an effort.
         return reasoning_level(self._effort_after.get(cand.name))
 
     def _request_for(self, cand: Candidate) -> tuple[str, Headers, bytes]:

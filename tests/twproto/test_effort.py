@@ -1,5 +1,5 @@
 """Reasoning effort: turning it off removes every switch; a refused level picks an accepted one;
-what a request asks for is read in each format (SPEC §13)."""
+what a request asks for is read in each format (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -977,8 +977,8 @@ def test_listed_server_statuses_are_temporary(status: int) -> None:
 
 @pytest.mark.parametrize("status", [501, 505, 507, 511, 520, 599])
 def test_other_server_statuses_fail_over_without_retry(status: int) -> None:
-    # Only 500/502/503/504/529 are retried (SPEC §5); even a body reading like a server error
-    # does not make a 501 worth waiting for.
+    # Only 500/502/503/504/529 are retried (docs/failures.md); even a body reading like a
+    # server error does not make a 501 worth waiting for.
     for body in (b"", b'{"error": {"type": "api_error", "message": "internal server error"}}'):
         failure = classify_response(status, [], body, now=NOW)
         assert failure.kind is K.SERVER and failure.failover and not failure.temporary

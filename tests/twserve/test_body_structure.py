@@ -1,6 +1,6 @@
 """A body of the wrong shape sent to a same-format upstream is refused with 400 in the client's
-format before any upstream sees it (SPEC §20): same-format bodies pass byte for byte without
-being decoded, so nothing else would catch ``messages`` that is not a list."""
+format before any upstream sees it (docs/operations.md): same-format bodies pass byte for byte
+without being decoded, so nothing else would catch ``messages`` that is not a list."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A Chat request without max_tokens converted to an Anthropic upstream gets the model's output
-limit from ``model_specs`` (SPEC §3.3, §12), seen in what the upstream received."""
+limit from ``model_specs`` (docs/conversion.md), seen in what the upstream received."""
 
 from __future__ import annotations
 

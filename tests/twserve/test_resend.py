@@ -56,7 +56,7 @@ def test_refused_effort_is_resent_with_the_nearest_accepted_level(tmp_path: Path
 
 
 def test_a_budget_only_request_is_not_resent(tmp_path: Path) -> None:
-    # SPEC §13: a request that sets only a thinking budget keeps the upstream's 400.
+    # docs/operations.md: a request that sets only a thinking budget keeps the upstream's 400.
     up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
     body = {
         "model": "m",

@@ -66,5 +66,5 @@ def test_set_rewrites_what_the_upstream_receives(tmp_path: Path) -> None:
     assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     # No rule matched: passed through byte for byte, reasoning never turned on.
     assert second.body == json.dumps(plain).encode()
-    # thinking:true matches first (low), then "off" for this model removes it (SPEC §13).
+    # thinking:true matches first (low), then "off" for this model removes it (docs/operations.md).
     assert "thinking" not in third and "output_config" not in third

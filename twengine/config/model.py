@@ -576,7 +576,8 @@ class Config:
     failover: Failover = field(default_factory=Failover)
     retention: Retention = field(default_factory=Retention)
     pricing: Pricing = field(default_factory=Pricing)
-    # Not built yet (SPEC §22): `build_config` refuses both sections, so these stay None.
+    # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses both
+    # sections, so these stay None.
     state: State | None = None
     store: Store | None = None
     # Problems worth telling the operator that do not stop the config from serving (an upstream

@@ -19,12 +19,13 @@ levels every format has.
 
 Claude Code's ``budget_tokens: 31999`` therefore reads as ``high``.
 
-A refused level (SPEC §13): an upstream answering 400 about the effort level usually names what
-it accepts ("supported values are: 'low', 'medium' and 'high'"). `level_after_refusal` picks
-the level to resend with — the one the error names, else the listed level nearest the one asked
-(so a level above every listed one gets the ceiling) — or None, meaning "resend without an
-effort". A request that sets only a thinking budget (`sets_only_budget`) is not resent: its
-budget is the client's own figure, and no level is there to lower.
+A refused level (docs/operations.md): an upstream answering 400 about the effort level usually
+names what it accepts ("supported values are: 'low', 'medium' and 'high'").
+`level_after_refusal` picks the level to resend with — the one the error names, else the listed
+level nearest the one asked (so a level above every listed one gets the ceiling) — or None,
+meaning "resend without an effort". A request that sets only a thinking budget
+(`sets_only_budget`) is not resent: its budget is the client's own figure, and no level is
+there to lower.
 """
 
 from __future__ import annotations
