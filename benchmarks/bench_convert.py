@@ -21,7 +21,7 @@ import pytest
 
 from twproto.dialect import Dialect
 from twproto.sse import SSEDecoder
-from twproto.translate import StreamTranslator
+from twproto.stream_translate import new_stream_translator
 
 STREAMS = Path(__file__).resolve().parents[1] / "tests" / "data" / "fixtures" / "streams"
 EVENTS = 2000
@@ -52,7 +52,7 @@ CASES = {
 
 
 def _run(upstream: Dialect, client: Dialect, chunks: list[bytes]) -> int:
-    translator = StreamTranslator(upstream, client, client_model="client-model", created=1)
+    translator = new_stream_translator(upstream, client, client_model="client-model", created=1)
     feed = translator.feed
     size = 0
     for chunk in chunks:

@@ -14,6 +14,18 @@ attempt machine's is `twengine.attempt.SkipReason`), `State` is the attempt mach
 ``state:`` config section is `twengine.config.State`).
 """
 
+from twengine.admission import (
+    AdmissionCheck,
+    AdmissionRequest,
+    LocalAnswer,
+    Refusal,
+    RequestView,
+    Routed,
+    admit,
+    check_caller,
+    key_busy,
+    routing_view,
+)
 from twengine.affinity import (
     CACHE_MIN_TOKENS,
     CACHE_TTL_SECS,
@@ -52,6 +64,16 @@ from twengine.attempt import (
     SendKeepAlive,
     State,
     WaitForSlot,
+)
+from twengine.attempt_ledger import (
+    AcquireSlot,
+    AttemptLedger,
+    CancelWait,
+    LedgerAction,
+    RecordFailure,
+    RecordSuccess,
+    ReleaseSlot,
+    attempt_view,
 )
 from twengine.balance import (
     WEIGHT_SCALE,
@@ -132,9 +154,9 @@ from twengine.groups import (
 )
 from twengine.health import (
     Health,
-    HealthChanged,
     HealthReason,
     HealthSettings,
+    PauseChanged,
     UpstreamHealth,
 )
 from twengine.limits import (
@@ -148,6 +170,10 @@ from twengine.limits import (
     Spend,
     Wait,
     period_bounds,
+)
+from twengine.model_listing import (
+    answer_models,
+    listed_models,
 )
 from twengine.pricing import (
     Cost,
@@ -172,11 +198,11 @@ from twengine.router import (
     Catalog,
     ConfigCatalog,
     MemberBalance,
-    Plan,
+    RoutePlan,
     Router,
     health_settings,
 )
-from twengine.routing import (
+from twengine.rules import (
     Candidate,
     RequestFacts,
     RoutingDecision,
@@ -189,15 +215,11 @@ from twengine.routing import (
 )
 from twengine.sealed import MAX_SEALED_MARKS, SEALED_MARK_TTL_SECS, SealedReasoning
 from twengine.slots import (
-    Busy,
-    Claim,
-    Claimed,
     Grant,
     Permit,
     Slots,
     SlotScope,
     Ticket,
-    Waiting,
 )
 
 __all__ = (
@@ -219,10 +241,14 @@ __all__ = (
     "TRANSITIONS",
     "URL_TEST_MIN_SAMPLES",
     "WEIGHT_SCALE",
+    "AcquireSlot",
     "Action",
+    "AdmissionCheck",
+    "AdmissionRequest",
     "Admitted",
     "Affinity",
     "Alias",
+    "AttemptLedger",
     "AttemptMachine",
     "AttemptRecord",
     "AttemptSettings",
@@ -231,13 +257,11 @@ __all__ = (
     "Balance",
     "BalanceBy",
     "Billing",
-    "Busy",
     "CancelAttempt",
+    "CancelWait",
     "Candidate",
     "CandidateRef",
     "Catalog",
-    "Claim",
-    "Claimed",
     "Client",
     "Commit",
     "CompareOp",
@@ -264,18 +288,19 @@ __all__ = (
     "GroupMember",
     "GroupType",
     "Health",
-    "HealthChanged",
     "HealthReason",
     "HealthSettings",
     "IPNetwork",
     "Input",
     "KeyLimit",
     "KeyLimits",
+    "LedgerAction",
     "LimitAlert",
     "LimitMeasure",
     "LimitPeriod",
     "LimitStatus",
     "Listen",
+    "LocalAnswer",
     "MemberBalance",
     "MessageKind",
     "ModelPrice",
@@ -284,9 +309,9 @@ __all__ = (
     "OnMatch",
     "Outcome",
     "PassThroughUpstreamError",
+    "PauseChanged",
     "Permit",
     "PinnedTarget",
-    "Plan",
     "PriceSheet",
     "PriceTable",
     "Pricer",
@@ -294,14 +319,21 @@ __all__ = (
     "Problem",
     "Provider",
     "Rates",
+    "RecordFailure",
+    "RecordSuccess",
+    "Refusal",
     "Refused",
+    "ReleaseSlot",
     "RequestFacts",
+    "RequestView",
     "Resend",
     "ResendReason",
     "Reservation",
     "RespondError",
     "Retention",
     "Route",
+    "RoutePlan",
+    "Routed",
     "Router",
     "RoutingDecision",
     "Rule",
@@ -326,11 +358,14 @@ __all__ = (
     "UpstreamHealth",
     "Wait",
     "WaitForSlot",
-    "Waiting",
     "When",
+    "admit",
+    "answer_models",
+    "attempt_view",
     "balance_factors",
     "base_backoff",
     "build_config",
+    "check_caller",
     "conversation_key",
     "cost_of",
     "effective_weights",
@@ -341,7 +376,9 @@ __all__ = (
     "health_settings",
     "hop_overrides",
     "is_new_turn",
+    "key_busy",
     "latency_factor",
+    "listed_models",
     "meaning",
     "near_context_limit",
     "next_backoff",
@@ -351,6 +388,7 @@ __all__ = (
     "resolve",
     "resolve_template",
     "route_for",
+    "routing_view",
     "session_id",
     "swrr_step",
     "take_part",

@@ -62,9 +62,10 @@ below leads to DISPATCHED (`Send`), WAITING_SLOT, BACKOFF or DONE::
   it ends the request.
 * **Keep-alive** (streamed client requests only): ``keepalive_after`` seconds after arrival with
   no content the client gets its 200 and stream headers (`Commit` with no provider), then a
-  `SendKeepAlive` comment after each ``keepalive_every`` seconds — except Gemini clients, which
-  get the headers only. Failover and retries carry on under that 200; an error then ends the
-  stream (`EndStreamWithError`) instead of being an error response. Keep-alives stop at first
+  `SendKeepAlive` comment after each ``keepalive_every`` seconds — unless the client's format
+  takes no comments (``keepalive_comments=False``, Gemini clients): then the headers only.
+  Failover and retries carry on under that 200; an error then ends the stream
+  (`EndStreamWithError`) instead of being an error response. Keep-alives stop at first
   content: from then on the upstream's own events carry the stream and the idle timer guards it.
 * **Slow-start switch** (``next_on_slow_start``, streamed client requests only): once per attempt,
   ``stream_start_wait_secs`` after send with no content, if another untried candidate of the round
@@ -91,6 +92,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from twengine.retry import next_backoff
+from twproto.client_errors import error_for_failure, passes_through
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.failures import Failure, FailureKind, idle_timeout
 
@@ -134,7 +136,8 @@ class AttemptStateError(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CandidateRef:
-    """One candidate upstream. `sticky`: the conversation is held there (SPEC §10)."""
+    """One candidate upstream. `sticky`: the conversation is held there (docs/balancing.md,
+    "Conversations and affinity")."""
 
     name: str
     sticky: bool = False
@@ -146,7 +149,8 @@ class CandidateRef:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptSettings:
-    """The ``failover`` figures the machine uses (SPEC §4, §8, §9); seconds throughout.
+    """The ``failover`` figures the machine uses (docs/failover.md; docs/configuration.md,
+    ``failover``); seconds throughout.
 
     `busy_retry_after_secs` is the ``Retry-After`` sent with the 429 when every candidate stayed
     full: nothing says when a slot will free, so it is a short, fixed hint.
@@ -203,7 +207,8 @@ class SkipReason(StrEnum):
 
 
 class ResendReason(StrEnum):
-    """Why an attempt is sent again to the same upstream (SPEC §13, §14)."""
+    """Why an attempt is sent again to the same upstream (docs/operations.md, "What goes
+    upstream")."""
 
     EFFORT_REFUSED = "effort_refused"  # resend with an effort level the upstream accepts
     SEALED_REASONING = "sealed_reasoning"  # resend without the sealed reasoning items
@@ -217,7 +222,8 @@ _RESEND_REASONS: Mapping[FailureKind, ResendReason] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptRecord:
-    """One attempt, or one skipped candidate, as the request row keeps it (SPEC §16).
+    """One attempt, or one skipped candidate, as the request row keeps it (docs/operations.md,
+    "The request row").
 
     Times are the caller's clock. `error` is the failure's kind, or a ``gw.`` code for an end
     that has no `Failure` (a stream broken after content). `resend` is set on an entry that
@@ -443,59 +449,6 @@ def _table() -> dict[tuple[State, Input], frozenset[State]]:
 TRANSITIONS: Mapping[tuple[State, Input], frozenset[State]] = _table()
 
 
-# --- the final error -------------------------------------------------------------------------
-
-_K = FailureKind
-_C = ErrorCategory
-# The error the gateway writes when a failure ends the request and the upstream's own response
-# is not passed through. The status is the upstream's where it says more (529, 503) — except for
-# credentials: an upstream's 401 must not read as the client's own key being wrong.
-_FINAL: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
-    _K.NO_BALANCE: (402, _C.UPSTREAM, "gw.upstream.error"),
-    _K.QUOTA_USED_UP: (429, _C.RATE_LIMITED, "gw.upstream.error"),
-    _K.RATE_LIMITED: (429, _C.RATE_LIMITED, "gw.upstream.error"),
-    # Never the upstream's own status or words: its 401 would read as the client's key being
-    # wrong, and an upstream that echoes the key it was sent would hand the secret to the client.
-    _K.AUTH_REJECTED: (502, _C.UPSTREAM, "gw.upstream.auth_rejected"),
-    _K.MODEL_UNAVAILABLE: (404, _C.UPSTREAM, "gw.upstream.error"),
-    # 529 is the status an overloaded upstream answers with (Anthropic's overloaded_error); an
-    # in-stream overload carries no status of its own and keeps its meaning this way.
-    _K.OVERLOADED: (529, _C.UPSTREAM, "gw.upstream.error"),
-    _K.SERVER: (502, _C.UPSTREAM, "gw.upstream.error"),
-    _K.CONNECT: (502, _C.UPSTREAM, "gw.upstream.connect"),
-    _K.STREAM_ENDED_EARLY: (502, _C.UPSTREAM, "gw.upstream.stream_ended_early"),
-    _K.IDLE_TIMEOUT: (504, _C.TIMEOUT, "gw.upstream.idle_timeout"),
-    _K.EFFORT_REFUSED: (400, _C.REQUEST, "gw.upstream.error"),
-    _K.SEALED_REASONING: (400, _C.REQUEST, "gw.upstream.error"),
-    _K.CLIENT_ERROR: (400, _C.REQUEST, "gw.upstream.error"),
-}
-_KEEP_UPSTREAM_STATUS = frozenset(
-    {_K.OVERLOADED, _K.SERVER, _K.EFFORT_REFUSED, _K.SEALED_REASONING, _K.CLIENT_ERROR}
-)
-_INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
-# Kinds whose code says more than "an error event opened the stream".
-_OWN_CODE = frozenset({_K.AUTH_REJECTED})
-# Kinds that arise without any response from the upstream; they keep their own codes.
-_NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
-
-
-def _passes_through(failure: Failure) -> bool:
-    # SPEC §5: the last candidate's own 4xx other than 429 reaches the client unchanged. An
-    # in-stream error has no response of its own to pass on.
-    # An upstream's refusal of the gateway's credentials is never passed on (see _FINAL).
-    status = failure.status
-    return (
-        status is not None
-        and 400 <= status < 500
-        and status != 429
-        and failure.kind is not FailureKind.AUTH_REJECTED
-    )
-
-
-def _tried_suffix(hops: Sequence[str]) -> str:
-    return f" (tried: {' → '.join(hops)})" if len(hops) > 1 else ""
-
-
 # --- the machine -------------------------------------------------------------------------------
 
 
@@ -512,7 +465,7 @@ class AttemptMachine:
         *,
         candidates: Sequence[CandidateRef],
         client_stream: bool,
-        client_is_gemini: bool,
+        keepalive_comments: bool = True,
         arrival: float,
         settings: AttemptSettings,
         rng: Callable[[], float],
@@ -524,7 +477,7 @@ class AttemptMachine:
         sticky = [c.name for c in candidates if c.sticky]
         self._sticky = sticky[0] if sticky else None
         self._client_stream = client_stream
-        self._client_is_gemini = client_is_gemini
+        self._keepalive_comments = keepalive_comments
         self._arrival = arrival
         self._settings = settings
         self._rng = rng
@@ -577,6 +530,11 @@ class AttemptMachine:
     def attempts(self) -> tuple[AttemptRecord, ...]:
         """Every attempt and skip so far, in order, for the request row."""
         return tuple(self._records)
+
+    @property
+    def in_flight(self) -> str | None:
+        """The provider of the attempt in flight, or None."""
+        return None if self._current is None else self._records[self._current].provider
 
     @property
     def retry_round(self) -> int:
@@ -771,7 +729,7 @@ class AttemptMachine:
             return None
         if self._last_keepalive is None:
             return self._arrival + self._settings.keepalive_after
-        if self._client_is_gemini:
+        if not self._keepalive_comments:
             return None
         return self._last_keepalive + self._settings.keepalive_every
 
@@ -1003,7 +961,7 @@ class AttemptMachine:
     def _fail_request(self) -> list[Action]:
         assert self._last_failure is not None
         index, failure = self._last_failure
-        if not self._headers_sent and _passes_through(failure):
+        if not self._headers_sent and passes_through(failure):
             self._current = None
             self._state = State.DONE
             provider = self._records[index].provider
@@ -1029,39 +987,7 @@ class AttemptMachine:
         )
 
     def _error_from(self, failure: Failure, *, after_content: bool) -> GatewayError:
-        status, category, code = _FINAL[failure.kind]
-        if (
-            failure.status is None
-            and failure.kind not in _OWN_CODE
-            and failure.kind not in _NO_RESPONSE
-            and not after_content
-        ):
-            # No status and not a transport fault: an error event opened the stream.
-            code = "gw.upstream.stream_opening_error"
-        if (
-            failure.kind in _KEEP_UPSTREAM_STATUS
-            and failure.status is not None
-            and 400 <= failure.status <= 599
-        ):
-            status = failure.status
-        retry_after: float | None = None
-        if category is ErrorCategory.RATE_LIMITED:
-            retry_after = failure.retry_after_secs or failure.pause_secs
-        message = failure.message or failure.kind.value.replace("_", " ")
-        if failure.kind is FailureKind.AUTH_REJECTED:
-            answered = f"HTTP {failure.status}" if failure.status else "an error event"
-            message = (
-                f"the upstream refused the gateway's credentials for it ({answered}); "
-                "check the upstream's key in the gateway's config"
-            )
-        return GatewayError(
-            status=status,
-            category=category,
-            code=code,
-            message=message + _tried_suffix(self._hops),
-            retry_after=retry_after,
-            openai_type="insufficient_quota" if failure.kind in _INSUFFICIENT_QUOTA else None,
-        )
+        return error_for_failure(failure, after_content=after_content, tried=self._hops)
 
     def _end_with(self, error: GatewayError) -> list[Action]:
         self._current = None

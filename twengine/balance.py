@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from enum import StrEnum
+
+from twengine.config.model import BalanceBy
 
 __all__ = [
     "WEIGHT_SCALE",
@@ -76,13 +77,6 @@ WEIGHT_SCALE = 1000
 
 _LATENCY_MIN, _LATENCY_MAX = 0.1, 10.0
 _HEALTH_MIN = 0.05
-
-
-class BalanceBy(StrEnum):
-    WEIGHTS = "weights"
-    LATENCY = "latency"
-    HEALTH = "health"
-    LATENCY_HEALTH = "latency-health"
 
 
 def take_part(members: Iterable[str], sitting_out: Collection[str]) -> set[str]:

@@ -23,20 +23,13 @@ Every sort is stable: members that compare equal keep their declared order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
+
+from twengine.config.model import GroupType
 
 __all__ = ["URL_TEST_MIN_SAMPLES", "GroupType", "order_members", "url_test_latency"]
 
 # Samples an upstream needs before its own median replaces the startup connection test.
 URL_TEST_MIN_SAMPLES = 3
-
-
-class GroupType(StrEnum):
-    FALLBACK = "fallback"
-    SELECT = "select"
-    LOAD_BALANCE = "load-balance"
-    URL_TEST = "url-test"
-    CHEAPEST = "cheapest"
 
 
 def url_test_latency(

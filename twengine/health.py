@@ -41,7 +41,7 @@ unexplained failure after a pause ends pauses it again, for twice as long — th
 circuit breaker whose probe is the next real request. An explained pause never shortens a longer
 pause already running.
 
-Pauses start and end as values: `HealthChanged` events, returned by the calls that cause them.
+Pauses start and end as values: `PauseChanged` events, returned by the calls that cause them.
 A pause that simply runs out ends at `next_deadline`; the caller calls `on_timer` then, which
 returns the end events. `is_paused` consults the clock given, so a late timer never keeps an
 upstream paused for longer.
@@ -63,9 +63,9 @@ from twproto.failures import Failure, PauseRule
 
 __all__ = [
     "Health",
-    "HealthChanged",
     "HealthReason",
     "HealthSettings",
+    "PauseChanged",
     "UpstreamHealth",
 ]
 
@@ -113,7 +113,7 @@ class HealthSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HealthChanged:
+class PauseChanged:
     """An upstream's pause started (`paused` true, until `until`) or ended, at time `at`."""
 
     upstream: str
@@ -215,7 +215,7 @@ class Health:
         oldest = now - self._settings.attempts_window_secs
         return [ok for at, ok in state.attempts if at > oldest]
 
-    def record_success(self, name: str, now: float) -> list[HealthChanged]:
+    def record_success(self, name: str, now: float) -> list[PauseChanged]:
         """An attempt that got its answer: clears the run and ends a pause."""
         state = self._state(name)
         state.attempts.append((now, True))
@@ -237,7 +237,7 @@ class Health:
         *,
         pause_secs: float | None = None,
         reset_at: float | None = None,
-    ) -> list[HealthChanged]:
+    ) -> list[PauseChanged]:
         """A failed attempt whose failure carries pause rule `rule`.
 
         `pause_secs`: for ``rate_limit`` the Retry-After-derived wait, for ``quota`` the time
@@ -273,7 +273,7 @@ class Health:
 
     def record(
         self, name: str, now: float, failure: Failure, *, wall_now: float | None = None
-    ) -> list[HealthChanged]:
+    ) -> list[PauseChanged]:
         """`record_failure` with the fields of a classified failure.
 
         The failure's ``reset_at`` is wall-clock (epoch seconds); with `wall_now`, the wall
@@ -296,13 +296,13 @@ class Health:
 
     def _pause(
         self, name: str, state: _Upstream, now: float, until: float, rule: PauseRule
-    ) -> list[HealthChanged]:
+    ) -> list[PauseChanged]:
         if self._paused(state, now) and state.until is not None and state.until >= until:
             return []
         state.until = until
         state.reason = HealthReason(rule.value)
         return [
-            HealthChanged(
+            PauseChanged(
                 upstream=name,
                 paused=True,
                 reason=state.reason,
@@ -312,20 +312,20 @@ class Health:
             )
         ]
 
-    def _end(self, name: str, state: _Upstream, now: float, why: HealthReason) -> HealthChanged:
+    def _end(self, name: str, state: _Upstream, now: float, why: HealthReason) -> PauseChanged:
         state.until = None
         state.reason = None
-        return HealthChanged(
+        return PauseChanged(
             upstream=name, paused=False, reason=why, at=now, failures_in_row=state.failures
         )
 
-    def pause(self, name: str, now: float, until: float) -> list[HealthChanged]:
+    def pause(self, name: str, now: float, until: float) -> list[PauseChanged]:
         """An operator's pause of `name` until `until`; answers succeeding do not end it."""
         state = self._state(name)
         state.until = until
         state.reason = HealthReason.MANUAL
         return [
-            HealthChanged(
+            PauseChanged(
                 upstream=name,
                 paused=True,
                 reason=HealthReason.MANUAL,
@@ -335,7 +335,7 @@ class Health:
             )
         ]
 
-    def resume(self, name: str, now: float) -> list[HealthChanged]:
+    def resume(self, name: str, now: float) -> list[PauseChanged]:
         """End any pause of `name` now (an operator's resume)."""
         state = self._upstreams.get(name)
         if state is None or state.until is None:
@@ -360,7 +360,7 @@ class Health:
         ends = [state.until for state in self._upstreams.values() if state.until is not None]
         return min(ends) if ends else None
 
-    def on_timer(self, now: float) -> list[HealthChanged]:
+    def on_timer(self, now: float) -> list[PauseChanged]:
         """End the pauses that have run out by `now`."""
         return [
             self._end(name, state, now, HealthReason.EXPIRED)

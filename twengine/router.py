@@ -2,24 +2,24 @@
 
 Theory of operation
 -------------------
-`twengine.routing.resolve` says where a request *may* go: the rule, the group, the members that
+`twengine.rules.resolve` says where a request *may* go: the rule, the group, the members that
 offer the model, in declared order. This module decides the *order* in which they are asked, and
 keeps the state that order depends on across requests: one smooth weighted round-robin per
 ``load-balance`` group, upstream health (`Health`), slots (`Slots`) and conversation affinity
-(`Affinity`). twserve keeps one `Router` per process, asks it for a `Plan` per request, hands the
-plan's candidates to the attempt machine, and reports every outcome back here — the router is
-the one place the relay talks to about routing state.
+(`Affinity`). twserve keeps one `Router` per process, asks it for a `RoutePlan` per request,
+hands the plan's candidates to the attempt machine, and reports every outcome back here — the
+router is the one place the relay talks to about routing state.
 
 A plan, step by step (`Router.plan`):
 
 1. **The turn's decision.** A request that continues a turn of a known conversation reuses the
-   decision made at the turn's start — rule, group, rewrites and candidates — so a rule on
-   ``tools`` or ``input_tokens`` does not flip between the requests of one turn (SPEC §10). The
-   decision is made afresh at every new turn; when the input reaches 90% of the smallest
-   context window among the held candidates; when the request names another model or comes
-   from another key than the one decided for; and after a reload that changed what routing
-   reads (upstreams' model lists, aliases, groups, routes, keys' routes). Denials and decisions
-   without candidates are never held: nothing was sent, so there is no turn to keep.
+   decision made at the turn's start — rule, group, rewrites and candidates — so a rule on ``tools``
+   or ``input_tokens`` does not flip between the requests of one turn (docs/balancing.md,
+   "Conversations and affinity"). The decision is made afresh at every new turn; when the input
+   reaches 90% of the smallest context window among the held candidates; when the request names
+   another model or comes from another key than the one decided for; and after a reload that changed
+   what routing reads (upstreams' model lists, aliases, groups, routes, keys' routes). Denials and
+   decisions without candidates are never held: nothing was sent, so there is no turn to keep.
 2. **Sitting out.** Candidates paused at ``now`` and those without a free slot sit out of
    balancing; when every candidate sits out, all take part.
 3. **Sticky upstream.** With a conversation, `Affinity.sticky_upstream` names the upstream that
@@ -77,8 +77,8 @@ from twengine.config.model import (
 )
 from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
 from twengine.groups import URL_TEST_MIN_SAMPLES, order_members, url_test_latency
-from twengine.health import Health, HealthChanged, HealthSettings
-from twengine.routing import Candidate, RequestFacts, RoutingDecision, Skipped, resolve
+from twengine.health import Health, HealthSettings, PauseChanged
+from twengine.rules import Candidate, RequestFacts, RoutingDecision, Skipped, resolve
 from twengine.slots import Grant, Slots
 from twproto.failures import Failure
 
@@ -87,7 +87,7 @@ __all__ = [
     "Catalog",
     "ConfigCatalog",
     "MemberBalance",
-    "Plan",
+    "RoutePlan",
     "Router",
     "health_settings",
 ]
@@ -179,7 +179,7 @@ class Balance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
+class RoutePlan:
     """The upstreams one request asks, in order, and why they are in that order.
 
     `decision` is the routing decision in force (`held`: the one made at the turn's start).
@@ -361,7 +361,7 @@ class Router:
         conversation: str | None = None,
         new_turn: bool = True,
         take_turn: bool = True,
-    ) -> Plan:
+    ) -> RoutePlan:
         """Route one request and order its candidates, taking the balancer's step.
 
         `conversation` is the conversation key (`twengine.affinity.conversation_key`), None
@@ -391,10 +391,10 @@ class Router:
         new_turn: bool,
         *,
         commit: bool,
-    ) -> Plan:
+    ) -> RoutePlan:
         decision, held = self._decide(facts, now, conversation, new_turn, commit=commit)
         if decision.denied or not decision.candidates:
-            return Plan(decision=decision, held=held)
+            return RoutePlan(decision=decision, held=held)
         names = [c.provider for c in decision.candidates]
         paused = self._health.paused(names, now)
         full = self._slots.full(names)
@@ -413,7 +413,7 @@ class Router:
         # A stable sort: within each class the strategy's order holds.
         ordered.sort(key=lambda c: (c.provider in paused, c.provider in full))
         final = (*head, *ordered)
-        return Plan(
+        return RoutePlan(
             decision=decision,
             candidates=final,
             sticky=sticky,
@@ -563,7 +563,7 @@ class Router:
             for name in names
         }
 
-    def _report(self, plan: Plan, facts: RequestFacts, now: float) -> DryRunReport:
+    def _report(self, plan: RoutePlan, facts: RequestFacts, now: float) -> DryRunReport:
         decision = plan.decision
         balance = plan.balance
         rows: list[DryRunCandidate] = []
@@ -639,13 +639,13 @@ class Router:
         """The startup connection time recorded for `provider`, in seconds (None: none)."""
         return self._connection_tests.get(provider)
 
-    def record_success(self, provider: str, *, now: float) -> list[HealthChanged]:
+    def record_success(self, provider: str, *, now: float) -> list[PauseChanged]:
         """An attempt got its answer: clears the failure run and ends a pause."""
         return self._health.record_success(provider, now)
 
     def record_failure(
         self, provider: str, failure: Failure, *, now: float, wall_now: float | None = None
-    ) -> list[HealthChanged]:
+    ) -> list[PauseChanged]:
         """An attempt failed with the classified `failure`; returns the pause it started.
 
         `wall_now` is the wall clock at `now`, to place a quota's named reset. Failures that do
@@ -666,6 +666,6 @@ class Router:
         """When the earliest pause runs out; call `on_timer` then."""
         return self._health.next_deadline()
 
-    def on_timer(self, now: float) -> list[HealthChanged]:
+    def on_timer(self, now: float) -> list[PauseChanged]:
         """End the pauses that have run out by `now`."""
         return self._health.on_timer(now)

@@ -22,12 +22,9 @@ The deadline is the request's: ``arrival + wait_secs`` (``wait_secs`` 0 turns wa
 a full candidate then means `Busy` at once). `expire` removes the tickets whose deadline has
 come and returns them; `next_deadline` tells the caller when to call it.
 
-The routing rules of §8 sit in `claim`:
-
-* a conversation held to its upstream (`hold_to`) waits for a slot *there*;
-* any other request skips a full upstream at once and takes the first candidate with room,
-  reporting the ones it skipped;
-* when every candidate is full, it waits for the first slot to free on any of them.
+Which upstream a request takes, skips because it is full, or waits for is not decided here but
+by the attempt machine (`twengine.attempt`, docs/failover.md): it reads `full` as a snapshot and
+asks, through `twengine.attempt_ledger`'s actions, for `try_acquire`, `wait` and `release`.
 
 Releasing is idempotent (a stream's end and the client's disconnect may both release the same
 permit); a permit released twice frees its slot once.
@@ -40,15 +37,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = [
-    "Busy",
-    "Claim",
-    "Claimed",
     "Grant",
     "Permit",
     "SlotScope",
     "Slots",
     "Ticket",
-    "Waiting",
 ]
 
 
@@ -84,32 +77,6 @@ class Grant:
 
     ticket: Ticket
     permit: Permit
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Claimed:
-    """A slot was free. `skipped` lists full candidates passed over before it, in order."""
-
-    permit: Permit
-    skipped: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Waiting:
-    """Every candidate asked for was full; the request waits on `ticket`."""
-
-    ticket: Ticket
-    skipped: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Busy:
-    """Every candidate asked for was full and the deadline leaves no time to wait."""
-
-    skipped: tuple[str, ...] = ()
-
-
-Claim = Claimed | Waiting | Busy
 
 
 class _Pool:
@@ -235,49 +202,6 @@ class Slots:
         )
         pool.queue[ticket.id] = ticket
         return ticket
-
-    def claim(
-        self,
-        candidates: Sequence[str],
-        *,
-        owner: str,
-        now: float,
-        deadline: float,
-        hold_to: str | None = None,
-    ) -> Claim:
-        """Take an upstream slot by the rules of §8 (see the module docstring).
-
-        `hold_to`: the upstream a conversation stays on; the request waits for that one only.
-        """
-        if hold_to is not None:
-            permit = self.try_acquire(hold_to, owner=owner)
-            if permit is not None:
-                return Claimed(permit=permit)
-            if deadline > now:
-                return Waiting(ticket=self.wait([hold_to], owner=owner, deadline=deadline))
-            return Busy(skipped=(hold_to,))
-        if not candidates:
-            raise ValueError("no candidate to claim a slot on")
-        skipped: list[str] = []
-        for name in candidates:
-            permit = self.try_acquire(name, owner=owner)
-            if permit is not None:
-                return Claimed(permit=permit, skipped=tuple(skipped))
-            skipped.append(name)
-        if deadline > now:
-            ticket = self.wait(candidates, owner=owner, deadline=deadline)
-            return Waiting(ticket=ticket, skipped=tuple(skipped))
-        return Busy(skipped=tuple(skipped))
-
-    def claim_key(self, key: str, *, owner: str, now: float, deadline: float) -> Claim:
-        """Take a permit of gateway key `key`, or queue for one until `deadline`."""
-        permit = self.try_acquire(key, owner=owner, scope=SlotScope.KEY)
-        if permit is not None:
-            return Claimed(permit=permit)
-        if deadline > now:
-            ticket = self.wait([key], owner=owner, deadline=deadline, scope=SlotScope.KEY)
-            return Waiting(ticket=ticket)
-        return Busy(skipped=(key,))
 
     # -- releasing and expiring ----------------------------------------------------------
 

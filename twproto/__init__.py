@@ -20,6 +20,13 @@ from twproto._exceptions import (
 from twproto._json import JSONDecodeError
 from twproto._json import dumps as json_dumps
 from twproto._json import loads as json_loads
+from twproto.client_errors import (
+    error_for_failure,
+    error_for_stream_event,
+    error_for_unreadable_answer,
+    passes_through,
+    request_failure,
+)
 from twproto.dialect import (
     Dialect,
 )
@@ -115,6 +122,11 @@ from twproto.ir import (
     derive_call_id,
     dispatch,
 )
+from twproto.keys import (
+    KEY_HEADERS,
+    credential_headers,
+    find_key,
+)
 from twproto.models import (
     ModelInfo,
     encode_model,
@@ -123,6 +135,7 @@ from twproto.models import (
 from twproto.paths import (
     Operation,
     Route,
+    guess_client_dialect,
     match_path,
     split_target,
     upstream_path,
@@ -137,6 +150,14 @@ from twproto.sse import (
     encode,
     encode_comment,
     encode_event,
+)
+from twproto.stream_translate import (
+    CollectedStream,
+    ConvertedStream,
+    RelayedStream,
+    StreamTranslator,
+    keepalive_comments,
+    new_stream_translator,
 )
 from twproto.structure import (
     SHAPES,
@@ -153,12 +174,24 @@ from twproto.summary import (
 )
 from twproto.translate import (
     DEFAULT_MAX_TOKENS,
-    StreamTranslator,
     TranslatedAnswer,
     TranslatedRequest,
     answer_to_stream,
     translate_request,
     translate_response,
+)
+from twproto.upstream_request import (
+    ClientCall,
+    UpstreamRequest,
+    UpstreamTarget,
+    forwardable_headers,
+    upstream_request,
+)
+from twproto.upstream_stream import (
+    FirstContent,
+    OpeningOutcome,
+    UpstreamStream,
+    reported_usage,
 )
 
 __all__ = (
@@ -166,6 +199,7 @@ __all__ = (
     "DEFAULT_MAX_TOKENS",
     "ERROR_HEADER",
     "FORMATS",
+    "KEY_HEADERS",
     "KIND_POLICY",
     "MAX_BODY_BYTES",
     "RULES",
@@ -173,7 +207,10 @@ __all__ = (
     "TEMPORARY_STATUSES",
     "Answer",
     "AnswerBuilder",
+    "ClientCall",
     "ClientTranslationError",
+    "CollectedStream",
+    "ConvertedStream",
     "Dialect",
     "Effort",
     "ErrorCategory",
@@ -185,6 +222,7 @@ __all__ = (
     "FailureKind",
     "FieldShape",
     "Finish",
+    "FirstContent",
     "Format",
     "GatewayError",
     "HoldOutcome",
@@ -201,6 +239,7 @@ __all__ = (
     "ModelInfo",
     "Opaque",
     "OpeningHold",
+    "OpeningOutcome",
     "Operation",
     "OutputFormat",
     "Part",
@@ -214,6 +253,7 @@ __all__ = (
     "ReasoningDelta",
     "ReasoningLevel",
     "ReasoningSeal",
+    "RelayedStream",
     "Released",
     "Request",
     "RequestSummary",
@@ -249,6 +289,9 @@ __all__ = (
     "TranslatedRequest",
     "TranslationError",
     "TransportFault",
+    "UpstreamRequest",
+    "UpstreamStream",
+    "UpstreamTarget",
     "UpstreamTranslationError",
     "Usage",
     "UsageUpdate",
@@ -262,6 +305,7 @@ __all__ = (
     "classify_transport",
     "client_response_headers",
     "count_tokens_body",
+    "credential_headers",
     "derive_call_id",
     "dispatch",
     "encode",
@@ -270,15 +314,26 @@ __all__ = (
     "encode_model",
     "encode_model_list",
     "error_body",
+    "error_for_failure",
+    "error_for_stream_event",
+    "error_for_unreadable_answer",
     "error_headers",
     "estimate_text_tokens",
+    "find_key",
+    "forwardable_headers",
+    "guess_client_dialect",
     "idle_timeout",
     "json_dumps",
     "json_loads",
+    "keepalive_comments",
     "match_path",
     "new_stream_decoder",
     "new_stream_encoder",
+    "new_stream_translator",
     "next_pacific_midnight",
+    "passes_through",
+    "reported_usage",
+    "request_failure",
     "split_target",
     "stream_ended_early",
     "stream_error_event",
@@ -286,4 +341,5 @@ __all__ = (
     "translate_request",
     "translate_response",
     "upstream_path",
+    "upstream_request",
 )

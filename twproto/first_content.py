@@ -6,7 +6,7 @@ Theory of operation
 A streamed answer opens with bookkeeping — Anthropic's ``message_start``, Responses'
 ``response.created``, a Chat chunk carrying only the role — before the model produces anything.
 Until the first *content* the gateway can still move the request to another upstream without the
-client noticing, so it holds the stream back (SPEC §4).
+client noticing, so it holds the stream back (docs/streams.md).
 
 `classify_event` (SSE) and `classify_payload` (a parsed object, e.g. a Gemini JSON-array element)
 give each event an `EventRole`:
@@ -47,6 +47,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from twproto import _json
 from twproto.dialect import Dialect
@@ -94,7 +95,7 @@ _ANTHROPIC_DELTA_FIELDS: Mapping[str, str] = {
 _ANTHROPIC_OPENING = frozenset(
     {"message_start", "content_block_start", "content_block_stop", "ping"}
 )
-# content_block_start is opening unless it already carries text (SPEC §4: "without text").
+# content_block_start is opening unless it already carries text (docs/streams.md: "without text").
 _ANTHROPIC_START_TEXT: Mapping[str, str] = {"text": "text", "thinking": "thinking"}
 
 
@@ -354,13 +355,22 @@ class Holding:
 class Released:
     """Send `data` (every byte held, unchanged) onward; stop feeding the hold.
 
-    `reason` is ``"content"``, ``"end"`` (a proper empty answer) or ``"limit"``.
+    `reason` is ``"content"``, ``"end"`` (a proper empty answer) or ``"limit"``. `events` are
+    the events (or JSON-array elements) decoded from `data` so far and `framing` the decoder
+    that read them, positioned after them: whoever reads the stream on takes both over instead
+    of decoding the held bytes again (`twproto.upstream_stream`). `framing` is None when the
+    decoder gave up (an event past the limit): the bytes must then be read afresh.
     """
 
     __match_args__ = ("data", "reason")
 
     data: bytes
     reason: str
+    # SSE events or parsed JSON-array elements, as the decoder gave them.
+    events: tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    framing: SSEDecoder | JSONArrayDecoder | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,13 +393,13 @@ _HOLDING = Holding()
 
 
 class OpeningHold:
-    """Hold an upstream stream until its first content (SPEC §4).
+    """Hold an upstream stream until its first content (docs/streams.md).
 
     `sse=False` reads Gemini's JSON-array stream instead of SSE. `limit` bounds the bytes held
     without content; past it the stream is released as it is.
     """
 
-    __slots__ = ("_chunks", "_decoder", "_dialect", "_done", "_held", "_limit")
+    __slots__ = ("_chunks", "_decoder", "_dialect", "_done", "_events", "_held", "_limit")
 
     def __init__(self, dialect: Dialect, *, sse: bool = True, limit: int = 1 << 20) -> None:
         if limit < 1:
@@ -401,6 +411,7 @@ class OpeningHold:
             SSEDecoder(max_event_size=limit) if sse else JSONArrayDecoder(max_element_size=limit)
         )
         self._chunks: list[bytes] = []
+        self._events: list[Any] = []
         self._held = 0
         self._done = False
 
@@ -424,9 +435,10 @@ class OpeningHold:
         try:
             items = self._decoder.feed(chunk)
         except SSEEventTooLarge:
-            return self._release("limit")
+            return self._release("limit", decoded=False)
         except SSEError as exc:
             return self._broken(str(exc))
+        self._events += items
         outcome = self._decide(items, now=now, final=False)
         if outcome is not None:
             return outcome
@@ -442,6 +454,7 @@ class OpeningHold:
             items = self._decoder.end()
         except SSEError as exc:
             return self._broken(str(exc))
+        self._events += items
         outcome = self._decide(items, now=now, final=True)
         if outcome is not None:
             return outcome
@@ -461,19 +474,25 @@ class OpeningHold:
             if role is ERROR:
                 self._done = True
                 self._chunks = []
+                self._events = []
                 failure = classify_stream_error(dialect, payload, now=now)
                 return FailedBeforeContent(failure=failure, payload=payload)
             return self._release("content" if role is CONTENT else "end")
         return None
 
-    def _release(self, reason: str) -> Released:
+    def _release(self, reason: str, *, decoded: bool = True) -> Released:
         self._done = True
         data = b"".join(self._chunks)
+        events = tuple(self._events) if decoded else ()
         self._chunks = []
-        return Released(data=data, reason=reason)
+        self._events = []
+        return Released(
+            data=data, reason=reason, events=events, framing=self._decoder if decoded else None
+        )
 
     def _broken(self, message: str) -> FailedBeforeContent:
         self._done = True
         self._chunks = []
+        self._events = []
         failure = dataclasses.replace(stream_ended_early(), message=message)
         return FailedBeforeContent(failure=failure, payload=None)

@@ -8,13 +8,21 @@ official SDK appends to its base URL (docs/configuration.md, "providers").
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote
 
 from twproto.dialect import Dialect
 
-__all__ = ["Operation", "Route", "match_path", "split_target", "upstream_path"]
+__all__ = [
+    "Operation",
+    "Route",
+    "guess_client_dialect",
+    "match_path",
+    "split_target",
+    "upstream_path",
+]
 
 
 class Operation(StrEnum):
@@ -105,6 +113,33 @@ def match_path(method: str, path: str, query: str = "") -> Route | None:
             dialect = Dialect.GEMINI if path.startswith("/v1beta/") else None
             return Route(operation=Operation.GET_MODEL, dialect=dialect, model=m.group(1))
     return None
+
+
+def guess_client_dialect(
+    path: str | None, headers: Sequence[tuple[bytes, bytes]] | None = None
+) -> Dialect:
+    """The format to answer in when the path does not fix one (an unknown path, a refusal, the
+    model listing).
+
+    A known path decides; then a path that looks like one API's (``/v1beta…`` is Gemini's,
+    ``…/messages…`` Anthropic's); then the SDK's key header: Anthropic's (or its
+    ``anthropic-version``) before Gemini's, since google-genai also lists models under
+    ``/v1/models``. Anything else is answered as OpenAI Chat, the format most clients read.
+    """
+    if path:
+        route = match_path("POST", path) or match_path("GET", path)
+        if route is not None and route.dialect is not None:
+            return route.dialect
+        if path.startswith("/v1beta"):
+            return Dialect.GEMINI
+        if "/messages" in path:
+            return Dialect.ANTHROPIC
+    names = {name for name, _ in headers or ()}
+    if b"anthropic-version" in names or b"x-api-key" in names:
+        return Dialect.ANTHROPIC
+    if b"x-goog-api-key" in names:
+        return Dialect.GEMINI
+    return Dialect.OPENAI_CHAT
 
 
 def upstream_path(

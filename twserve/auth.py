@@ -1,8 +1,6 @@
-"""Who is calling: the client address check and the gateway key lookup (docs/operations.md, "What a
-client may send", "Keys and concurrency").
+"""Who is calling: the client address check and the gateway key lookup (docs/operations.md).
 
-The key is looked for in ``x-api-key``, ``x-goog-api-key``, ``Authorization: Bearer`` and the
-``key`` query parameter, in that order; empty values are skipped. Every configured key is
+Where a client puts its key is a protocol fact (`twproto.keys.find_key`). Every configured key is
 compared with `hmac.compare_digest` and all of them are compared every time, so neither the
 answer's timing nor its early exit tells which key came close.
 
@@ -22,32 +20,9 @@ import hmac
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote_plus
+from urllib.parse import unquote_plus
 
-__all__ = ["AddressFilter", "KeyRing", "find_key", "strip_key_param"]
-
-
-def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
-    """The gateway key the client presented, by the lookup order of docs/operations.md, "Keys and
-    concurrency"."""
-    found: dict[bytes, bytes] = {}
-    for name, value in headers:
-        if name in (b"x-api-key", b"x-goog-api-key", b"authorization") and name not in found:
-            found[name] = value.strip()
-    for wanted in (b"x-api-key", b"x-goog-api-key"):
-        presented = found.get(wanted)
-        if presented:
-            return presented.decode("utf-8", "surrogateescape")
-    bearer = found.get(b"authorization")
-    if bearer and bearer[:7].lower() == b"bearer ":
-        token = bearer[7:].strip()
-        if token:
-            return token.decode("utf-8", "surrogateescape")
-    if query:
-        for qname, qvalue in parse_qsl(query, keep_blank_values=False, errors="surrogateescape"):
-            if qname == "key" and qvalue:
-                return qvalue
-    return None
+__all__ = ["AddressFilter", "KeyRing", "strip_key_param"]
 
 
 def strip_key_param(query: str) -> str:

@@ -38,7 +38,7 @@ import httpcore
 
 from twengine.config import Config, Problem, TemplateError, resolve_template
 from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
-from twengine.routing import RequestFacts
+from twengine.rules import RequestFacts
 from twengine.slots import SlotScope
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect

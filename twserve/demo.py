@@ -21,6 +21,9 @@ import httpcore
 
 from twengine.config import Config, build_config
 from twmock.script import ErrorSpec, MockSettings, Script
+from twproto.dialect import Dialect
+from twproto.paths import Operation
+from twproto.upstream_request import ClientCall, UpstreamTarget, upstream_request
 from twserve.app import GatewayApp
 from twserve.store import RequestRow
 
@@ -136,75 +139,97 @@ def demo_config(mock_port: int) -> Config:
 
 
 def banner_requests(port: int) -> list[tuple[str, str, dict[str, str], str]]:
-    """(title, url, headers, body) for each request the banner shows."""
-    g = f"http://127.0.0.1:{port}"
+    """(title, url, headers, body) for each request the banner shows.
+
+    Each is written the way its client's SDK writes it: to the demo client, the gateway is one
+    more upstream of the client's own format (`twproto.upstream_request`).
+    """
+    gateway = f"http://127.0.0.1:{port}"
     hello = [{"role": "user", "content": "Say hello in five words."}]
     gemini_hello = {"contents": [{"role": "user", "parts": [{"text": "Say hello in five words."}]}]}
-    anthropic = {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"}
-    bearer = {"authorization": f"Bearer {DEMO_KEY}"}
-    goog = {"x-goog-api-key": DEMO_KEY}
 
-    def body(value: dict[str, Any]) -> str:
-        return json.dumps(value, separators=(",", ":"))
+    def anthropic(model: str) -> dict[str, Any]:
+        return {"model": model, "max_tokens": 256, "stream": True, "messages": hello}
 
-    def anthropic_body(model: str) -> str:
-        return body({"model": model, "max_tokens": 256, "stream": True, "messages": hello})
+    def chat(model: str) -> dict[str, Any]:
+        return {"model": model, "stream": True, "messages": hello}
 
-    def chat_body(model: str) -> str:
-        return body({"model": model, "stream": True, "messages": hello})
+    def request(
+        title: str, dialect: Dialect, model: str, stream: bool, body: dict[str, Any]
+    ) -> tuple[str, str, dict[str, str], str]:
+        target = UpstreamTarget(dialect=dialect, base_url=gateway, key=DEMO_KEY, model=model)
+        call = ClientCall(dialect=dialect, operation=Operation.GENERATE, stream=stream)
+        raw = json.dumps(body, separators=(",", ":"))
+        built = upstream_request(target, call, raw.encode())
+        # curl sets its own content-type line; identity encoding is its default.
+        headers = {
+            k.decode(): v.decode()
+            for k, v in built.headers
+            if k not in (b"content-type", b"accept-encoding")
+        }
+        return title, built.url, headers, raw
 
     gemini_model = MODELS["gemini"]
     responses_model = MODELS["openai-responses"]
+    a, c, r, g = Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES, Dialect.GEMINI
     return [
-        (
+        request(
             "Anthropic Messages client → Anthropic upstream, streamed",
-            f"{g}/v1/messages",
-            anthropic,
-            anthropic_body(MODELS["anthropic"]),
+            a,
+            MODELS["anthropic"],
+            True,
+            anthropic(MODELS["anthropic"]),
         ),
-        (
+        request(
             "OpenAI Chat client → OpenAI Chat upstream, streamed",
-            f"{g}/v1/chat/completions",
-            bearer,
-            chat_body(MODELS["openai-chat"]),
+            c,
+            MODELS["openai-chat"],
+            True,
+            chat(MODELS["openai-chat"]),
         ),
-        (
+        request(
             "OpenAI Responses client → Responses upstream, whole answer",
-            f"{g}/v1/responses",
-            bearer,
-            body({"model": responses_model, "input": "Say hello in five words."}),
+            r,
+            responses_model,
+            False,
+            {"model": responses_model, "input": "Say hello in five words."},
         ),
-        (
+        request(
             "Gemini client → Gemini upstream, streamed (SSE)",
-            f"{g}/v1beta/models/{gemini_model}:streamGenerateContent?alt=sse",
-            goog,
-            body(gemini_hello),
+            g,
+            gemini_model,
+            True,
+            gemini_hello,
         ),
-        (
+        request(
             "OpenAI Chat client → Anthropic upstream (converted both ways), streamed",
-            f"{g}/v1/chat/completions",
-            bearer,
-            chat_body(MODELS["anthropic"]),
+            c,
+            MODELS["anthropic"],
+            True,
+            chat(MODELS["anthropic"]),
         ),
-        (
+        request(
             "Anthropic client → Gemini upstream (converted), streamed",
-            f"{g}/v1/messages",
-            anthropic,
-            anthropic_body(gemini_model),
+            a,
+            gemini_model,
+            True,
+            anthropic(gemini_model),
         ),
-        (
+        request(
             "Load-balance group 5:3:2 with a flaky member: run it a few times and watch the"
             " [row] lines spread across pool-main / pool-relay / pool-flaky, failing over"
             " invisibly when pool-flaky answers 529",
-            f"{g}/v1/chat/completions",
-            bearer,
-            chat_body(POOL_MODEL),
+            c,
+            POOL_MODEL,
+            True,
+            chat(POOL_MODEL),
         ),
-        (
+        request(
             "Gemini client → OpenAI Responses upstream (converted), whole answer",
-            f"{g}/v1beta/models/{responses_model}:generateContent",
-            goog,
-            body(gemini_hello),
+            g,
+            responses_model,
+            False,
+            gemini_hello,
         ),
     ]
 

@@ -33,9 +33,9 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from twengine.config import Problem
-from twengine.health import HealthChanged as EngineHealthChanged
+from twengine.health import PauseChanged
 from twengine.limits import LimitAlert as EngineLimitAlert
-from twengine.router import Plan
+from twengine.router import RoutePlan
 from twproto import json_dumps
 from twserve.store import RequestRow
 
@@ -384,7 +384,7 @@ class EventBus:
             )
         )
 
-    def request_routed(self, row: RequestRow, plan: Plan) -> None:
+    def request_routed(self, row: RequestRow, plan: RoutePlan) -> None:
         decision = plan.decision
         self.publish(
             RequestRouted(
@@ -453,8 +453,8 @@ class EventBus:
                 )
             )
 
-    def health_changed(self, change: EngineHealthChanged) -> None:
-        """An `EngineHooks` listener: the engine's change, with monotonic times made relative."""
+    def health_changed(self, change: PauseChanged) -> None:
+        """A `RouterHooks` listener: the engine's change, with monotonic times made relative."""
         pause = None
         if change.paused and change.until is not None:
             pause = round(max(0.0, change.until - change.at), 3)

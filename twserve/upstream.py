@@ -1,110 +1,87 @@
-"""Upstream calls over httpcore: one shared connection pool, streamed answers, auth per protocol.
+"""Upstream calls: the `Upstream` protocol the relay sends through, and its httpcore pool.
 
-The relay opens an answer with `UpstreamClient.open` and reads it chunk by chunk as it arrives;
-nothing buffers a whole answer. httpcore's exceptions are mapped here, at the boundary, to two
-errors named by when they happened: `UpstreamUnreachable` (no response head: refused, reset,
-TLS, timeout — carries the `TransportFault` the failure classifier takes) and `UpstreamBroken`
-(the body broke off after the head). Cancelling the caller's anyio scope closes the upstream
-connection, which is how a client that leaves stops the upstream's work too.
+The relay opens an answer with `Upstream.open` (a `twproto.upstream_request.UpstreamRequest`,
+built without IO) and reads it chunk by chunk as it arrives; nothing buffers a whole answer.
+`UpstreamClient` is the one shared httpcore connection pool; tests can put
+`twserve.upstream_memory.MemoryUpstream` in its place. httpcore's exceptions are mapped here,
+at the boundary, to two errors named by when they happened: `UpstreamUnreachable` (no response
+head: refused, reset, TLS, timeout — carries the `TransportFault` the failure classifier takes)
+and `UpstreamBroken` (the body broke off after the head). Cancelling the caller's anyio scope
+closes the upstream connection, which is how a client that leaves stops the upstream's work too.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import httpcore
 
-from twproto.dialect import Dialect
 from twproto.failures import TransportFault
+from twproto.headers import client_response_headers
+from twproto.upstream_request import UpstreamRequest
 
 __all__ = [
+    "Upstream",
+    "UpstreamAnswer",
     "UpstreamBroken",
     "UpstreamClient",
-    "UpstreamResponse",
     "UpstreamUnreachable",
-    "auth_headers",
-    "forwardable_headers",
+    "client_headers",
+    "read_prefix",
 ]
 
-# Headers that describe one hop, or that the gateway sets itself, never forwarded as they came.
-_HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"host",
-        b"content-length",
-        b"accept-encoding",
-        b"cookie",
-        # the client's own credentials for the gateway
-        b"authorization",
-        b"x-api-key",
-        b"x-goog-api-key",
-    }
-)
-
-# Headers a same-format upstream needs to see to behave as the client expects (beta features,
-# API versions, SDK identification). Cross-format requests carry none of these.
-_PROTOCOL_PREFIXES: dict[Dialect, tuple[bytes, ...]] = {
-    Dialect.ANTHROPIC: (b"anthropic-", b"x-stainless-", b"x-app", b"user-agent", b"x-claude-"),
-    Dialect.OPENAI_CHAT: (b"openai-", b"x-stainless-", b"user-agent"),
-    Dialect.OPENAI_RESPONSES: (
-        b"openai-",
-        b"x-stainless-",
-        b"user-agent",
-        b"originator",
-        b"session-id",
-        b"session_id",
-        b"thread-id",
-        b"x-client-request-id",
-        b"x-codex-",
-        b"chatgpt-account-id",
-    ),
-    Dialect.GEMINI: (b"x-goog-", b"user-agent"),
-}
+Headers = list[tuple[bytes, bytes]]
 
 
-def forwardable_headers(
-    headers: list[tuple[bytes, bytes]],
-    dialect: Dialect,
-    *,
-    same_format: bool,
-    mock_headers: bool = False,
-) -> list[tuple[bytes, bytes]]:
-    """The client's headers that go upstream: protocol headers for a same-format upstream, and
-    the mock upstream's ``x-mock-*`` only where the provider sets ``forward_mock_headers``."""
-    if not same_format and not mock_headers:
-        return []
-    prefixes = _PROTOCOL_PREFIXES[dialect] if same_format else ()
-    out = []
-    for name, value in headers:
-        if name in _HOP_BY_HOP or name == b"content-type":
-            continue
-        if name.startswith(prefixes) or (mock_headers and name.startswith(b"x-mock-")):
-            out.append((name, value))
-    return out
+def client_headers(upstream: Headers) -> Headers:
+    """The upstream's response headers a client may see when the answer is passed on as is:
+    an allow-list, compared without regard to case (`twproto.headers`)."""
+    return client_response_headers(upstream)
 
 
-def auth_headers(dialect: Dialect, key: str) -> list[tuple[bytes, bytes]]:
-    """The credential header each API expects (SPEC §3.2)."""
-    if not key:
-        return []
-    raw = key.encode()
-    if dialect is Dialect.ANTHROPIC:
-        return [(b"x-api-key", raw)]
-    if dialect is Dialect.GEMINI:
-        return [(b"x-goog-api-key", raw)]
-    return [(b"authorization", b"Bearer " + raw)]
+class UpstreamAnswer(Protocol):
+    """An upstream response whose head has arrived; the body is read with `chunks`."""
+
+    status: int
+    headers: Headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises `UpstreamBroken` if it breaks off."""
+        ...
+
+
+class Upstream(Protocol):
+    """Where the relay sends upstream requests: the httpcore pool (`UpstreamClient`), or an
+    in-memory stand-in (`twserve.upstream_memory.MemoryUpstream`) in tests."""
+
+    def open(
+        self, request: UpstreamRequest, *, connect_timeout: float | None = None
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        """Send `request` (connecting within `connect_timeout`; None: the default); yield the
+        answer once its head has arrived, or raise `UpstreamUnreachable`. Leaving the context
+        (or cancelling it) closes the request."""
+        ...
+
+
+async def read_prefix(answer: UpstreamAnswer, limit: int) -> bytes:
+    """Up to `limit` bytes of the body (error bodies are only ever read this far); a break
+    ends it quietly."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in answer.chunks():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                break
+    except UpstreamBroken:
+        pass
+    return b"".join(parts)[:limit]
 
 
 class UpstreamUnreachable(Exception):
@@ -121,9 +98,9 @@ class UpstreamBroken(Exception):
 
 
 @dataclass(slots=True)
-class UpstreamResponse:
+class _HttpcoreAnswer:
     status: int
-    headers: list[tuple[bytes, bytes]]
+    headers: Headers
     _response: httpcore.Response
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -134,20 +111,6 @@ class UpstreamResponse:
                     yield chunk
         except (httpcore.ReadError, httpcore.RemoteProtocolError, httpcore.ReadTimeout) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
-
-    async def read_prefix(self, limit: int) -> bytes:
-        """Up to `limit` bytes of the body (error bodies are only ever read this far)."""
-        parts: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in self.chunks():
-                parts.append(chunk)
-                size += len(chunk)
-                if size >= limit:
-                    break
-        except UpstreamBroken:
-            pass
-        return b"".join(parts)[:limit]
 
 
 def _fault_for(exc: Exception) -> TransportFault:
@@ -210,31 +173,24 @@ class UpstreamClient:
 
     @asynccontextmanager
     async def open(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        read_timeout: float | None = None,
-        extra: Mapping[str, object] | None = None,
-        connect_timeout: float | None = None,
-    ) -> AsyncIterator[UpstreamResponse]:
-        """Send the request and yield the response once its head has arrived.
-
-        `connect_timeout` is the upstream's own (``providers[].connect_timeout_secs``); None
-        takes the pool's."""
+        self, request: UpstreamRequest, *, connect_timeout: float | None = None
+    ) -> AsyncIterator[UpstreamAnswer]:
+        """Send `request` and yield the answer once its head has arrived. `connect_timeout` is
+        the upstream's own (``providers[].connect_timeout_secs``); None takes the pool's."""
+        # No read timeout here: the attempt machine's idle timer decides when silence is too
+        # long, and cancelling the attempt closes the connection.
         timeouts: dict[str, float | None] = {
             "connect": self.connect_timeout if connect_timeout is None else connect_timeout,
-            "read": read_timeout,
+            "read": None,
             "write": 60.0,
             "pool": None,
         }
-        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        body = request.body
+        headers = [*request.headers, (b"content-length", str(len(body)).encode())]
         try:
-            cm = self._pool_for(url).stream(
-                method.encode(),
-                url.encode(),
+            cm = self._pool_for(request.url).stream(
+                request.method.encode(),
+                request.url.encode(),
                 headers=headers,
                 content=body,
                 extensions={"timeout": timeouts},
@@ -256,7 +212,7 @@ class UpstreamClient:
         except httpcore.UnsupportedProtocol as exc:
             raise UpstreamUnreachable(TransportFault.CONNECT_REFUSED, str(exc)) from exc
         try:
-            yield UpstreamResponse(
+            yield _HttpcoreAnswer(
                 status=response.status, headers=list(response.headers), _response=response
             )
         finally:

@@ -96,7 +96,7 @@ def make(
     return AttemptMachine(
         candidates=[CandidateRef(name=n, sticky=n in sticky) for n in names],
         client_stream=stream,
-        client_is_gemini=gemini,
+        keepalive_comments=not gemini,
         arrival=arrival,
         settings=AttemptSettings(**figures),  # type: ignore[arg-type]  # figures by name
         rng=lambda: jitter,

@@ -10,7 +10,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from twengine.config import Config, build_config, defaults
-from twengine.routing import RequestFacts, resolve
+from twengine.rules import RequestFacts, resolve
 from twproto.dialect import Dialect
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

@@ -8,7 +8,7 @@ from typing import Any
 from twengine.config import Config, build_config
 from twengine.dryrun import DryRunCandidate, DryRunReport, format_text
 from twengine.router import Router
-from twengine.routing import RequestFacts
+from twengine.rules import RequestFacts
 from twproto.dialect import Dialect
 from twproto.failures import Failure, FailureKind, PauseRule, stream_ended_early
 

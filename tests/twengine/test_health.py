@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from twengine.health import Health, HealthChanged, HealthReason, HealthSettings
+from twengine.health import Health, HealthReason, HealthSettings, PauseChanged
 from twproto.failures import Failure, FailureKind, PauseRule
 
 
-def fail(health: Health, now: float, rule: str = "unexplained", **kw: float) -> list[HealthChanged]:
+def fail(health: Health, now: float, rule: str = "unexplained", **kw: float) -> list[PauseChanged]:
     return health.record_failure("up", now, rule, **kw)
 
 
@@ -22,7 +22,7 @@ def test_three_unexplained_failures_in_a_row_pause() -> None:
     assert not health.is_paused("up", 1.0)
     events = fail(health, 2.0)
     assert events == [
-        HealthChanged(
+        PauseChanged(
             upstream="up",
             paused=True,
             reason=HealthReason.UNEXPLAINED,
@@ -57,7 +57,7 @@ def test_pauses_double_up_to_the_maximum_and_reset_on_success() -> None:
     for _ in range(6):
         now = health.paused_until("up")  # type: ignore[assignment]
         assert health.on_timer(now) == [
-            HealthChanged(
+            PauseChanged(
                 upstream="up",
                 paused=False,
                 reason=HealthReason.EXPIRED,
@@ -73,7 +73,7 @@ def test_pauses_double_up_to_the_maximum_and_reset_on_success() -> None:
     assert lengths == [60, 120, 240, 480, 600, 600, 600]
     ended = health.record_success("up", now + 1)
     assert ended == [
-        HealthChanged(
+        PauseChanged(
             upstream="up", paused=False, reason=HealthReason.SUCCESS, at=now + 1, failures_in_row=0
         )
     ]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from twengine.attempt import CandidateRef
 from twengine.config import Config, build_config
 from twengine.router import ConfigCatalog, Router, health_settings
-from twengine.routing import RequestFacts
+from twengine.rules import RequestFacts
 from twproto.dialect import Dialect
 from twproto.failures import Failure, FailureKind, PauseRule, stream_ended_early
 
@@ -66,7 +66,7 @@ def order(router: Router, now: float = 0.0, **kw: Any) -> list[str]:
 
 
 def planned(router: Router, now: float, **kw: Any) -> str | None:
-    """Plan one request, checking first that dry-run predicts its first candidate."""
+    """RoutePlan one request, checking first that dry-run predicts its first candidate."""
     predicted = router.dryrun(facts(), now=now, **kw).next
     first = router.plan(facts(), now=now, **kw).first
     assert predicted == first

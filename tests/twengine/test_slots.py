@@ -1,4 +1,7 @@
-"""Slots and key permits: skip or wait, FIFO grants, expiry, key limits."""
+"""Slots and key permits: counting, FIFO grants, expiry, key limits.
+
+Which candidate a request takes, skips or waits for is the attempt machine's rule
+(tests/twengine/test_attempt.py); `Slots` only counts, queues and grants."""
 
 from __future__ import annotations
 
@@ -6,12 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twengine.slots import Busy, Claimed, Grant, Permit, Slots, SlotScope, Waiting
+from twengine.slots import Grant, Permit, Slots, SlotScope, Ticket
 
 
-def claimed(claim: object) -> Permit:
-    assert isinstance(claim, Claimed), claim
-    return claim.permit
+def take(slots: Slots, name: str, owner: str, scope: SlotScope = SlotScope.UPSTREAM) -> Permit:
+    permit = slots.try_acquire(name, owner=owner, scope=scope)
+    assert permit is not None, name
+    return permit
+
+
+def queue(
+    slots: Slots,
+    names: list[str],
+    owner: str,
+    deadline: float,
+    scope: SlotScope = SlotScope.UPSTREAM,
+) -> Ticket:
+    return slots.wait(names, owner=owner, deadline=deadline, scope=scope)
 
 
 def test_unlimited_upstreams_are_counted_but_never_full() -> None:
@@ -23,56 +37,26 @@ def test_unlimited_upstreams_are_counted_but_never_full() -> None:
     assert slots.limit("up") is None
 
 
-def test_a_full_upstream_is_skipped_at_once() -> None:
-    slots = Slots(upstream_limits={"a": 1, "b": 2})
-    first = claimed(slots.claim(["a", "b"], owner="r1", now=0.0, deadline=120.0))
-    assert first.name == "a"
-    claim = slots.claim(["a", "b"], owner="r2", now=0.0, deadline=120.0)
-    assert isinstance(claim, Claimed)
-    assert (claim.permit.name, claim.skipped) == ("b", ("a",))
-    assert slots.full(["a", "b"]) == {"a"}
-
-
 def test_when_every_candidate_is_full_the_request_waits_for_the_first_free() -> None:
     slots = Slots(upstream_limits={"a": 1, "b": 1})
-    pa = claimed(slots.claim(["a"], owner="r1", now=0.0, deadline=120.0))
-    pb = claimed(slots.claim(["b"], owner="r2", now=0.0, deadline=120.0))
-    waiting = slots.claim(["a", "b"], owner="r3", now=1.0, deadline=121.0)
-    assert isinstance(waiting, Waiting)
-    assert waiting.skipped == ("a", "b")
-    assert waiting.ticket.names == ("a", "b")
+    pa = take(slots, "a", "r1")
+    pb = take(slots, "b", "r2")
+    ticket = queue(slots, ["a", "b"], "r3", 121.0)
+    assert ticket.names == ("a", "b")
     # `b` frees first: the ticket gets `b`.
     (grant,) = slots.release(pb)
-    assert grant.ticket == waiting.ticket
+    assert grant.ticket == ticket
     assert (grant.permit.name, grant.permit.owner) == ("b", "r3")
     assert slots.in_flight("b") == 1
     assert slots.release(pa) == []
     assert slots.waiting() == []
 
 
-def test_a_held_conversation_waits_for_its_own_upstream() -> None:
-    slots = Slots(upstream_limits={"a": 1, "b": 1})
-    pa = claimed(slots.claim(["a"], owner="r1", now=0.0, deadline=120.0))
-    claim = slots.claim(["a", "b"], owner="conv", now=0.0, deadline=30.0, hold_to="a")
-    assert isinstance(claim, Waiting)
-    assert claim.ticket.names == ("a",)
-    # `b` is free but the ticket does not want it.
-    assert not slots.is_full("b")
-    (grant,) = slots.release(pa)
-    assert (grant.permit.name, grant.permit.owner) == ("a", "conv")
-    # With room, the held upstream is taken at once.
-    slots.release(grant.permit)
-    assert claimed(slots.claim(["b"], owner="c2", now=0.0, deadline=9.0, hold_to="a")).name == "a"
-
-
 def test_grants_go_in_fifo_order() -> None:
     slots = Slots(upstream_limits={"a": 1})
-    held = claimed(slots.claim(["a"], owner="r0", now=0.0, deadline=100.0))
-    tickets = []
+    held = take(slots, "a", "r0")
     for i in range(1, 5):
-        claim = slots.claim(["a"], owner=f"r{i}", now=float(i), deadline=100.0)
-        assert isinstance(claim, Waiting)
-        tickets.append(claim.ticket)
+        queue(slots, ["a"], f"r{i}", 100.0)
     owners = []
     permit = held
     for _ in range(4):
@@ -86,11 +70,10 @@ def test_grants_go_in_fifo_order() -> None:
 
 def test_fifo_across_tickets_waiting_for_different_sets() -> None:
     slots = Slots(upstream_limits={"a": 1, "b": 1})
-    pa = claimed(slots.claim(["a"], owner="x", now=0.0, deadline=9.0))
-    pb = claimed(slots.claim(["b"], owner="y", now=0.0, deadline=9.0))
-    only_b = slots.claim(["b"], owner="first", now=0.0, deadline=9.0)
-    either = slots.claim(["a", "b"], owner="second", now=0.0, deadline=9.0)
-    assert isinstance(only_b, Waiting) and isinstance(either, Waiting)
+    pa = take(slots, "a", "x")
+    pb = take(slots, "b", "y")
+    queue(slots, ["b"], "first", 9.0)
+    queue(slots, ["a", "b"], "second", 9.0)
     # `a` frees: only the second ticket wants it.
     (grant,) = slots.release(pa)
     assert grant.permit.owner == "second"
@@ -99,39 +82,27 @@ def test_fifo_across_tickets_waiting_for_different_sets() -> None:
     assert grant.permit.owner == "first"
 
 
-def test_no_time_to_wait_is_busy() -> None:
-    slots = Slots(upstream_limits={"a": 1})
-    claimed(slots.claim(["a"], owner="x", now=0.0, deadline=0.0))
-    # wait_secs 0: deadline == arrival.
-    busy = slots.claim(["a"], owner="y", now=0.0, deadline=0.0)
-    assert busy == Busy(skipped=("a",))
-    assert slots.claim(["b"], owner="y", now=0.0, deadline=0.0, hold_to="a") == Busy(skipped=("a",))
-    assert slots.waiting() == []
-
-
 def test_expiry_at_the_deadline() -> None:
     slots = Slots(upstream_limits={"a": 1})
-    held = claimed(slots.claim(["a"], owner="x", now=0.0, deadline=120.0))
+    held = take(slots, "a", "x")
     # Deadlines count from each request's arrival: arrival + wait_secs.
-    early = slots.claim(["a"], owner="early", now=5.0, deadline=5.0 + 120.0)
-    late = slots.claim(["a"], owner="late", now=10.0, deadline=10.0 + 120.0)
-    assert isinstance(early, Waiting) and isinstance(late, Waiting)
+    early = queue(slots, ["a"], "early", 5.0 + 120.0)
+    late = queue(slots, ["a"], "late", 10.0 + 120.0)
     assert slots.next_deadline() == 125.0
     assert slots.expire(124.9) == []
-    assert slots.expire(125.0) == [early.ticket]
+    assert slots.expire(125.0) == [early]
     assert slots.next_deadline() == 130.0
     (grant,) = slots.release(held)
-    assert grant.ticket == late.ticket
+    assert grant.ticket == late
     assert slots.next_deadline() is None
 
 
 def test_cancel_removes_a_ticket() -> None:
     slots = Slots(upstream_limits={"a": 1})
-    held = claimed(slots.claim(["a"], owner="x", now=0.0, deadline=9.0))
-    waiting = slots.claim(["a"], owner="gone", now=0.0, deadline=9.0)
-    assert isinstance(waiting, Waiting)
-    assert slots.cancel(waiting.ticket)
-    assert not slots.cancel(waiting.ticket)
+    held = take(slots, "a", "x")
+    waiting = queue(slots, ["a"], "gone", 9.0)
+    assert slots.cancel(waiting)
+    assert not slots.cancel(waiting)
     assert slots.release(held) == []
 
 
@@ -160,12 +131,13 @@ def test_waiting_on_a_name_with_room_is_refused() -> None:
 
 def test_key_limits_count_streams_until_released() -> None:
     slots = Slots(key_limits={"team": 2})
-    s1 = claimed(slots.claim_key("team", owner="s1", now=0.0, deadline=60.0))
-    s2 = claimed(slots.claim_key("team", owner="s2", now=0.0, deadline=60.0))
+    key = SlotScope.KEY
+    s1 = take(slots, "team", "s1", key)
+    s2 = take(slots, "team", "s2", key)
     assert s1.scope is SlotScope.KEY
     # Both streams are still running, long after they started: the key stays full.
-    queued = slots.claim_key("team", owner="s3", now=50.0, deadline=110.0)
-    assert isinstance(queued, Waiting)
+    assert slots.try_acquire("team", owner="s3", scope=key) is None
+    queue(slots, ["team"], "s3", 110.0, key)
     assert slots.in_flight("team", SlotScope.KEY) == 2
     # Upstream slots of the same name are another pool.
     assert slots.in_flight("team") == 0
@@ -175,25 +147,22 @@ def test_key_limits_count_streams_until_released() -> None:
     slots.release(s1)
     slots.release(grant.permit)
     assert slots.in_flight("team", SlotScope.KEY) == 0
-    assert claimed(slots.claim_key("other", owner="o", now=0.0, deadline=0.0))
+    assert take(slots, "other", "o", key)
 
 
-def test_key_queue_expires_and_busy() -> None:
+def test_key_queue_expires() -> None:
     slots = Slots(key_limits={"k": 1})
-    claimed(slots.claim_key("k", owner="a", now=0.0, deadline=10.0))
-    queued = slots.claim_key("k", owner="b", now=0.0, deadline=10.0)
-    assert isinstance(queued, Waiting)
-    assert slots.expire(10.0) == [queued.ticket]
-    assert slots.claim_key("k", owner="c", now=10.0, deadline=10.0) == Busy(skipped=("k",))
+    take(slots, "k", "a", SlotScope.KEY)
+    queued = queue(slots, ["k"], "b", 10.0, SlotScope.KEY)
+    assert slots.expire(10.0) == [queued]
+    assert slots.try_acquire("k", owner="c", scope=SlotScope.KEY) is None
 
 
 def test_raising_a_limit_grants_waiters() -> None:
     slots = Slots(upstream_limits={"a": 1}, key_limits={"k": 1})
-    claimed(slots.claim(["a"], owner="x", now=0.0, deadline=9.0))
-    w1 = slots.claim(["a"], owner="w1", now=0.0, deadline=9.0)
-    w2 = slots.claim(["a"], owner="w2", now=0.0, deadline=9.0)
-    w3 = slots.claim(["a"], owner="w3", now=0.0, deadline=9.0)
-    assert isinstance(w1, Waiting) and isinstance(w2, Waiting) and isinstance(w3, Waiting)
+    take(slots, "a", "x")
+    for owner in ("w1", "w2", "w3"):
+        queue(slots, ["a"], owner, 9.0)
     grants = slots.configure(upstream_limits={"a": 3}, key_limits={"k": 1})
     assert [g.permit.owner for g in grants] == ["w1", "w2"]
     assert [t.owner for t in slots.waiting()] == ["w3"]
@@ -223,9 +192,13 @@ def test_limits_are_never_exceeded_and_nobody_waits_beside_a_free_slot(
     for op, arg in ops:
         now += 1.0
         if op == "claim":
-            claim = slots.claim(["a", "b"], owner=str(now), now=now, deadline=now + arg % 5)
-            if isinstance(claim, Claimed):
-                held.append(claim.permit)
+            permit = slots.try_acquire("a", owner=str(now)) or slots.try_acquire(
+                "b", owner=str(now)
+            )
+            if permit is not None:
+                held.append(permit)
+            elif arg % 5:
+                queue(slots, ["a", "b"], str(now), now + arg % 5)
         elif op == "release" and held:
             grants: list[Grant] = slots.release(held.pop(arg % len(held)))
             held.extend(g.permit for g in grants)

@@ -14,8 +14,8 @@ from tests.twproto.conftest import DIALECTS, FIXTURES, fixture, fixture_dialect
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
+from twproto.stream_translate import new_stream_translator
 from twproto.translate import (
-    StreamTranslator,
     TranslationError,
     translate_request,
     translate_response,
@@ -96,7 +96,7 @@ def test_streams_survive_mutated_events(name: str, data: st.DataObject) -> None:
     upstream = fixture_dialect(name)
     for client in DIALECTS:
         for client_stream in (True, False):
-            translator = StreamTranslator(
+            translator = new_stream_translator(
                 upstream, client, client_model="m", client_stream=client_stream
             )
             translator.feed(body)

@@ -29,7 +29,8 @@ from tests.twproto.conftest import (
 from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get, new_stream_encoder
-from twproto.translate import StreamTranslator, answer_to_stream, translate_response
+from twproto.stream_translate import StreamTranslator, new_stream_translator
+from twproto.translate import answer_to_stream, translate_response
 
 TEXT = "Héllo, wörld! 🎉 naïve café — 你好, 😀👍🏽 done."
 USAGE = ir.Usage(input_tokens=60, output_tokens=30, cache_read_tokens=40, cache_write_tokens=10)
@@ -152,7 +153,7 @@ def check(got: ir.Answer, want: ir.Answer, upstream: Dialect, client: Dialect) -
 
 
 def _translator(upstream: Dialect, client: Dialect, **kw: Any) -> StreamTranslator:
-    return StreamTranslator(upstream, client, client_model=CLIENT_MODEL, created=1234, **kw)
+    return new_stream_translator(upstream, client, client_model=CLIENT_MODEL, created=1234, **kw)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

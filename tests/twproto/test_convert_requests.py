@@ -14,9 +14,9 @@ from twproto.dialect import Dialect
 from twproto.formats import get
 from twproto.formats._effort import budget_for_effort, effort_for_budget
 from twproto.formats._schema import sanitize_schema
+from twproto.stream_translate import new_stream_translator
 from twproto.translate import (
     DEFAULT_MAX_TOKENS,
-    StreamTranslator,
     TranslationError,
     translate_request,
     translate_response,
@@ -528,7 +528,7 @@ def test_codex_answer_maps_back_to_custom_and_namespace_calls() -> None:
     from tests.twproto.test_convert_matrix import upstream_stream
 
     stream = upstream_stream(get(Dialect.ANTHROPIC).decode_response(answer), Dialect.ANTHROPIC)
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         Dialect.ANTHROPIC,
         Dialect.OPENAI_RESPONSES,
         client_model="gpt-5-codex",

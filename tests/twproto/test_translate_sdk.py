@@ -32,7 +32,8 @@ from twproto import ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_encoder
-from twproto.translate import StreamTranslator, translate_response
+from twproto.stream_translate import new_stream_translator
+from twproto.translate import translate_response
 
 MODEL = "client-model"
 SDK_SCENARIOS = ["text", "tools", "reasoning", "usage"]
@@ -48,7 +49,7 @@ def _transport(body: bytes, content_type: str = "text/event-stream") -> httpx2.C
 def _stream_for(upstream: Dialect, client: Dialect, scenario: str) -> bytes:
     data = upstream_stream(SCENARIOS[scenario], upstream)
     out, translator = run_translator(
-        lambda: StreamTranslator(upstream, client, client_model=MODEL, created=1), [data]
+        lambda: new_stream_translator(upstream, client, client_model=MODEL, created=1), [data]
     )
     assert translator.finished
     return out
@@ -323,7 +324,7 @@ def _upstream_error_then(client: Dialect, upstream: Dialect) -> Callable[[], byt
         )
         data = encoder.take() + encoder.fail(err)
         out, translator = run_translator(
-            lambda: StreamTranslator(upstream, client, client_model=MODEL), [data]
+            lambda: new_stream_translator(upstream, client, client_model=MODEL), [data]
         )
         assert translator.error is not None and not translator.finished
         return out

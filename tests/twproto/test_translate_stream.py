@@ -23,7 +23,7 @@ from twproto import _json, ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_decoder
-from twproto.translate import StreamTranslator
+from twproto.stream_translate import StreamTranslator, new_stream_translator
 
 STREAMS = sorted(p.name for p in (FIXTURES / "streams").iterdir())
 ERR = GatewayError(
@@ -50,7 +50,7 @@ def test_watch_path_relays_unchanged(name: str, size: int) -> None:
     dialect = fixture_dialect(name)
     data = fixture(f"streams/{name}")
     sse = _framing(name)
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         dialect, dialect, client_model="client", upstream_sse=sse, client_sse=sse
     )
     out = []
@@ -77,7 +77,7 @@ def test_watch_path_parses_only_what_it_needs(monkeypatch: pytest.MonkeyPatch) -
     # Every decoder parses through twproto._json; count the parses of one watched stream.
     monkeypatch.setattr(_json, "loads", counting)
     data = fixture("streams/anthropic-thinking-signature-text.sse")
-    translator = StreamTranslator(Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="c")
+    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="c")
     translator.feed(data)
     translator.end()
     events = stream_events(Dialect.ANTHROPIC, data)
@@ -95,7 +95,9 @@ def test_recorded_stream_reaches_every_client(name: str, client: Dialect) -> Non
     reference, ref_decoder = _reference(name)
 
     def make() -> StreamTranslator:
-        return StreamTranslator(upstream, client, client_model="client-model", upstream_sse=sse)
+        return new_stream_translator(
+            upstream, client, client_model="client-model", upstream_sse=sse
+        )
 
     out, translator = run_translator(make, [data])
     assert out == run_translator(make, bytewise(data))[0]
@@ -149,7 +151,7 @@ def test_cut_stream_is_not_finished_and_fails_cleanly(
     data = _cut(name, marker)
     # Cut mid-event, too: the data line of the event before the marker is incomplete.
     data = data[: data.rindex(b"data: ") + 20]
-    translator = StreamTranslator(upstream, client, client_model="m")
+    translator = new_stream_translator(upstream, client, client_model="m")
     out = translator.feed(data) + translator.end()
     assert not translator.finished
     out += translator.fail(ERR)
@@ -167,7 +169,7 @@ def test_cut_stream_is_not_finished_and_fails_cleanly(
 
 def test_fail_after_end_writes_nothing_more() -> None:
     data = fixture("streams/anthropic-text.sse")
-    translator = StreamTranslator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
+    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
     out = translator.feed(data) + translator.end()
     assert out.endswith(b"data: [DONE]\n\n")
     assert translator.fail(ERR) == b""
@@ -176,7 +178,7 @@ def test_fail_after_end_writes_nothing_more() -> None:
 def test_gemini_json_array_watch_failure_closes_the_array() -> None:
     data = fixture("streams/gemini-jsonarray-text-thought.json")
     cut = data[: len(data) // 2]
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         Dialect.GEMINI, Dialect.GEMINI, client_model="g", upstream_sse=False, client_sse=False
     )
     assert translator.feed(cut) is cut
@@ -184,7 +186,7 @@ def test_gemini_json_array_watch_failure_closes_the_array() -> None:
     assert not translator.finished
     tail = translator.fail(ERR)
     assert tail.startswith(b",\r\n{") and tail.endswith(b"]")
-    fresh = StreamTranslator(
+    fresh = new_stream_translator(
         Dialect.GEMINI, Dialect.GEMINI, client_model="g", upstream_sse=False, client_sse=False
     )
     assert json_loads(fresh.fail(ERR)) == [
@@ -195,7 +197,7 @@ def test_gemini_json_array_watch_failure_closes_the_array() -> None:
 @pytest.mark.parametrize("client", DIALECTS, ids=str)
 def test_stream_to_whole_with_upstream_error(client: Dialect) -> None:
     data = fixture("streams/openai-chat-midstream-error.sse")
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         Dialect.OPENAI_CHAT, client, client_model="m", client_stream=False
     )
     assert translator.feed(data) == b""
@@ -206,7 +208,7 @@ def test_stream_to_whole_with_upstream_error(client: Dialect) -> None:
 
 
 def test_stream_to_whole_unfinished_returns_nothing() -> None:
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m", client_stream=False
     )
     translator.feed(_cut("anthropic-text.sse", '"message_delta"'))
@@ -215,7 +217,7 @@ def test_stream_to_whole_unfinished_returns_nothing() -> None:
 
 
 def test_watch_path_oversized_event_breaks_the_stream() -> None:
-    translator = StreamTranslator(Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="m")
+    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="m")
     piece = b"x" * 65536
     for _ in range(20):
         assert translator.feed(piece) is piece
@@ -224,7 +226,7 @@ def test_watch_path_oversized_event_breaks_the_stream() -> None:
 
 def test_oversized_event_breaks_the_stream() -> None:
     big = b"event: content_block_delta\ndata: " + b"x" * (1 << 20) + b"\n\n"
-    translator = StreamTranslator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
+    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
     translator.feed(b"event: message_start\ndata: {}\n\n")
     assert translator.feed(big) == b""
     assert translator.broken and not translator.finished
@@ -233,18 +235,22 @@ def test_oversized_event_breaks_the_stream() -> None:
 
 def test_only_gemini_streams_json_arrays() -> None:
     with pytest.raises(ValueError):
-        StreamTranslator(Dialect.ANTHROPIC, Dialect.GEMINI, client_model="m", upstream_sse=False)
+        new_stream_translator(
+            Dialect.ANTHROPIC, Dialect.GEMINI, client_model="m", upstream_sse=False
+        )
 
 
 def test_dropped_is_reported_for_streams() -> None:
     data = fixture("streams/anthropic-cache-usage.sse")
     _, translator = run_translator(
-        lambda: StreamTranslator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m"), [data]
+        lambda: new_stream_translator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m"),
+        [data],
     )
     assert "content:server_tool_use" in translator.dropped
     data = fixture("streams/anthropic-thinking-signature-text.sse")
     _, translator = run_translator(
-        lambda: StreamTranslator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m"), [data]
+        lambda: new_stream_translator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m"),
+        [data],
     )
     assert "reasoning.signature" in translator.dropped
 
@@ -261,7 +267,9 @@ def test_codex_usage_limit_event_in_stream() -> None:
         + _error_fixture("codex-usage-limit-reached-stream-error-event.json")
         + b"\n\n"
     )
-    translator = StreamTranslator(Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC, client_model="m")
+    translator = new_stream_translator(
+        Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC, client_model="m"
+    )
     out = translator.feed(data) + translator.end()
     assert translator.error == ir.StreamErrorEvent(
         message="The usage limit has been reached", type="usage_limit_reached", status=429
@@ -272,7 +280,7 @@ def test_codex_usage_limit_event_in_stream() -> None:
 
 def test_gemini_array_error_element() -> None:
     data = _error_fixture("gemini-cloudcode-429-array-form.json")
-    translator = StreamTranslator(
+    translator = new_stream_translator(
         Dialect.GEMINI, Dialect.OPENAI_CHAT, client_model="m", upstream_sse=False
     )
     out = translator.feed(data) + translator.end()
@@ -294,7 +302,8 @@ def test_chat_tool_calls_without_index() -> None:
     ]
     data = ("".join(f"data: {head}{d}}}\n\n" for d in deltas) + "data: [DONE]\n\n").encode()
     out, _ = run_translator(
-        lambda: StreamTranslator(Dialect.OPENAI_CHAT, Dialect.ANTHROPIC, client_model="m"), [data]
+        lambda: new_stream_translator(Dialect.OPENAI_CHAT, Dialect.ANTHROPIC, client_model="m"),
+        [data],
     )
     got = summarize(decode_stream(Dialect.ANTHROPIC, out).answer)
     assert got["calls"] == [("f", {"q": 1}, "a"), ("g", {}, "b")]

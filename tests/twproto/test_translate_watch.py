@@ -8,7 +8,7 @@ from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.sse import SSEDecoder
-from twproto.translate import StreamTranslator
+from twproto.stream_translate import new_stream_translator
 
 FIXTURE = Path(__file__).parents[1] / "data/fixtures/streams/openai-responses-text.sse"
 ERR = GatewayError(status=502, category=ErrorCategory.UPSTREAM, code="gw.x", message="broke")
@@ -22,7 +22,9 @@ def test_failed_event_continues_the_relayed_response() -> None:
     last_seq = max(json_loads(e.data)["sequence_number"] for e in relayed)
 
     for split in (1, 7, len(data)):
-        t = StreamTranslator(Dialect.OPENAI_RESPONSES, Dialect.OPENAI_RESPONSES, client_model="x")
+        t = new_stream_translator(
+            Dialect.OPENAI_RESPONSES, Dialect.OPENAI_RESPONSES, client_model="x"
+        )
         out = b"".join(t.feed(data[i : min(i + split, cut)]) for i in range(0, cut, split))
         assert out == data[:cut]  # relayed unchanged
         (failed,) = SSEDecoder().feed(t.fail(ERR))

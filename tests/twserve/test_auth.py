@@ -1,25 +1,6 @@
 from __future__ import annotations
 
-import pytest
-
-from twserve.auth import AddressFilter, KeyRing, find_key, strip_key_param
-
-
-@pytest.mark.parametrize(
-    ("headers", "query", "expected"),
-    [
-        ([(b"x-api-key", b"k1"), (b"authorization", b"Bearer k2")], "", "k1"),
-        ([(b"x-goog-api-key", b"g"), (b"authorization", b"Bearer k2")], "", "g"),
-        ([(b"x-api-key", b""), (b"authorization", b"Bearer k2")], "", "k2"),
-        ([(b"authorization", b"bearer  k3 ")], "", "k3"),
-        ([(b"authorization", b"Basic abc")], "key=q", "q"),
-        ([], "alt=sse&key=q2", "q2"),
-        ([], "key=", None),
-        ([], "", None),
-    ],
-)
-def test_lookup_order(headers, query, expected) -> None:
-    assert find_key(headers, query) == expected
+from twserve.auth import AddressFilter, KeyRing, strip_key_param
 
 
 def test_key_param_is_stripped() -> None:

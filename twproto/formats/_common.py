@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twproto import _json, ir
+from twproto.client_errors import error_for_stream_event
 from twproto.dialect import Dialect
-from twproto.errors import ErrorCategory, GatewayError
+from twproto.errors import GatewayError
 
 NAMESPACE_SEPARATOR = "__"
 
@@ -371,16 +372,7 @@ def error_status(error_type: str | None, fallback: int = 500) -> int:
 
 def gateway_error(event: ir.StreamErrorEvent) -> GatewayError:
     """An upstream's in-stream error as the error the client's format reports."""
-    status = event.status if 400 <= event.status <= 599 else 500
-    return GatewayError(
-        status=status,
-        category=ErrorCategory.UPSTREAM,
-        code="gw.upstream.stream_error",
-        message=event.message,
-        openai_type=event.type
-        if event.type in ("insufficient_quota", "server_error", "rate_limit_exceeded")
-        else None,
-    )
+    return error_for_stream_event(event)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from twengine.config import (
     build_config,
     parse_comparison,
 )
-from twengine.routing import (
+from twengine.rules import (
     Candidate,
     RequestFacts,
     Skipped,

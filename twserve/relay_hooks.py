@@ -1,9 +1,11 @@
-"""The gateway's shared decision state, and the hooks the relay uses to reach it.
+"""The hooks the relay reaches the process's shared decision state through.
 
 twengine keeps the bookkeeping (health and pauses, slots, balancing, affinity) as plain objects
-driven with explicit times. This module owns the one instance of each for the process, gives the
-relay the narrow `RelayHooks` view of it, delivers slot grants to waiting requests, and logs
-health changes.
+driven with explicit times, all held by one `twengine.router.Router`. `RelayHooks` is the narrow
+view a relayed request needs of it; `RouterHooks` implements it over the router, delivers slot
+grants to waiting requests (handing a slot straight on when its waiter is gone), and logs
+health changes. `SlotHolds` is one request's side: the permits and the ticket it holds, given
+back whatever happens.
 """
 
 from __future__ import annotations
@@ -11,21 +13,90 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection
+from typing import Protocol
 
 import anyio
 
-from twengine.health import HealthChanged
+from twengine.health import PauseChanged
 from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 
-__all__ = ["EngineHooks"]
+__all__ = ["RelayHooks", "RouterHooks", "SlotHolds"]
 
-log = logging.getLogger("twserve.engine")
+log = logging.getLogger("twserve.relay_hooks")
 
 
-class EngineHooks:
-    """`twserve.relay.RelayHooks` over the process's `Router`."""
+class RelayHooks(Protocol):
+    """What the relay needs from the gateway's shared state (slots, health)."""
+
+    def free(self, names: Collection[str]) -> set[str]: ...
+
+    def paused(self, names: Collection[str], now: float) -> set[str]: ...
+
+    def acquire(self, name: str, owner: str) -> Permit | None: ...
+
+    def wait(
+        self, names: tuple[str, ...], owner: str, deadline: float, deliver: Callable[[Permit], bool]
+    ) -> Ticket: ...
+
+    def cancel_wait(self, ticket: Ticket) -> None: ...
+
+    def release(self, permit: Permit) -> None: ...
+
+    def failed(self, provider: str, failure: Failure, now: float) -> None: ...
+
+    def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
+
+
+class SlotHolds:
+    """The slots one request holds and the slot it waits for, by upstream name.
+
+    `acquire` / `release` / `wait` / `cancel_wait` carry out the attempt ledger's slot actions;
+    a grant arrives through `granted`. `close` gives back everything still held, including a
+    grant that was delivered but never used.
+    """
+
+    def __init__(self, hooks: RelayHooks, owner: str) -> None:
+        self.hooks = hooks
+        self.owner = owner
+        self.permits: dict[str, list[Permit]] = {}
+        self.ticket: Ticket | None = None
+
+    def acquire(self, name: str) -> None:
+        permit = self.hooks.acquire(name, self.owner)
+        if permit is not None:
+            self.permits.setdefault(name, []).append(permit)
+
+    def granted(self, permit: Permit) -> None:
+        self.ticket = None
+        self.permits.setdefault(permit.name, []).append(permit)
+
+    def release(self, name: str) -> None:
+        held = self.permits.get(name)
+        if held:
+            self.hooks.release(held.pop())
+
+    def wait(
+        self, names: tuple[str, ...], deadline: float, deliver: Callable[[Permit], bool]
+    ) -> None:
+        self.ticket = self.hooks.wait(names, self.owner, deadline, deliver)
+
+    def cancel_wait(self) -> None:
+        if self.ticket is not None:
+            self.hooks.cancel_wait(self.ticket)
+            self.ticket = None
+
+    def close(self) -> None:
+        self.cancel_wait()
+        for held in self.permits.values():
+            for permit in held:
+                self.hooks.release(permit)
+        self.permits.clear()
+
+
+class RouterHooks:
+    """`RelayHooks` over the process's `Router`."""
 
     def __init__(
         self,
@@ -38,7 +109,7 @@ class EngineHooks:
         self.wall = wall
         self.clock = clock
         self._deliver: dict[int, Callable[[Permit], bool]] = {}
-        self.listeners: list[Callable[[HealthChanged], None]] = []
+        self.listeners: list[Callable[[PauseChanged], None]] = []
 
     # -- slots ---------------------------------------------------------------------------------
 
@@ -128,7 +199,7 @@ class EngineHooks:
         self._publish(self.router.on_timer(self.clock()))
         return self.router.next_deadline()
 
-    def _publish(self, changes: list[HealthChanged]) -> None:
+    def _publish(self, changes: list[PauseChanged]) -> None:
         for change in changes:
             log.info("health: %s", change)
             for listener in self.listeners:

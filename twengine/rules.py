@@ -1,4 +1,6 @@
-"""Routing: from what a request asks to the upstreams it may try (SPEC §6).
+"""The routing rules: from what a request asks to the upstreams it may try.
+
+docs/configuration.md ("`routes`, `default_route`") describes the rules this module reads.
 
 Which route
     A request follows its gateway key's ``route``, else ``default_route``, else the route named

@@ -1,0 +1,81 @@
+"""The models the gateway lists (``GET /v1/models``, ``/v1beta/models``, ``…/models/{id}``).
+
+Every model an upstream lists in the config, then every alias, each with the context window and
+output limit its ``model_specs`` give (for an alias: those of the first target that has one).
+The answer's shape follows the client's format (`twproto.models`).
+"""
+
+from __future__ import annotations
+
+from twengine.admission import LocalAnswer, Refusal, RequestView
+from twengine.config import Config
+from twengine.pricing import PriceTable
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError
+from twproto.models import ModelInfo, encode_model, encode_model_list
+from twproto.paths import Operation, Route
+
+__all__ = ["answer_models", "listed_models"]
+
+
+def listed_models(config: Config, table: PriceTable | None = None) -> list[ModelInfo]:
+    """The models the gateway lists, in config order; `table` fills the context window and
+    output limit that ``model_specs`` leave out."""
+    specs: dict[str, tuple[int | None, int | None]] = {}
+    for provider in config.providers:
+        for name in provider.models or ():
+            spec = provider.model_spec(name)
+            known = specs.get(name, (None, None))
+            if spec is not None:
+                known = (known[0] or spec.context_window, known[1] or spec.max_output_tokens)
+            specs[name] = known
+    if table is not None:
+        for name, (context, output) in specs.items():
+            if context is None or output is None:
+                specs[name] = (
+                    context or table.context_window(name),
+                    output or table.max_output_tokens(name),
+                )
+    for alias in config.aliases:
+        if alias.name not in specs:
+            targets = [specs.get(t, (None, None)) for t in alias.targets]
+            specs[alias.name] = next((t for t in targets if t != (None, None)), (None, None))
+    return [
+        ModelInfo(
+            id=name,
+            display_name=name,
+            context_window=window,
+            max_output_tokens=output,
+            owned_by="twserve",
+        )
+        for name, (window, output) in specs.items()
+    ]
+
+
+def answer_models(
+    config: Config, route: Route, dialect: Dialect, *, table: PriceTable | None = None
+) -> LocalAnswer | Refusal:
+    """The listing, or the one model `route` names, in `dialect`'s shape; 404 for a model not
+    listed."""
+    infos = listed_models(config, table)
+    if route.operation is Operation.GET_MODEL:
+        wanted = (route.model or "").removeprefix("models/")
+        info = next((i for i in infos if i.id == wanted), None)
+        if info is None:
+            error = GatewayError(
+                status=404,
+                category=ErrorCategory.REQUEST,
+                code="gw.request.not_found",
+                message=f"model {wanted!r} not found",
+            )
+            return Refusal(error=error)
+        body = encode_model(dialect, info)
+    else:
+        body = encode_model_list(dialect, infos)
+    return LocalAnswer(
+        status=200,
+        headers=((b"content-type", b"application/json"),),
+        body=body,
+        input_tokens=0,
+        view=RequestView(),
+    )

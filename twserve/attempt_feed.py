@@ -1,0 +1,180 @@
+"""What an attempt's news means for the request: inbox items → attempt ledger inputs.
+
+The relay's loop hands each item a reader posted (`twserve.attempt_reader`) to `AttemptFeed`,
+which turns it into the ledger's input — a response head, a failure classified by
+`twproto.failures`, the opening hold's verdict (`twproto.upstream_stream`), content, the end —
+and returns the actions that input led to, for the relay to carry out. Items of an attempt that
+was already given up are dropped. A committed stream's chunks are translated and written here
+(or by the reader itself, `write_direct`); the ledger hears of content the reader wrote when the
+loop next wakes (`report_content`), which keeps it off the per-chunk path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import assert_never
+
+from twengine.attempt_ledger import AttemptLedger, LedgerAction
+from twproto import ir
+from twproto.dialect import Dialect
+from twproto.failures import Failure, classify_response, stream_ended_early
+from twproto.first_content import FailedBeforeContent, Holding
+from twproto.upstream_stream import FirstContent, OpeningOutcome, reported_usage
+from twserve.attempt_reader import (
+    Attempt,
+    AttemptFailed,
+    AttemptItem,
+    Broken,
+    Chunk,
+    Destination,
+    End,
+    ErrorBody,
+    Head,
+    Whole,
+)
+from twserve.httptypes import Headers, Responder
+from twserve.upstream import client_headers
+
+__all__ = ["AttemptFeed"]
+
+Snapshot = Callable[[float], dict[str, set[str]]]
+
+
+class AttemptFeed:
+    """The attempt in flight (`live`) and what its items mean for `ledger`."""
+
+    def __init__(
+        self,
+        ledger: AttemptLedger,
+        responder: Responder,
+        dests: Mapping[str, Destination],
+        snapshot: Snapshot,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self.ledger = ledger
+        self.responder = responder
+        self.dests = dests
+        self.snapshot = snapshot
+        self.clock = clock
+        self.wall = wall
+        self.live: Attempt | None = None
+        self.ttfb_ms: int | None = None  # send to first content, of the attempt that answered
+        # Usage each ended attempt's upstream reported (by attempt index): tokens it may bill
+        # although its attempt failed or was cancelled.
+        self.attempt_usage: dict[int, ir.Usage] = {}
+        # Attempt index → its error response (status, headers, body, format), to pass through.
+        self.errors: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
+
+    def report_content(self) -> list[LedgerAction]:
+        """Tell the ledger about content the reader wrote itself since it last heard."""
+        live = self.live
+        if live is None or live.content_at <= live.reported_at:
+            return []
+        live.reported_at = live.content_at
+        return self.ledger.content(live.content_at)
+
+    async def on_item(self, item: AttemptItem, now: float) -> list[LedgerAction]:
+        """What `item` means for the ledger: its input for this attempt's news."""
+        live = self.live
+        if live is None or item.index != live.index:
+            return []  # from an attempt already given up
+        match item:
+            case Head(status=status, headers=headers):
+                live.status, live.headers = status, headers
+                return self.ledger.response_head(now, status=status)
+            case ErrorBody(body=body):
+                failure = classify_response(live.status, live.headers, body, now=self.wall())
+                dialect = self.dests[live.provider].target.dialect
+                self.errors[live.index] = (live.status, client_headers(live.headers), body, dialect)
+                return self._failed(failure, now)
+            case AttemptFailed(failure=failure):
+                return self._failed(failure, now)
+            case Whole(body=body):
+                live.whole = body
+                self.ttfb_ms = int((now - live.sent_at) * 1000)
+                return self.ledger.first_content(now) + self.ledger.ended(now, clean=True)
+            case Chunk(data=data):
+                live.queued -= 1
+                if live.translator is None:
+                    assert live.opening is not None
+                    live.opening_bytes.append(data)
+                    return self._opening(live, live.opening.feed(data, now=self.wall()), now)
+                follow: list[LedgerAction] = []
+                sent = live.translator.feed(data)
+                if sent:
+                    await self.responder.send(sent)
+                    live.reported_at = now
+                    follow = self.ledger.content(now)
+                # Only after our own write is done may the reader write (one writer at a time).
+                live.direct = live.committed and live.queued == 0
+                return follow
+            case End():
+                if live.translator is not None:
+                    return self._ended(live, now)
+                assert live.opening is not None
+                opened = self._opening(live, live.opening.end(now=self.wall()), now)
+                return opened if live.translator is None else opened + self._ended(live, now)
+            case Broken():
+                if live.translator is None:
+                    return self._failed(stream_ended_early(), now)
+                return self.ledger.ended(now, clean=False)
+            case _:
+                assert_never(item)
+
+    def _opening(self, live: Attempt, outcome: OpeningOutcome, now: float) -> list[LedgerAction]:
+        match outcome:
+            case Holding():
+                return []
+            case FailedBeforeContent(failure=failure):
+                return self._failed(failure, now)
+            case FirstContent(data=data, translator=translator):
+                live.translator, live.pending = translator, data
+                self.ttfb_ms = int((now - live.sent_at) * 1000)
+                return self.ledger.first_content(now)
+            case _:
+                assert_never(outcome)
+
+    def _failed(self, failure: Failure, now: float) -> list[LedgerAction]:
+        self.end_attempt()
+        return self.ledger.failed(failure, now, **self.snapshot(now))
+
+    def _ended(self, live: Attempt, now: float) -> list[LedgerAction]:
+        translator = live.translator
+        assert translator is not None
+        # end() flushes a last event that came without its blank line, so `finished` is only
+        # known after it. The closing bytes go out with what is pending (the commit or the end).
+        tail = translator.end()
+        clean = translator.finished
+        if tail and clean:
+            live.pending += tail
+        return self.ledger.ended(now, clean=clean)
+
+    def end_attempt(self) -> None:
+        """The attempt in flight is over: stop its reader (which closes the upstream request)."""
+        live = self.live
+        if live is not None:
+            live.scope.cancel()
+            usage = self._billed_usage(live)
+            if usage is not None:
+                self.attempt_usage[live.index] = usage
+            self.live = None
+
+    def _billed_usage(self, live: Attempt) -> ir.Usage | None:
+        if live.translator is not None:
+            return live.translator.usage
+        if not live.opening_bytes:
+            return None
+        dialect = self.dests[live.provider].target.dialect
+        return reported_usage(dialect, b"".join(live.opening_bytes), sse=live.upstream_sse)
+
+    async def write_direct(self, live: Attempt, chunk: bytes) -> None:
+        """A committed answer's chunk, from the reader straight to the client."""
+        translator = live.translator
+        assert translator is not None
+        data = translator.feed(chunk)
+        if data:
+            await self.responder.send(data)
+            # The idle clock only needs to know that content keeps coming: the loop reads this
+            # when it wakes, which keeps the ledger off the per-chunk path.
+            live.content_at = self.clock()

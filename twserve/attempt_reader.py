@@ -1,0 +1,340 @@
+"""One attempt's upstream side: open the request, post what arrives into the request's inbox.
+
+The relay starts one reader task per attempt. The reader opens the upstream request and posts
+what arrives — head, error body, whole answer, chunks, end, break, a failure — into the
+request's inbox, a small memory stream, so a slow client slows the upstream read instead of
+growing a buffer. Cancelling the attempt's scope closes the upstream request.
+
+Once the answer is committed and no chunk of it waits in the inbox, the reader writes to the
+client itself (`Attempt.direct`): each chunk then skips the hop through the request's loop.
+The loop still hears that content keeps coming, from `Attempt.content_at`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import anyio
+
+from twengine.attempt import ResendReason
+from twengine.config import Config
+from twengine.config.credentials import CredentialFault, resolve_credentials
+from twengine.pricing import TableCatalog
+from twengine.rules import Candidate
+from twproto import json_loads
+from twproto.client_errors import request_failure
+from twproto.failures import Failure, classify_transport
+from twproto.formats._effort import level_after_refusal, parse_effort, requested_effort
+from twproto.ir import Effort, ReasoningLevel
+from twproto.stream_translate import StreamTranslator
+from twproto.translate import (
+    DEFAULT_MAX_TOKENS,
+    ClientTranslationError,
+    TranslatedRequest,
+    translate_request,
+)
+from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget, upstream_request
+from twproto.upstream_stream import UpstreamStream
+from twserve.http1 import ClientGone
+from twserve.upstream import (
+    Headers,
+    Upstream,
+    UpstreamBroken,
+    UpstreamUnreachable,
+    read_prefix,
+)
+
+__all__ = [
+    "Attempt",
+    "AttemptFailed",
+    "AttemptItem",
+    "AttemptRequests",
+    "Broken",
+    "Chunk",
+    "Destination",
+    "End",
+    "ErrorBody",
+    "Head",
+    "Whole",
+    "destination",
+    "read_attempt",
+]
+
+ERROR_BODY_LIMIT = 64 * 1024
+WHOLE_BODY_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Destination:
+    """One upstream to try, as routing decided it: `target` says where, with which key and
+    model; a routing rule's `set` adds an output limit and a reasoning level (docs/balancing.md)."""
+
+    name: str
+    target: UpstreamTarget
+    sticky: bool = False
+    max_tokens: int | None = None
+    reasoning: ReasoningLevel | None = None
+    # The model's output limit (model_specs, else the price table): a conversion to Anthropic
+    # of a request without max_tokens sends it.
+    output_limit: int | None = None
+    connect_timeout: float | None = None
+    # This upstream refused the conversation's sealed reasoning before: leave it out up front.
+    drop_sealed: bool = False
+
+
+def destination(
+    config: Config,
+    cand: Candidate,
+    sticky: str | None,
+    env: Mapping[str, str],
+    catalog: TableCatalog | None = None,
+) -> Destination | CredentialFault:
+    """Where routing's candidate `cand` goes: its provider's URL, key and headers, read from
+    `env` at send time. A variable not set or a value no header can carry is a
+    `CredentialFault` (which never holds the value): that upstream is skipped."""
+    provider = config.provider(cand.provider)
+    creds = resolve_credentials(provider, env)
+    if isinstance(creds, CredentialFault):
+        return creds
+    return Destination(
+        name=provider.name,
+        target=UpstreamTarget(
+            dialect=provider.protocol,
+            base_url=provider.base_url,
+            key=creds.key,
+            model=cand.model,
+            headers=tuple((k.lower().encode(), v.encode()) for k, v in creds.headers),
+            forward_mock_headers=provider.forward_mock_headers,
+        ),
+        sticky=cand.provider == sticky,
+        max_tokens=cand.overrides.max_tokens,
+        reasoning=cand.overrides.reasoning,
+        output_limit=(
+            catalog.max_output_tokens(config, cand.provider, cand.model) if catalog else None
+        ),
+        connect_timeout=provider.connect_timeout_secs,
+    )
+
+
+def reasoning_level(effort: Effort | None) -> ReasoningLevel:
+    """The rule level that sends `effort`: none is off, and minimal (OpenAI's lowest, with no
+    rule level of its own) is low."""
+    if effort is None or effort is Effort.NONE:
+        return ReasoningLevel.OFF
+    if effort is Effort.MINIMAL:
+        return ReasoningLevel.LOW
+    return ReasoningLevel(effort.value)
+
+
+class AttemptRequests:
+    """Each attempt's upstream request: the client's body translated once per upstream (again
+    after a `rewrite` for a resend), the request built for it, and for a stream its opening."""
+
+    def __init__(
+        self, call: ClientCall, body: bytes, model: str, wall: Callable[[], float]
+    ) -> None:
+        self.call = call
+        self.body = body
+        self.model = model
+        self.wall = wall
+        self.translated: dict[str, TranslatedRequest] = {}
+        self.rewrites: dict[str, ResendReason] = {}
+        # The level a refused effort is resent with, per upstream (None: without an effort).
+        self.effort_after: dict[str, Effort | None] = {}
+        self.dropped: tuple[str, ...] = ()  # what the latest translation could not carry
+
+    def rewrite(self, dest: Destination, reason: ResendReason, refusal: str) -> str | None:
+        """The next request to `dest` leaves out what it refused: sealed reasoning, or an effort
+        level — resent with the level the refusal's message accepts (`refusal`), or without
+        one. Returns that level's name for an effort refusal."""
+        self.rewrites[dest.name] = reason
+        self.translated.pop(dest.name, None)
+        if reason is not ResendReason.EFFORT_REFUSED:
+            return None
+        level = level_after_refusal(self._asked_effort(dest), refusal)
+        self.effort_after[dest.name] = level
+        return reasoning_level(level).value
+
+    def _asked_effort(self, dest: Destination) -> Effort | None:
+        """The effort level sent to `dest`: its rule's, else the client's own."""
+        if dest.reasoning is not None:
+            return parse_effort(dest.reasoning.value)
+        try:
+            obj = json_loads(self.body)
+        except ValueError:
+            return None
+        return requested_effort(obj, self.call.dialect) if isinstance(obj, dict) else None
+
+    def _reasoning_for(self, dest: Destination) -> ReasoningLevel | None:
+        if self.rewrites.get(dest.name) is not ResendReason.EFFORT_REFUSED:
+            return dest.reasoning
+        # Resent with the level the refusal accepts (docs/operations.md), or without an effort.
+        return reasoning_level(self.effort_after.get(dest.name))
+
+    def build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
+        """The request for `dest`, and for a streamed call the opening that reads its answer."""
+        call = self.call
+        translated = self.translated.get(dest.name)
+        if translated is None:
+            rewrite = self.rewrites.get(dest.name)
+            translated = translate_request(
+                self.body,
+                call.dialect,
+                dest.target.dialect,
+                model=dest.target.model,
+                stream=call.stream,
+                max_tokens=dest.max_tokens,
+                default_max_tokens=dest.output_limit or DEFAULT_MAX_TOKENS,
+                reasoning=self._reasoning_for(dest),
+                drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING or dest.drop_sealed,
+            )
+            self.translated[dest.name] = translated
+            self.dropped = translated.dropped
+        request = upstream_request(dest.target, call, translated.body)
+        if not call.stream:
+            return request, None
+        opening = UpstreamStream(
+            dest.target.dialect,
+            call.dialect,
+            client_model=self.model,
+            upstream_sse=request.sse,
+            client_sse=call.sse,
+            tool_names=translated.tool_names,
+            created=int(self.wall()),
+            # Same format but another model name upstream (an alias): rename it in the answer.
+            relay_unchanged=dest.target.model == self.model,
+        )
+        return request, opening
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    index: int
+    status: int
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    index: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    index: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    index: int
+    failure: Failure
+
+
+AttemptItem = Head | ErrorBody | Chunk | Whole | End | Broken | AttemptFailed
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The attempt in flight, as the relay and its reader share it."""
+
+    index: int
+    provider: str
+    scope: anyio.CancelScope
+    sent_at: float
+    status: int = 0
+    headers: Headers = field(default_factory=list)
+    opening: UpstreamStream | None = None  # until first content (streams only)
+    translator: StreamTranslator | None = None  # after it
+    pending: bytes = b""  # the client's bytes for what was held, sent at the commit
+    whole: bytes | None = None
+    # Chunks of this attempt still in the inbox; once the answer is committed and none are
+    # left, the reader writes to the client itself (`direct`).
+    queued: int = 0
+    committed: bool = False
+    direct: bool = False
+    # The opening's bytes as they came (streams), read for usage if the attempt ends before
+    # content.
+    opening_bytes: list[bytes] = field(default_factory=list)
+    upstream_sse: bool = True
+    content_at: float = 0.0  # when the reader last wrote content itself
+    reported_at: float = 0.0  # the latest content time the attempt machine has heard
+
+
+async def read_attempt(
+    attempt: Attempt,
+    up: Upstream,
+    build: Callable[[], tuple[UpstreamRequest, UpstreamStream | None]],
+    post: Callable[[AttemptItem], Awaitable[None]],
+    write_direct: Callable[[Attempt, bytes], Awaitable[None]],
+    connect_timeout: float | None = None,
+) -> None:
+    """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
+    through `up`, and `post` what arrives."""
+    index = attempt.index
+    try:
+        with attempt.scope:
+            try:
+                request, attempt.opening = build()
+                attempt.upstream_sse = request.sse
+                stream = attempt.opening is not None
+            except ClientTranslationError as exc:
+                # The request cannot be written for this upstream: the client's to fix.
+                await post(
+                    AttemptFailed(index, request_failure(str(exc), status=exc.error_status_hint))
+                )
+                return
+            try:
+                async with up.open(request, connect_timeout=connect_timeout) as answer:
+                    await post(Head(index, answer.status, answer.headers))
+                    if answer.status >= 400:
+                        await post(ErrorBody(index, await read_prefix(answer, ERROR_BODY_LIMIT)))
+                        return
+                    if not stream:
+                        # Not read_prefix, which stops quietly at a break: a whole answer cut
+                        # off half-way must fail the attempt (UpstreamBroken below), never pass
+                        # for a complete one.
+                        parts: list[bytes] = []
+                        size = 0
+                        async for chunk in answer.chunks():
+                            parts.append(chunk)
+                            size += len(chunk)
+                            if size > WHOLE_BODY_LIMIT:
+                                break
+                        if size > WHOLE_BODY_LIMIT:
+                            await post(Broken(index, "answer larger than the gateway reads"))
+                        else:
+                            await post(Whole(index, b"".join(parts)))
+                        return
+                    async for chunk in answer.chunks():
+                        if attempt.direct:
+                            await write_direct(attempt, chunk)
+                        else:
+                            attempt.queued += 1
+                            await post(Chunk(index, chunk))
+                    await post(End(index))
+            except UpstreamUnreachable as exc:
+                await post(AttemptFailed(index, classify_transport(exc.fault)))
+            except UpstreamBroken as exc:
+                await post(Broken(index, str(exc)))
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, ClientGone):
+        pass  # the request is over; nobody reads this attempt any more

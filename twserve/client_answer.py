@@ -1,0 +1,263 @@
+"""Writing to the client: the stream's head, a whole answer, an error response or error event.
+
+The relay decides *what* goes out (from the attempt ledger's actions); this is *how*: status
+lines and headers through the `Responder`, and the request row's status and error code noted in
+the `RelayOutcome` as they go. Error bodies and events are written in the client's format by
+`twproto.errors` and the stream translators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, assert_never
+
+from twengine.admission import LocalAnswer, Refusal
+from twengine.attempt import AttemptRecord
+from twproto import ir
+from twproto.client_errors import error_for_failure, error_for_unreadable_answer
+from twproto.dialect import Dialect
+from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
+from twproto.failures import Failure
+from twproto.paths import guess_client_dialect
+from twproto.stream_translate import new_stream_translator
+from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
+from twproto.upstream_request import ClientCall
+from twserve.httptypes import Headers, Responder
+from twserve.upstream import client_headers
+
+if TYPE_CHECKING:
+    from twserve.attempt_reader import Attempt, Destination
+
+__all__ = [
+    "ClientAnswer",
+    "RelayOutcome",
+    "answer",
+    "respond_bytes",
+    "respond_error",
+    "transport_error",
+]
+
+
+@dataclass(slots=True, kw_only=True)
+class RelayOutcome:
+    """What the request row records; filled in as the request goes."""
+
+    status: int | None = None
+    provider: str | None = None
+    ttfb_ms: int | None = None
+    usage: Any = None
+    error_code: str | None = None
+    attempts: tuple[AttemptRecord, ...] = ()
+    dropped: list[str] = field(default_factory=list)  # what conversion could not carry
+    cancelled: bool = False
+    # Usage reported by attempts that did not give the answer (by attempt index): tokens an
+    # upstream may bill although its attempt failed or was cancelled.
+    attempt_usage: dict[int, Any] = field(default_factory=dict)
+    # The client left after the whole answer had gone out (not a cancelled request).
+    delivered: bool = False
+    # Per upstream: the level a refused effort was resent with ("off": without one).
+    effort_resent: dict[str, str] = field(default_factory=dict)
+
+
+class ClientAnswer:
+    """The client's side of one relayed request."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        call: ClientCall,
+        model: str,
+        out: RelayOutcome,
+        wall: Callable[[], float],
+    ) -> None:
+        self.wall = wall
+        self.responder = responder
+        self.call = call
+        self.model = model
+        self.out = out
+        self.started = False  # the 200 and stream headers are out
+
+    async def start_stream(self) -> None:
+        """The 200 and the stream's headers, once."""
+        if not self.started:
+            self.started = True
+            kind = b"text/event-stream" if self.call.sse else b"application/json"
+            await self.responder.start(
+                200,
+                [
+                    (b"content-type", kind),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            )
+
+    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
+        """A whole response: `headers` plus its length, then `body`."""
+        responder = self.responder
+        await responder.start(status, [*headers, (b"content-length", str(len(body)).encode())])
+        await responder.send(body)
+        await responder.end()
+
+    async def whole_answer(
+        self,
+        provider: str,
+        dialect: Dialect,
+        headers: Headers,
+        body: bytes,
+        *,
+        tool_names: ir.ToolNames | None,
+        created: int,
+    ) -> None:
+        """A whole answer from `provider` (format `dialect`), translated for the client."""
+        out = self.out
+        out.provider, out.status = provider, 200
+        same = dialect is self.call.dialect
+        try:
+            answer = translate_response(
+                body,
+                dialect,
+                self.call.dialect,
+                client_model=self.model,
+                tool_names=tool_names,
+                created=created,
+            )
+        except UpstreamTranslationError as exc:
+            if not same:
+                await self.error(error_for_unreadable_answer(provider, str(exc)))
+                return
+            answer = None  # a same-format answer goes through as it came
+        if answer is not None:
+            out.usage = answer.usage
+            out.dropped.extend(answer.dropped)
+        # Same format: the upstream's bytes, with only the model renamed (translate_response).
+        payload = body if answer is None else answer.body
+        kept = client_headers(headers) if same else [(b"content-type", b"application/json")]
+        await self.whole(200, kept, payload)
+
+    async def finish(
+        self, live: Attempt, dest: Destination, translated: TranslatedRequest | None
+    ) -> None:
+        """`live`'s answer from `dest` ended cleanly: its end, or the whole answer."""
+        if live.whole is None:
+            await self.finish_stream(live)
+            return
+        await self.whole_answer(
+            live.provider,
+            dest.target.dialect,
+            live.headers,
+            live.whole,
+            tool_names=translated.tool_names if translated is not None else None,
+            created=int(self.wall()),
+        )
+
+    async def pass_through(
+        self, saved: tuple[int, Headers, bytes, Dialect] | None, failure: Failure
+    ) -> None:
+        """The upstream's own error response as it came, when it was kept and speaks the
+        client's format; otherwise the same status, written in the client's format."""
+        if saved is None or saved[3] is not self.call.dialect:
+            await self.error(error_for_failure(failure, passed_on=True))
+            return
+        status, headers, body, _ = saved
+        self.out.status, self.out.error_code = status, "gw.upstream.error"
+        # The upstream's own body, marked as the upstream's like every error the gateway relays.
+        tag = (ERROR_HEADER, ErrorCategory.UPSTREAM.value.encode())
+        await self.whole(status, [*headers, tag], body)
+
+    async def error(self, err: GatewayError) -> None:
+        """`err` as an error response in the client's format."""
+        self.out.status = err.status
+        self.out.error_code = err.code
+        await self.whole(err.status, error_headers(err), error_body(self.call.dialect, err))
+
+    async def commit(self, live: Attempt | None, send_headers: bool) -> None:
+        """The answer is settled: the stream's head if due; with `live`, its held bytes."""
+        if send_headers:
+            await self.start_stream()
+        if live is not None:
+            live.committed = True
+            if live.pending:
+                data, live.pending = live.pending, b""
+                await self.responder.send(data)
+            live.direct = live.queued == 0 and live.translator is not None
+
+    async def finish_stream(self, live: Attempt) -> None:
+        """`live`'s stream ended cleanly: its last bytes, then the end."""
+        translator = live.translator
+        assert translator is not None
+        out = self.out
+        out.provider, out.status = live.provider, 200
+        out.usage = translator.usage
+        out.dropped.extend(translator.dropped)
+        if live.pending:
+            data, live.pending = live.pending, b""
+            await self.responder.send(data)
+        await self.responder.end()
+
+    async def end_stream_with_error(self, err: GatewayError, live: Attempt | None) -> None:
+        """End the client's stream with `err` as an error event (the 200 may be out already)."""
+        self.out.error_code = err.code
+        self.out.status = 200 if self.started else err.status
+        if live is not None and live.committed:
+            self.out.provider = live.provider  # it answered, then broke off
+        translator = live.translator if live is not None else None
+        if translator is None:
+            # Nothing came from an upstream: the error event alone, as the client's format
+            # frames it.
+            call = self.call
+            translator = new_stream_translator(
+                call.dialect, call.dialect, client_model=self.model, client_sse=call.sse
+            )
+        else:
+            self.out.usage = translator.usage
+        await self.start_stream()
+        await self.responder.send(translator.fail(err))
+        await self.responder.end()
+
+
+async def respond_error(responder: Responder, dialect: Dialect, err: GatewayError) -> None:
+    body = error_body(dialect, err)
+    await responder.start(
+        err.status, [*error_headers(err), (b"content-length", str(len(body)).encode())]
+    )
+    await responder.send(body)
+    await responder.end()
+
+
+async def answer(responder: Responder, dialect: Dialect, verdict: Refusal | LocalAnswer) -> None:
+    """A refusal in the client's format, or an answer made here."""
+    match verdict:
+        case Refusal(error=err):
+            await respond_error(responder, dialect, err)
+        case LocalAnswer(status=status, headers=headers, body=body):
+            await respond_bytes(responder, status, body, headers=headers)
+        case _:
+            assert_never(verdict)
+
+
+async def respond_bytes(
+    responder: Responder,
+    status: int,
+    body: bytes,
+    content_type: bytes = b"application/json",
+    *,
+    headers: tuple[tuple[bytes, bytes], ...] | None = None,
+) -> None:
+    head = list(headers) if headers is not None else [(b"content-type", content_type)]
+    await responder.start(status, [*head, (b"content-length", str(len(body)).encode())])
+    await responder.send(body)
+    await responder.end()
+
+
+def transport_error(
+    path: str | None, status: int, code: str, message: str
+) -> tuple[Headers, bytes]:
+    """Errors the HTTP layer answers itself (bad HTTP, limits), in the client's format."""
+    category = ErrorCategory.TIMEOUT if status == 408 else ErrorCategory.REQUEST
+    if status >= 500:
+        category = ErrorCategory.UPSTREAM
+    if status == 503:  # the transport sheds load (request bodies): the client should back off
+        category = ErrorCategory.RATE_LIMITED
+    err = GatewayError(status=status, category=category, code=code, message=message)
+    return error_headers(err), error_body(guess_client_dialect(path), err)

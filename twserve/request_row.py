@@ -1,0 +1,109 @@
+"""The request row and the retry events of a relayed request, from what the relay reports.
+
+`fill_row` copies a `RelayOutcome` into its `RequestRow` (docs/operations.md, "The request
+row"); `retry_observer` publishes ``RequestRetrying`` / ``RequestDequeued`` for the relay's
+backoffs and slot waits (docs/control-plane.md, "Events").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send
+from twengine.attempt_ledger import attempt_view
+from twengine.config.credentials import CredentialFault
+from twserve.client_answer import RelayOutcome
+from twserve.events import EventBus
+from twserve.store import RequestRow
+
+__all__ = ["credential_skip_view", "fill_row", "retry_observer"]
+
+
+def fill_row(
+    row: RequestRow,
+    outcome: RelayOutcome,
+    models: dict[str, str],
+    efforts: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """`outcome` into `row`; `models` names the model sent to each upstream, `efforts` what
+    became of each one's reasoning level (twserve.efforts)."""
+    row.status = outcome.status
+    row.provider = outcome.provider
+    row.ttfb_ms = outcome.ttfb_ms
+    row.error_code = outcome.error_code
+    row.translated = outcome.dropped
+    routing = row.routing or {}
+    routing["attempts"] = [
+        *routing.get("attempts", ()),  # upstreams skipped for their credentials
+        *(
+            attempt_view(a, models.get(a.provider), _effort_view(a, outcome, efforts or {}))
+            for a in outcome.attempts
+        ),
+    ]
+    row.routing = routing
+    usage = outcome.usage
+    if usage is not None:
+        row.input_tokens = usage.input_tokens
+        row.output_tokens = usage.output_tokens
+        row.cache_read_tokens = usage.cache_read_tokens
+        row.cache_write_tokens = usage.cache_write_tokens
+        row.reasoning_tokens = usage.reasoning_tokens
+
+
+def retry_observer(
+    events: EventBus | None, request_id: str, clock: Callable[[], float]
+) -> Callable[[Action], None] | None:
+    """The relay's observer for `request_id`: retry and dequeue events on `events`."""
+    if events is None:
+        return None
+
+    def observe(action: Action) -> None:
+        if isinstance(action, Backoff):
+            backoff_ms = int(max(0.0, action.until - clock()) * 1000)
+            events.request_retrying(request_id, retry=action.retry_round, backoff_ms=backoff_ms)
+        elif isinstance(action, Send):
+            events.request_dequeued(
+                request_id,
+                provider=action.provider,
+                retry=action.retry_round,
+                queued_ms=action.backoff_ms or action.queued_ms,
+            )
+
+    return observe
+
+
+def _effort_view(
+    record: AttemptRecord, outcome: RelayOutcome, efforts: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """``{asked, sent, reason}`` of an attempt (docs/operations.md), None when unchanged."""
+    base = efforts.get(record.provider)
+    if record.resend is ResendReason.EFFORT_REFUSED:
+        sent = outcome.effort_resent.get(record.provider)
+        asked = base["asked"] if base else None
+        return {"asked": asked, "sent": sent, "reason": "rejected"}
+    return base if base is not None and base["reason"] is not None else None
+
+
+def credential_skip_view(fault: CredentialFault) -> dict[str, Any]:
+    """An upstream skipped for its credentials, in the shape of `attempt_view`."""
+    return {
+        "provider": fault.provider,
+        "model": None,
+        "outcome": "skipped",
+        "status": None,
+        "error": fault.code,
+        "ms": None,
+        "queued_ms": 0,
+        "skipped": fault.code.rsplit(".", 1)[-1],
+        "retry": 0,
+        "backoff_ms": None,
+        "resend": None,
+        "effort": None,
+    }
+
+
+def _span_ms(start: float | None, end: float | None) -> int | None:
+    if start is None or end is None:
+        return None
+    return int((end - start) * 1000)
