@@ -277,9 +277,9 @@ class ConfigEndpoints(Protocol):
 class ControlPlane:
     """The control plane's handler over the gateway's shared objects (see module docs).
 
-    `generation` counts the configs applied since start; `config_applied` and
-    `config_rejected` are for the config reloader to call. `safe_mode` holds the problems of a
-    config that failed at startup (the gateway then does not serve).
+    `generation` is 1 for a gateway built from a config object; one that runs from a config
+    file reports the reloader's count instead (`config_api`, twserve.liveconfig). `safe_mode`
+    holds the problems of a config that failed at startup (the gateway then does not serve).
     """
 
     def __init__(
@@ -319,18 +319,6 @@ class ControlPlane:
     @property
     def config(self) -> Config:
         return self.gateway.config
-
-    # -- config lifecycle ------------------------------------------------------------------
-
-    def config_applied(self, config: Config) -> None:
-        """A reload put `config` in force: count it and publish `ConfigReloaded`."""
-        self.generation += 1
-        self.safe_mode = ()
-        self.events.config_reloaded(generation=self.generation, version=config.version)
-
-    def config_rejected(self, problems: Sequence[Problem]) -> None:
-        """A reload failed validation; the config in force stays."""
-        self.events.config_rejected(problems)
 
     # -- the handler -----------------------------------------------------------------------
 
