@@ -26,7 +26,7 @@ import anyio.abc
 
 from twengine.config import Config
 from twengine.config.model import GroupType, Provider
-from twserve import control, http1, http2
+from twserve import control, http1, http2, websocket
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
 from twserve.effort_store import load_effort_memory, save_effort_memory
@@ -272,12 +272,13 @@ class GatewayApp:
         limits = self.limits or http1.ServerLimits()
         if limits.max_connections is None:
             limits = replace(limits, max_connections=self.config.listen.gateway.max_connections)
-        # HTTP/2 (h2c) by prior knowledge or Upgrade, on the same port as HTTP/1.1.
+        # HTTP/2 (h2c) by prior knowledge or Upgrade, and Responses WebSocket upgrades, on the
+        # same port as HTTP/1.1.
         return http1.Server(
             self.gateway.handle,
             limits=limits,
             errors=transport_error,
-            switches=(http2.switch,),
+            switches=(http2.switch, websocket.switch_for(self.gateway)),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.addresses.allows(address),
             budget=self.body_budget,

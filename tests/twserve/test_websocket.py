@@ -1,0 +1,452 @@
+"""The Responses WebSocket (twserve/websocket.py) through the real gateway.
+
+The official openai SDK's ``responses.connect()`` is the client where a test checks what a client
+sees; the ``websockets`` library is the client where a test needs the socket itself (close codes,
+raw frames, a client that drops its TCP connection). Every upstream is a mock on loopback; every
+wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import openai
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
+from tests.twserve.stack import Stack, Upstream
+from twmock.script import MockSettings, parse_script
+from twserve import http1
+from twserve.httptypes import Request
+from twserve.websocket import KeyCheck
+
+pytestmark = pytest.mark.anyio
+
+FORMATS = ("anthropic", "openai-chat", "openai-responses", "gemini")
+MODEL = MODELS["openai-responses"]
+TEXT = "Grüße over one socket 🚀, turn by turn"
+TIMEOUT = 10.0
+DONE = {"response.completed", "response.failed", "response.incomplete", "error"}
+
+
+def _up(fmt: str, script: dict[str, Any], **extra: Any) -> Upstream:
+    return Upstream(fmt, MockSettings(script=parse_script(script), seed=3), extra=extra)
+
+
+def _client(st: Stack, key: str = KEY) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=st.url + "/v1", api_key=key, max_retries=0, timeout=5)
+
+
+async def _turn(conn: Any, **fields: Any) -> list[Any]:
+    """Send one ``response.create`` and collect its events up to the one that ends the turn."""
+    await conn.send({"type": "response.create", "model": MODEL, "input": "hi", **fields})
+    events = []
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            event = await conn.recv()
+            events.append(event)
+            if event.type in DONE:
+                return events
+
+
+def _text(events: list[Any]) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+@asynccontextmanager
+async def _raw(
+    st: Stack, path: str = "/v1/responses", **kw: Any
+) -> AsyncIterator[ClientConnection]:
+    headers = {"authorization": f"Bearer {KEY}"}
+    async with websockets.connect(
+        f"ws://127.0.0.1:{st.port}{path}",
+        additional_headers=headers,
+        open_timeout=5,
+        close_timeout=5,
+        compression=None,
+        **kw,
+    ) as ws:
+        yield ws
+
+
+async def _raw_turn(ws: ClientConnection, event: dict[str, Any] | str) -> list[dict[str, Any]]:
+    await ws.send(event if isinstance(event, str) else json.dumps(event))
+    out = []
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            got = json.loads(await ws.recv())
+            out.append(got)
+            if got["type"] in DONE:
+                return out
+
+
+def _in_flight(st: Stack, name: str) -> int:
+    return int(st.app.gateway.router.slots.in_flight(name))
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+# --- turns through the SDK, for every upstream format -----------------------------------------
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_text_turns_from_every_upstream_format(stack: StackFactory, fmt: str) -> None:
+    st = stack(
+        {"a": _up(fmt, {"text": TEXT, "usage": {"input": 12, "output": 7}})},
+        config=fallback("a"),
+    )
+    async with _client(st).responses.connect() as conn:
+        first = await _turn(conn)
+        second = await _turn(conn, input="again")
+    for events in (first, second):
+        assert events[0].type == "response.created"
+        assert events[-1].type == "response.completed"
+        assert _text(events) == TEXT
+        assert events[-1].response.output_text == TEXT
+        assert events[-1].response.usage.output_tokens == 7
+    rows = st.wait_rows(2)
+    assert len(rows) == 2
+    assert {r["status"] for r in rows} == {200}
+    assert all(r["provider"] == "a" and r["output_tokens"] == 7 for r in rows)
+    assert len({r["id"] for r in rows}) == 2
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_tool_call_round(stack: StackFactory, fmt: str) -> None:
+    st = stack(
+        {
+            "a": _up(
+                fmt, {"tool_calls": 1, "tool_name": "weather", "tool_arguments": '{"city":"Oslo"}'}
+            )
+        },
+        config=fallback("a"),
+    )
+    tools = [
+        {
+            "type": "function",
+            "name": "weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    question = {"role": "user", "content": "Weather in Oslo?"}
+    async with _client(st).responses.connect() as conn:
+        first = await _turn(conn, input=[question], tools=tools)
+        (call,) = [o for o in first[-1].response.output if o.type == "function_call"]
+        assert (call.name, json.loads(call.arguments)) == ("weather", {"city": "Oslo"})
+        mock = st.mock("a")
+        mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
+        second = await _turn(
+            conn,
+            tools=tools,
+            input=[
+                question,
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                },
+                {"type": "function_call_output", "call_id": call.call_id, "output": "-3 °C"},
+            ],
+        )
+    assert second[-1].type == "response.completed"
+    assert _text(second) == TEXT
+    # The tool's result reached the upstream in its own format.
+    assert "-3 °C" in mock.received[-1].body.decode()
+    assert len(st.wait_rows(2)) == 2
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize(
+    "fault", [{"error": 503}, {"stream_error_after": 0}], ids=["503", "error-event"]
+)
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_error_before_content_fails_over(
+    stack: StackFactory, fmt: str, fault: dict[str, Any]
+) -> None:
+    st = stack(
+        {"a": _up(fmt, {"text": "never heard", **fault}), "b": _up(fmt, {"text": TEXT})},
+        config=fallback("a", "b"),
+    )
+    async with _client(st).responses.connect() as conn:
+        events = await _turn(conn)
+    assert events[-1].type == "response.completed" and _text(events) == TEXT
+    (row,) = st.wait_rows(1)
+    assert (row["status"], row["provider"]) == (200, "b")
+    first, second = attempts(row)
+    assert (first["provider"], first["outcome"]) == ("a", "failed")
+    assert (second["provider"], second["outcome"]) == ("b", "ok")
+
+
+@pytest.mark.sdk
+async def test_a_refused_turn_then_a_good_one_on_the_same_socket(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-chat", {"text": TEXT})},
+        config={
+            "routes": [
+                {
+                    "name": "default",
+                    "rules": [
+                        {"name": "no", "when": {"model": "forbidden-*"}, "deny": "not here"},
+                        {"name": "all", "to": "a"},
+                    ],
+                }
+            ]
+        },
+    )
+    async with _client(st).responses.connect() as conn:
+        refused = await _turn(conn, model="forbidden-1")
+        good = await _turn(conn)
+    (error,) = refused
+    assert error.type == "error" and error.status == 403
+    assert error.error.message
+    assert good[-1].type == "response.completed" and _text(good) == TEXT
+    rows = st.wait_rows(2)
+    assert [r["status"] for r in rows] == [403, 200]
+    assert rows[0]["error_code"] == "gw.rule.denied"
+
+
+@pytest.mark.sdk
+async def test_an_unknown_model_is_an_error_event(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT}, models=["only-this"])})
+    async with _client(st).responses.connect() as conn:
+        (error,) = await _turn(conn, model="not-configured")
+        good = await _turn(conn, model="only-this")
+    assert error.type == "error" and error.status in (400, 404)
+    assert good[-1].type == "response.completed"
+    assert [r["status"] for r in st.wait_rows(2)] == [error.status, 200]
+
+
+@pytest.mark.sdk
+async def test_steer_is_refused_as_not_supported(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
+    async with _client(st).responses.connect() as conn:
+        await conn.send(
+            {"type": "response.steer", "previous_response_id": "resp_1", "input": "faster"}
+        )
+        with anyio.fail_after(TIMEOUT):
+            failed = await conn.recv()
+        assert failed.type == "response.steer.failed"
+        assert failed.error.code == "steering_not_supported"
+        assert failed.steer.previous_response_id == "resp_1"
+        assert (await _turn(conn))[-1].type == "response.completed"
+
+
+# --- the upgrade ------------------------------------------------------------------------------
+
+
+async def test_a_bad_key_is_refused_before_the_upgrade(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})})
+    with pytest.raises(websockets.InvalidStatus) as bad:
+        async with _client(st, key="wrong").responses.connect() as conn:
+            await _turn(conn)
+    assert bad.value.response.status_code == 401
+    assert json.loads(bad.value.response.body)["error"]["code"] == "gw.auth.bad_key"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(f"ws://127.0.0.1:{st.port}/v1/responses", open_timeout=5):
+            pass
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body)["error"]["code"] == "gw.auth.missing_key"
+    assert not st.mock("a").received
+
+
+async def test_the_key_may_come_as_a_query_parameter_and_on_the_codex_path(
+    stack: StackFactory,
+) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
+    async with websockets.connect(
+        f"ws://127.0.0.1:{st.port}/backend-api/codex/responses?key={KEY}", open_timeout=5
+    ) as ws:
+        events = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "hi"})
+    assert events[-1]["type"] == "response.completed"
+    (row,) = st.wait_rows(1)
+    assert row["path"] == "/backend-api/codex/responses"
+    # The gateway key never travels upstream.
+    assert KEY not in st.mock("a").received[-1].query
+
+
+async def test_allow_from_applies_to_the_upgrade(stack: StackFactory) -> None:
+    """Loopback is always allowed, so the check is asked of the running gateway directly for an
+    address outside ``allow_from``, and must come before the key."""
+    st = stack(
+        {"a": _up("openai-responses", {"text": TEXT})},
+        config={"listen": {"gateway": {"bind": "127.0.0.1", "allow_from": ["10.0.0.0/8"]}}},
+    )
+    check = KeyCheck(st.app.gateway)
+
+    def upgrade(address: str, key: str) -> Request:
+        return Request(
+            method="GET",
+            target=b"/v1/responses",
+            path="/v1/responses",
+            query="",
+            headers=[(b"authorization", f"Bearer {key}".encode())],
+            body=b"",
+            client=(address, 40000),
+        )
+
+    denied = check.refuse(upgrade("192.0.2.7", KEY))
+    assert denied is not None and (denied.status, denied.code) == (403, "gw.auth.denied_address")
+    bad_key = check.refuse(upgrade("10.1.2.3", "wrong"))
+    assert bad_key is not None and bad_key.status == 401
+    assert check.refuse(upgrade("10.1.2.3", KEY)) is None
+    async with _raw(st) as ws:  # loopback
+        events = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "x"})
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_other_upgrade_targets_are_not_websockets(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})})
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with _raw(st, path="/v1/chat/completions"):
+            pass
+    assert refused.value.response.status_code in (404, 405)
+
+
+# --- the socket -------------------------------------------------------------------------------
+
+
+async def test_bad_messages_get_error_events_and_the_socket_stays(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
+    async with _raw(st) as ws:
+        for bad in ("{not json", "[1, 2]", json.dumps({"type": "response.cancel"})):
+            (error,) = await _raw_turn(ws, bad)
+            assert error["type"] == "error" and error["status"] == 400
+            assert error["error"]["code"] == "gw.ws.bad_event"
+        (error,) = await _raw_turn(ws, {"type": "response.create", "background": True})
+        assert error["error"]["code"] == "gw.ws.bad_event"
+        await ws.ping()
+        events = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "x"})
+        assert events[-1]["type"] == "response.completed"
+    # Only the turn that reached the handler is a request.
+    assert len(st.wait_rows(1)) == 1
+
+
+async def test_a_turn_echoes_its_stream_id(stack: StackFactory) -> None:
+    st = stack({"a": _up("anthropic", {"text": TEXT})}, config=fallback("a"))
+    async with _raw(st) as ws:
+        events = await _raw_turn(
+            ws, {"type": "response.create", "model": MODEL, "input": "x", "stream_id": "lane-2"}
+        )
+    assert {e.get("stream_id") for e in events} == {"lane-2"}
+
+
+async def test_an_oversized_message_closes_1009(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-responses", {"text": TEXT})},
+        config=fallback("a"),
+        limits=http1.ServerLimits(max_body_bytes=8192),
+    )
+    async with _raw(st, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x" * 9000}))
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            await ws.recv()
+    assert ws.close_code == 1009
+    assert not st.mock("a").received
+
+
+async def test_turns_queue_one_at_a_time(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-chat", {"chunks": 5, "chunk_delay": 0.02}, max_concurrent=4)},
+        config=fallback("a"),
+    )
+    async with _raw(st) as ws:
+        for i in range(3):
+            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": f"{i}"}))
+        seen: list[str] = []
+        done = 0
+        with anyio.fail_after(TIMEOUT):
+            while done < 3:
+                event = json.loads(await ws.recv())
+                seen.append(event["type"])
+                if event["type"] == "response.output_text.delta":
+                    assert _in_flight(st, "a") == 1
+                done += event["type"] == "response.completed"
+    # Each turn's events are whole before the next one's begin.
+    starts = [i for i, t in enumerate(seen) if t == "response.created"]
+    ends = [i for i, t in enumerate(seen) if t == "response.completed"]
+    assert len(starts) == 3 and all(e < s for e, s in zip(ends, starts[1:], strict=False))
+    assert len(st.wait_rows(3)) == 3
+
+
+@pytest.mark.parametrize("how", ["close-frame", "tcp-drop"])
+async def test_a_client_that_leaves_mid_turn_frees_the_slot(stack: StackFactory, how: str) -> None:
+    st = stack(
+        {"a": _up("anthropic", {"chunks": 300, "chunk_delay": 0.02}, max_concurrent=1)},
+        config=fallback("a"),
+    )
+    ws = await websockets.connect(
+        f"ws://127.0.0.1:{st.port}/v1/responses",
+        additional_headers={"authorization": f"Bearer {KEY}"},
+        open_timeout=5,
+        close_timeout=2,
+    )
+    await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+    with anyio.fail_after(TIMEOUT):
+        while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+            pass
+    assert _in_flight(st, "a") == 1
+    if how == "close-frame":
+        await ws.close()
+    else:
+        sock = ws.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        ws.transport.abort()
+    await _until(lambda: _in_flight(st, "a") == 0)
+    (row,) = st.wait_rows(1)
+    assert row["cancelled"] == 1
+
+
+async def test_the_drain_finishes_the_running_turn_then_closes_1001(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-responses", {"chunks": 20, "chunk_delay": 0.02})},
+        config=fallback("a"),
+    )
+    async with _raw(st) as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+        await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "y"}))
+        with anyio.fail_after(TIMEOUT):
+            while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+                pass
+        started = time.monotonic()
+        drained = anyio.to_thread.run_sync(
+            lambda: st.portal.call(st.app.gateway_server.drain, 10.0)
+        )
+        types: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def drain() -> None:
+                assert await drained
+
+            tg.start_soon(drain)
+            with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+                while True:
+                    event = json.loads(await ws.recv())
+                    types.append(event["type"])
+                    if event["type"] == "error":
+                        assert event["error"]["code"] == "gw.ws.closing"
+    assert ws.close_code == 1001
+    assert "response.completed" in types and types[-1] == "error"
+    assert time.monotonic() - started < TIMEOUT
+    assert [r["status"] for r in st.wait_rows(1)] == [200]

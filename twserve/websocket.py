@@ -1,0 +1,663 @@
+"""Responses WebSocket transport: ``GET /v1/responses`` upgraded with wsproto.
+
+The HTTP/1.1 server parses the upgrade request like any other and asks its switches
+(twserve/http1.py); `switch_for` returns the one that takes ``Upgrade: websocket`` on the
+Responses paths (``/v1/responses``, ``/responses``, ``/backend-api/codex/responses``). Any other
+upgrade target stays an ordinary HTTP request (and gets the gateway's 404).
+
+The upgrade is checked like an HTTP request, in the same order (docs/operations.md): the client
+address against ``allow_from`` (403), then the gateway key (401). A refused upgrade is an ordinary
+HTTP answer with the error body in the Responses format; nothing is upgraded.
+
+Once open, each client ``response.create`` event is a turn of its own, carried out by the same
+`Gateway.handle` the HTTP servers call: the event's fields become the JSON body of a synthesised
+``POST`` to the upgrade's path with ``stream: true`` and the upgrade's headers (so its key), and
+the handler answers through `_TurnResponder`, which decodes the Server-Sent Events it is given and
+sends each event's JSON as one text message. Routing, key limits, the slot held only while the
+turn runs, failover before content, conversion from Anthropic, Chat and Gemini upstreams and one
+row per turn are therefore those of an HTTP request. A turn the handler refuses or fails before
+its stream starts (an HTTP error status) is answered with an ``error`` event carrying that status
+and the error object of the HTTP body; the socket stays usable.
+
+Turns run one at a time per socket, in arrival order: a ``response.create`` sent while one runs
+waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with an ``error``
+event (``gw.ws.busy``, 429). ``response.steer`` is answered with ``response.steer.failed``
+(``steering_not_supported``): the gateway does not steer a running upstream call.
+
+Close codes: 1000 after the client's close or an idle socket, 1001 when the server drains (the
+running turn finishes first; queued turns get an ``error`` event, ``gw.ws.closing``), 1008 when a
+turn is refused for its key or address (nothing more could succeed on this socket), 1009 for a
+message over `WebSocketLimits.max_message_bytes`, 1011 for a fault inside the gateway; protocol
+errors get wsproto's code (1002, 1007). A client that goes away (close frame or lost socket)
+cancels the running turn's scope: the upstream call is closed, its slot freed and its row marked
+cancelled, as over HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    RejectData,
+    TextMessage,
+)
+from wsproto.events import Request as WSRequest
+from wsproto.utilities import RemoteProtocolError
+
+from twproto import json_dumps, json_loads
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.sse import SSEDecoder, SSEError
+from twserve.auth import find_key
+from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Switch
+from twserve.httptypes import Handler, Headers, Request
+
+log = logging.getLogger("twserve.websocket")
+
+__all__ = ["RESPONSES_PATHS", "KeyCheck", "WebSocketLimits", "switch_for"]
+
+RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/responses"})
+
+# Close codes (RFC 6455 §7.4.1).
+NORMAL = 1000
+GOING_AWAY = 1001
+POLICY = 1008
+TOO_BIG = 1009
+INTERNAL = 1011
+
+# Upgrade headers that describe the socket, not a turn: left out of each turn's request.
+_SOCKET_HEADERS = frozenset(
+    {b"connection", b"upgrade", b"content-length", b"transfer-encoding", b"content-type"}
+)
+# An error body bigger than this is not an error body the gateway wrote.
+_MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebSocketLimits:
+    """What a Responses WebSocket allows.
+
+    `max_message_bytes` of None takes the server's `ServerLimits.max_body_bytes`, so a turn may be
+    as big over the socket as over HTTP. `idle_timeout` closes a socket that neither runs a turn
+    nor hears from its client (a ping counts) for that long.
+    """
+
+    max_message_bytes: int | None = None
+    idle_timeout: float = 300.0
+    max_queued_turns: int = 8
+
+
+class KeyCheck:
+    """How the upgrade is admitted: the gateway's address filter and key ring, read at each
+    upgrade so a config reload applies to the next one. `gateway` is anything with
+    ``addresses.allows(host)`` and ``keys.lookup(key)`` (the `Gateway`)."""
+
+    __slots__ = ("gateway",)
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+
+    def refuse(self, request: Request) -> GatewayError | None:
+        """The error to answer the upgrade with, or None to accept it."""
+        if not self.gateway.addresses.allows(request.client[0]):
+            return GatewayError(
+                status=403,
+                category=ErrorCategory.DENIED,
+                code="gw.auth.denied_address",
+                message="this address may not use the gateway",
+            )
+        presented = find_key(request.headers, request.query)
+        if self.gateway.keys.lookup(presented) is None:
+            return GatewayError(
+                status=401,
+                category=ErrorCategory.AUTH,
+                code="gw.auth.bad_key" if presented else "gw.auth.missing_key",
+                message="invalid gateway key" if presented else "missing gateway key",
+            )
+        return None
+
+
+def _tokens(request: Request, name: bytes) -> set[bytes]:
+    return {
+        token.strip().lower()
+        for key, value in request.headers
+        if key == name
+        for token in value.split(b",")
+    }
+
+
+def switch_for(gateway: Any, limits: WebSocketLimits | None = None) -> Switch:
+    """The HTTP/1.1 server's switch for Responses WebSocket upgrades of `gateway`."""
+    lim = limits or WebSocketLimits()
+    check = KeyCheck(gateway)
+
+    def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
+        if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
+            return None
+        if request.path not in RESPONSES_PATHS:
+            return None
+
+        async def take(handoff: Handoff) -> None:
+            await _Session(handoff, check, lim).run()
+
+        return take
+
+    return switch
+
+
+def error_event(err: dict[str, Any], status: int, stream_id: str | None = None) -> str:
+    """An ``error`` event as the openai SDK reads it on this transport (``ResponseWsError``)."""
+    event: dict[str, Any] = {"type": "error", "status": status, "error": err}
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return json_dumps(event).decode()
+
+
+def _gateway_error(err: GatewayError) -> dict[str, Any]:
+    obj = json_loads(error_body(Dialect.OPENAI_RESPONSES, err))
+    assert isinstance(obj, dict)
+    inner = obj["error"]
+    assert isinstance(inner, dict)
+    return inner
+
+
+@dataclass(slots=True, kw_only=True)
+class _Turn:
+    request: Request
+    stream_id: str | None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Outcome:
+    status: int = 0
+    code: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class _TurnResponder:
+    """The `Responder` a turn's handler writes to: SSE events out as text messages, an error
+    answer out as one ``error`` event."""
+
+    __slots__ = ("_body", "_decoder", "_ended", "_session", "_started", "_stream_id", "outcome")
+
+    def __init__(self, session: _Session, stream_id: str | None) -> None:
+        self._session = session
+        self._stream_id = stream_id
+        self._started = False
+        self._ended = False
+        self._decoder: SSEDecoder | None = None
+        self._body = bytearray()
+        self.outcome = _Outcome()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    async def start(self, status: int, headers: Headers) -> None:
+        if self._started:
+            raise RuntimeError("response already started")
+        self._started = True
+        self.outcome.status = status
+        content_type = b""
+        for name, value in headers:
+            if name == b"content-type":
+                content_type = value
+        if status < 400 and content_type.startswith(b"text/event-stream"):
+            self._decoder = SSEDecoder()
+
+    async def send(self, data: bytes) -> None:
+        if self._decoder is None:
+            if len(self._body) + len(data) <= _MAX_ERROR_BODY:
+                self._body += data
+            return
+        try:
+            events = self._decoder.feed(data)
+        except SSEError:
+            log.exception("the gateway wrote a stream that does not decode")
+            await self.abort()
+            return
+        for event in events:
+            await self._event(event.data)
+
+    async def _event(self, data: str) -> None:
+        if not data or data == "[DONE]":
+            return
+        if self._stream_id is not None:
+            # Events of a turn echo the lane it was sent on.
+            with suppress(ValueError):
+                obj = json_loads(data)
+                if isinstance(obj, dict):
+                    obj["stream_id"] = self._stream_id
+                    data = json_dumps(obj).decode()
+        await self._session.send_text(data)
+
+    async def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._decoder is not None:
+            for event in self._decoder.end():
+                await self._event(event.data)
+            return
+        status = self.outcome.status
+        err: dict[str, Any] | None = None
+        with suppress(ValueError):
+            body = json_loads(bytes(self._body))
+            if isinstance(body, dict) and isinstance(body.get("error"), dict):
+                err = body["error"]
+        if status < 400:
+            # A whole (non-streamed) answer: the handler was asked for a stream, so this is
+            # not expected; pass it on as the completed response rather than drop it.
+            if err is None and self._body:
+                with suppress(ValueError):
+                    answer = json_loads(bytes(self._body))
+                    await self._session.send_text(
+                        json_dumps({"type": "response.completed", "response": answer}).decode()
+                    )
+                    return
+            status = 500
+        if err is None:
+            err = _gateway_error(
+                GatewayError(
+                    status=status,
+                    category=ErrorCategory.UPSTREAM,
+                    code="gw.internal",
+                    message=f"the turn failed with HTTP status {status}",
+                )
+            )
+        code = err.get("code")
+        self.outcome.code = code if isinstance(code, str) else None
+        await self._session.send_text(error_event(err, status, self._stream_id))
+
+    async def abort(self) -> None:
+        """The answer broke after it started: the turn fails, the socket stays."""
+        if self._ended:
+            return
+        self._ended = True
+        err = _gateway_error(
+            GatewayError(
+                status=502,
+                category=ErrorCategory.UPSTREAM,
+                code="gw.ws.upstream_closed",
+                message="the upstream's answer ended before the turn was complete",
+            )
+        )
+        await self._session.send_text(error_event(err, 502, self._stream_id))
+
+
+class _Closed(Exception):
+    """The socket is finished with (closed by either side, or lost)."""
+
+
+class _Session:
+    """One upgraded connection: a reader task (frames, pings, client events) and a turn task
+    (one `Gateway.handle` at a time), sharing a lock for writes."""
+
+    def __init__(self, handoff: Handoff, check: KeyCheck, limits: WebSocketLimits) -> None:
+        self.handoff = handoff
+        self.stream: anyio.abc.SocketStream = handoff.stream
+        self.handler: Handler = handoff.handler
+        self.check = check
+        self.limits = limits
+        self.max_message = limits.max_message_bytes or handoff.limits.max_body_bytes
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.write_lock = anyio.Lock()
+        self.lost = False  # the socket failed or was closed
+        self.close_sent = False
+        self.running: _Turn | None = None
+        self.turn_scope: anyio.CancelScope | None = None
+        self.queue_in, self.queue_out = anyio.create_memory_object_stream[_Turn](
+            limits.max_queued_turns
+        )
+        self.upgrade = handoff.request
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def _write(self, data: bytes) -> None:
+        if self.lost:
+            raise ClientGone()
+        try:
+            await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.lost = True
+            raise ClientGone() from exc
+
+    async def send_text(self, text: str) -> None:
+        """One text message; `ClientGone` when the client can no longer be written to (which
+        the relay takes as the client leaving)."""
+        async with self.write_lock:
+            if self.close_sent or self.ws.state is not ConnectionState.OPEN:
+                raise ClientGone()
+            await self._write(self.ws.send(TextMessage(data=text)))
+
+    async def close(self, code: int, reason: str = "") -> None:
+        """Send the close frame once; the reader ends the socket when the client answers it."""
+        async with self.write_lock:
+            if self.close_sent or self.lost:
+                return
+            if self.ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+                return
+            self.close_sent = True
+            with suppress(ClientGone):
+                await self._write(self.ws.send(CloseConnection(code=code, reason=reason)))
+
+    # --- the handshake ----------------------------------------------------------------------
+
+    async def _handshake(self) -> bool:
+        req = self.upgrade
+        head = b"GET " + req.target + b" HTTP/1.1\r\n"
+        head += b"".join(name + b": " + value + b"\r\n" for name, value in req.headers)
+        try:
+            self.ws.receive_data(head + b"\r\n")
+            events = list(self.ws.events())
+        except RemoteProtocolError as exc:
+            await self._reject(
+                GatewayError(
+                    status=400,
+                    category=ErrorCategory.REQUEST,
+                    code="gw.request.bad_http",
+                    message=f"malformed WebSocket upgrade: {exc}",
+                )
+            )
+            return False
+        if not events or not isinstance(events[0], WSRequest):
+            return False
+        refusal = self.check.refuse(req)
+        if refusal is not None:
+            await self._reject(refusal)
+            return False
+        # No extensions: permessage-deflate would let a small frame inflate past the message
+        # limit before it could be counted, and turns are small next to their upstream time.
+        with suppress(ClientGone):
+            await self._write(self.ws.send(AcceptConnection()))
+            if self.handoff.buffered:
+                self.ws.receive_data(self.handoff.buffered)
+            return True
+        return False
+
+    async def _reject(self, err: GatewayError) -> None:
+        body = error_body(Dialect.OPENAI_RESPONSES, err)
+        headers = [*error_headers(err), (b"content-length", str(len(body)).encode())]
+        headers.append((b"connection", b"close"))
+        data = self.ws.send(
+            RejectConnection(status_code=err.status, headers=headers, has_body=True)
+        )
+        data += self.ws.send(RejectData(data=body, body_finished=True))
+        with suppress(ClientGone):
+            await self._write(data)
+
+    # --- running ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            if not await self._handshake():
+                return
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._run_turns)
+                tg.start_soon(self._watch_drain)
+                try:
+                    await self._read()
+                except _Closed:
+                    pass
+                except Exception:
+                    log.exception("WebSocket from %s failed", self.upgrade.client[0])
+                    await self.close(INTERNAL, "internal gateway error")
+                tg.cancel_scope.cancel()
+        finally:
+            self.queue_in.close()
+            self.queue_out.close()
+            await self._end_socket()
+
+    async def _end_socket(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.close_sent and not self.lost:
+                # Our close went out: wait (bounded) for the client's, then let TCP close.
+                with anyio.move_on_after(LINGER_SECS), suppress(Exception):
+                    while self.ws.state is not ConnectionState.CLOSED:
+                        data = await self.stream.receive(READ_SIZE)
+                        self.ws.receive_data(data)
+                        for _ in self.ws.events():
+                            pass
+            with suppress(Exception):
+                await self.stream.aclose()
+
+    async def _watch_drain(self) -> None:
+        await self.handoff.draining.wait()
+        # Queued turns are not started; the running one finishes, then the socket closes.
+        self.queue_in.close()
+        if self.running is None:
+            await self._refuse_queued()
+            await self.close(GOING_AWAY, "server draining")
+
+    async def _refuse_queued(self) -> None:
+        while True:
+            try:
+                turn = self.queue_out.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            err = _gateway_error(
+                GatewayError(
+                    status=503,
+                    category=ErrorCategory.UPSTREAM,
+                    code="gw.ws.closing",
+                    message="the gateway is shutting down; this turn was not started",
+                )
+            )
+            with suppress(ClientGone):
+                await self.send_text(error_event(err, 503, turn.stream_id))
+
+    async def _run_turns(self) -> None:
+        async for turn in self.queue_out:
+            responder = _TurnResponder(self, turn.stream_id)
+            self.running = turn
+            self.turn_scope = anyio.CancelScope()
+            try:
+                with self.turn_scope:
+                    await self.handler(turn.request, responder)
+                    if not responder.started:
+                        await responder.start(500, [])
+                    await responder.end()
+            except ClientGone:
+                pass
+            except Exception:
+                log.exception("turn failed on a WebSocket from %s", self.upgrade.client[0])
+                if not self.lost and not self.close_sent:
+                    await self.close(INTERNAL, "internal gateway error")
+            finally:
+                self.running = None
+                self.turn_scope = None
+            if self.handoff.draining.is_set():
+                await self._refuse_queued()
+                await self.close(GOING_AWAY, "server draining")
+                return
+            if (
+                responder.outcome.status == 401
+                or responder.outcome.code == "gw.auth.denied_address"
+            ):
+                # The key or address was good at the upgrade but no longer is (a reload):
+                # nothing further can succeed here.
+                await self.close(POLICY, "the gateway key or address is no longer allowed")
+                return
+
+    def _cancel_turn(self) -> None:
+        if self.turn_scope is not None:
+            self.turn_scope.cancel()
+
+    async def _read(self) -> None:
+        parts: list[str] = []
+        size = 0
+        while True:
+            try:
+                with anyio.fail_after(self.limits.idle_timeout):
+                    data = await self.stream.receive(READ_SIZE)
+            except TimeoutError:
+                if self.running is not None or self.close_sent:
+                    continue
+                await self.close(NORMAL, "idle timeout")
+                raise _Closed() from None
+            except (
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                OSError,
+            ):
+                self.lost = True
+                self._cancel_turn()
+                raise _Closed() from None
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                if isinstance(event, (TextMessage, BytesMessage)):
+                    piece = (
+                        event.data
+                        if isinstance(event, TextMessage)
+                        else bytes(event.data).decode("utf-8", "replace")
+                    )
+                    size += (
+                        len(piece.encode()) if isinstance(event, TextMessage) else len(event.data)
+                    )
+                    if size > self.max_message:
+                        self._cancel_turn()
+                        await self.close(TOO_BIG, f"message over {self.max_message} bytes")
+                        raise _Closed()
+                    parts.append(piece)
+                    if event.message_finished:
+                        text = "".join(parts)
+                        parts, size = [], 0
+                        if not self.close_sent:
+                            await self._on_message(text)
+                elif isinstance(event, Ping):
+                    async with self.write_lock:
+                        if self.ws.state is ConnectionState.OPEN and not self.close_sent:
+                            with suppress(ClientGone):
+                                await self._write(self.ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    # The client closes (or wsproto found a protocol error, whose code this
+                    # carries): a turn still running has lost its reader.
+                    self._cancel_turn()
+                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                        async with self.write_lock:
+                            with suppress(ClientGone):
+                                await self._write(self.ws.send(event.response()))
+                            self.close_sent = True
+                    elif self.ws.state is ConnectionState.OPEN:
+                        await self.close(event.code, event.reason or "")
+                    raise _Closed()
+
+    async def _on_message(self, text: str) -> None:
+        try:
+            event = json_loads(text)
+        except ValueError:
+            await self._bad_event("the message is not valid JSON")
+            return
+        if not isinstance(event, dict):
+            await self._bad_event("the message is not a JSON object")
+            return
+        kind = event.get("type")
+        if kind == "response.create":
+            await self._create(event)
+        elif kind == "response.steer":
+            await self._steer(event)
+        else:
+            await self._bad_event(f"unknown client event type {kind!r}; expected response.create")
+
+    async def _bad_event(self, message: str, stream_id: str | None = None) -> None:
+        err = _gateway_error(
+            GatewayError(
+                status=400,
+                category=ErrorCategory.REQUEST,
+                code="gw.ws.bad_event",
+                message=message,
+            )
+        )
+        with suppress(ClientGone):
+            await self.send_text(error_event(err, 400, stream_id))
+
+    async def _create(self, event: dict[str, Any]) -> None:
+        stream_id = event.get("stream_id")
+        if not isinstance(stream_id, str):
+            stream_id = None
+        if event.get("background"):
+            await self._bad_event("background is not supported over WebSocket", stream_id)
+            return
+        body = {k: v for k, v in event.items() if k not in ("type", "stream_id", "background")}
+        body["stream"] = True
+        payload = json_dumps(body)
+        headers: Headers = [
+            (name, value)
+            for name, value in self.upgrade.headers
+            if name not in _SOCKET_HEADERS and not name.startswith(b"sec-websocket-")
+        ]
+        headers += [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ]
+        request = Request(
+            method="POST",
+            target=self.upgrade.target,
+            path=self.upgrade.path,
+            query=self.upgrade.query,
+            headers=headers,
+            body=payload,
+            client=self.upgrade.client,
+            http_version=self.upgrade.http_version,
+            extra={"transport": "websocket"},
+        )
+        try:
+            self.queue_in.send_nowait(_Turn(request=request, stream_id=stream_id))
+        except anyio.WouldBlock:
+            err = _gateway_error(
+                GatewayError(
+                    status=429,
+                    category=ErrorCategory.RATE_LIMITED,
+                    code="gw.ws.busy",
+                    message=(
+                        f"{self.limits.max_queued_turns} turns already wait on this socket; "
+                        "wait for one to finish"
+                    ),
+                )
+            )
+            with suppress(ClientGone):
+                await self.send_text(error_event(err, 429, stream_id))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            err = _gateway_error(
+                GatewayError(
+                    status=503,
+                    category=ErrorCategory.UPSTREAM,
+                    code="gw.ws.closing",
+                    message="the gateway is shutting down; this turn was not started",
+                )
+            )
+            with suppress(ClientGone):
+                await self.send_text(error_event(err, 503, stream_id))
+
+    async def _steer(self, event: dict[str, Any]) -> None:
+        steer: dict[str, Any] = {
+            "input": event.get("input", ""),
+            "previous_response_id": str(event.get("previous_response_id", "")),
+        }
+        failed = {
+            "type": "response.steer.failed",
+            "sequence_number": 0,
+            "error": {
+                "type": "invalid_request_error",
+                "code": "steering_not_supported",
+                "message": "the gateway does not steer a running response; "
+                "send the input with the next response.create",
+            },
+            "steer": steer,
+        }
+        with suppress(ClientGone):
+            await self.send_text(json_dumps(failed).decode())
