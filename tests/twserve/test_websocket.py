@@ -12,8 +12,9 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -27,8 +28,9 @@ from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve import http1
-from twserve.httptypes import Request
-from twserve.websocket import KeyCheck
+from twserve.auth import AddressFilter, KeyRing
+from twserve.httptypes import Handler, Request, Responder
+from twserve.websocket import KeyCheck, WebSocketLimits, switch_for
 
 pytestmark = pytest.mark.anyio
 
@@ -450,3 +452,169 @@ async def test_the_drain_finishes_the_running_turn_then_closes_1001(stack: Stack
     assert "response.completed" in types and types[-1] == "error"
     assert time.monotonic() - started < TIMEOUT
     assert [r["status"] for r in st.wait_rows(1)] == [200]
+
+
+async def test_a_stream_cut_after_content_fails_the_turn_not_the_socket(
+    stack: StackFactory,
+) -> None:
+    st = stack(
+        {"a": _up("anthropic", {"chunks": 6, "break_after": 3}), "b": _up("anthropic", {})},
+        config=fallback("a", "b"),
+    )
+    async with _client(st).responses.connect() as conn:
+        broken = await _turn(conn)
+        assert broken[-1].type in ("response.failed", "error")
+        assert _text(broken)  # content had reached the client: no failover
+        mock = st.mock("a")
+        mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
+        good = await _turn(conn)
+    assert good[-1].type == "response.completed" and _text(good) == TEXT
+    assert len(st.wait_rows(2)) == 2
+
+
+async def test_a_key_revoked_by_a_reload_ends_the_socket_1008(stack: StackFactory) -> None:
+    st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
+    async with _raw(st) as ws:
+        first = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "x"})
+        assert first[-1]["type"] == "response.completed"
+        gateway = st.app.gateway
+        revoked = replace(gateway.config, clients=())
+        st.portal.call(gateway.apply_config, revoked)
+        (error,) = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "y"})
+        assert error["status"] == 401
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            await ws.recv()
+    assert ws.close_code == 1008
+
+
+# --- the transport alone, with a handler of its own -------------------------------------------
+
+
+class _Admit:
+    """What `switch_for` reads of a gateway: every address, one key."""
+
+    addresses = AddressFilter([])
+    keys = KeyRing.of([(KEY, "tester")])
+
+
+_SSE_HEAD = [(b"content-type", b"text/event-stream")]
+
+
+def _sse(kind: str, **fields: Any) -> bytes:
+    return f"data: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+
+@asynccontextmanager
+async def _transport(
+    handler: Handler, limits: WebSocketLimits | None = None
+) -> AsyncIterator[tuple[int, http1.Server]]:
+    server = http1.Server(handler, switches=(switch_for(_Admit(), limits),))
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(partial(http1.serve, handler, port=0, server=server))
+        yield port, server
+        tg.cancel_scope.cancel()
+
+
+def _connect(port: int) -> Any:
+    return websockets.connect(
+        f"ws://127.0.0.1:{port}/v1/responses",
+        additional_headers={"authorization": f"Bearer {KEY}"},
+        open_timeout=5,
+        close_timeout=5,
+    )
+
+
+async def test_turns_past_the_queue_are_refused_busy() -> None:
+    release = anyio.Event()
+    bodies: list[dict[str, Any]] = []
+
+    async def slow(request: Request, responder: Responder) -> None:
+        bodies.append(json.loads(request.body))
+        await responder.start(200, _SSE_HEAD)
+        await release.wait()
+        await responder.send(_sse("response.completed", response={}))
+        await responder.end()
+
+    async with _transport(slow, WebSocketLimits(max_queued_turns=1)) as (port, _):
+        async with _connect(port) as ws:
+            create = json.dumps({"type": "response.create", "model": "m", "input": "x"})
+            await ws.send(create)
+            await _until(lambda: len(bodies) == 1)
+            await ws.send(create)  # queued
+            await ws.send(create)  # over the queue
+            with anyio.fail_after(TIMEOUT):
+                busy = json.loads(await ws.recv())
+            assert (busy["type"], busy["status"]) == ("error", 429)
+            assert busy["error"]["code"] == "gw.ws.busy"
+            release.set()
+            with anyio.fail_after(TIMEOUT):
+                done = [json.loads(await ws.recv())["type"] for _ in range(2)]
+            assert done == ["response.completed"] * 2
+    assert len(bodies) == 2
+    # Each turn is a streamed Responses request, whatever the client sent.
+    assert all(b["stream"] is True and "type" not in b for b in bodies)
+
+
+async def test_a_handler_fault_closes_1011() -> None:
+    async def broken(request: Request, responder: Responder) -> None:
+        await responder.start(200, _SSE_HEAD)
+        await responder.send(_sse("response.created", response={}))
+        raise RuntimeError("a bug")
+
+    async with _transport(broken) as (port, _):
+        async with _connect(port) as ws:
+            await ws.send(json.dumps({"type": "response.create", "model": "m"}))
+            with anyio.fail_after(TIMEOUT):
+                assert json.loads(await ws.recv())["type"] == "response.created"
+                with pytest.raises(ConnectionClosed):
+                    await ws.recv()
+    assert ws.close_code == 1011
+
+
+async def test_an_aborted_answer_is_an_error_event() -> None:
+    async def cut(request: Request, responder: Responder) -> None:
+        await responder.start(200, _SSE_HEAD)
+        await responder.send(_sse("response.created", response={}))
+        await responder.abort()
+
+    async with _transport(cut) as (port, _):
+        async with _connect(port) as ws:
+            events = await _raw_turn(ws, {"type": "response.create", "model": "m"})
+            assert [e["type"] for e in events] == ["response.created", "error"]
+            assert events[-1]["error"]["code"] == "gw.ws.upstream_closed"
+            again = await _raw_turn(ws, {"type": "response.create", "model": "m"})
+            assert again[-1]["type"] == "error"
+
+
+async def test_an_idle_socket_closes_and_pings_are_answered() -> None:
+    async def unused(request: Request, responder: Responder) -> None:
+        raise AssertionError("no turn is sent")
+
+    async with _transport(unused, WebSocketLimits(idle_timeout=0.5)) as (port, _):
+        async with _connect(port) as ws:
+            with anyio.fail_after(TIMEOUT):
+                latency = await ws.ping()
+                await latency
+                with pytest.raises(ConnectionClosed):
+                    await ws.recv()
+    assert ws.close_code == 1000
+    assert ws.close_reason == "idle timeout"
+
+
+async def test_a_malformed_upgrade_is_a_400() -> None:
+    async def unused(request: Request, responder: Responder) -> None:
+        raise AssertionError("not a turn")
+
+    async with _transport(unused) as (port, _):
+        async with await anyio.connect_tcp("127.0.0.1", port) as sock:
+            await sock.send(
+                b"GET /v1/responses HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\n"
+                b"upgrade: websocket\r\nauthorization: Bearer " + KEY.encode() + b"\r\n\r\n"
+            )
+            got = b""
+            with anyio.fail_after(TIMEOUT):
+                with suppress(anyio.EndOfStream):
+                    while True:
+                        got += await sock.receive()
+    assert got.startswith(b"HTTP/1.1 400 ")
+    assert b"gw.request.bad_http" in got
