@@ -229,12 +229,13 @@ class _TurnResponder:
             log.exception("the gateway wrote a stream that does not decode")
             await self.abort()
             return
-        for event in events:
-            await self._event(event.data)
+        if events:
+            # The events of one piece of the stream go out in one socket write.
+            await self._session.send_texts(
+                [self._message(e.data) for e in events if _wanted(e.data)]
+            )
 
-    async def _event(self, data: str) -> None:
-        if not data or data == "[DONE]":
-            return
+    def _message(self, data: str) -> str:
         if self._stream_id is not None:
             # Events of a turn echo the lane it was sent on.
             with suppress(ValueError):
@@ -242,15 +243,15 @@ class _TurnResponder:
                 if isinstance(obj, dict):
                     obj["stream_id"] = self._stream_id
                     data = json_dumps(obj).decode()
-        await self._session.send_text(data)
+        return data
 
     async def end(self) -> None:
         if self._ended:
             return
         self._ended = True
         if self._decoder is not None:
-            for event in self._decoder.end():
-                await self._event(event.data)
+            tail = self._decoder.end()
+            await self._session.send_texts([self._message(e.data) for e in tail if _wanted(e.data)])
             return
         status = self.outcome.status
         err: dict[str, Any] | None = None
@@ -298,6 +299,12 @@ class _TurnResponder:
         await self._session.send_text(error_event(err, 502, self._stream_id))
 
 
+def _wanted(data: str) -> bool:
+    # ``[DONE]`` ends a Chat stream; a Responses stream ends with its own event. Neither an
+    # empty event nor the sentinel is a message of this transport.
+    return bool(data) and data != "[DONE]"
+
+
 class _Closed(Exception):
     """The socket is finished with (closed by either side, or lost)."""
 
@@ -338,10 +345,17 @@ class _Session:
     async def send_text(self, text: str) -> None:
         """One text message; `ClientGone` when the client can no longer be written to (which
         the relay takes as the client leaving)."""
+        await self.send_texts([text])
+
+    async def send_texts(self, texts: list[str]) -> None:
+        """Text messages, one each, in one socket write."""
+        if not texts:
+            return
         async with self.write_lock:
             if self.close_sent or self.ws.state is not ConnectionState.OPEN:
                 raise ClientGone()
-            await self._write(self.ws.send(TextMessage(data=text)))
+            send = self.ws.send
+            await self._write(b"".join([send(TextMessage(data=text)) for text in texts]))
 
     async def close(self, code: int, reason: str = "") -> None:
         """Send the close frame once; the reader ends the socket when the client answers it."""

@@ -383,7 +383,7 @@ async def test_turns_queue_one_at_a_time(stack: StackFactory) -> None:
                 event = json.loads(await ws.recv())
                 seen.append(event["type"])
                 if event["type"] == "response.output_text.delta":
-                    assert _in_flight(st, "a") == 1
+                    assert _in_flight(st, "a") <= 1  # never two turns at once
                 done += event["type"] == "response.completed"
     # Each turn's events are whole before the next one's begin.
     starts = [i for i, t in enumerate(seen) if t == "response.created"]
