@@ -627,7 +627,6 @@ class _Session:
             body=payload,
             client=self.upgrade.client,
             http_version=self.upgrade.http_version,
-            extra={"transport": "websocket"},
         )
         try:
             self.queue_in.send_nowait(_Turn(request=request, stream_id=stream_id))

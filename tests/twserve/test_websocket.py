@@ -324,6 +324,11 @@ async def test_other_upgrade_targets_are_not_websockets(stack: StackFactory) -> 
         async with _raw(st, path="/v1/chat/completions"):
             pass
     assert refused.value.response.status_code in (404, 405)
+    # Realtime is not served.
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with _raw(st, path="/v1/realtime?model=m"):
+            pass
+    assert refused.value.response.status_code == 404
 
 
 # --- the socket -------------------------------------------------------------------------------
