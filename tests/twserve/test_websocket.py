@@ -8,6 +8,7 @@ wait is bounded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -18,11 +19,15 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.abc
 import openai
 import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, TextMessage
+from wsproto.events import Request as WSRequest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.stack import Stack, Upstream
@@ -623,3 +628,107 @@ async def test_a_malformed_upgrade_is_a_400() -> None:
                         got += await sock.receive()
     assert got.startswith(b"HTTP/1.1 400 ")
     assert b"gw.request.bad_http" in got
+
+
+# --- raw frames (wsproto as the client) -------------------------------------------------------
+
+
+async def _echo_turn(request: Request, responder: Responder) -> None:
+    body = json.loads(request.body)
+    await responder.start(200, _SSE_HEAD)
+    await responder.send(_sse("response.completed", response={"echo": body["input"]}))
+    await responder.end()
+
+
+async def _open_raw(port: int) -> tuple[anyio.abc.SocketStream, WSConnection]:
+    sock = await anyio.connect_tcp("127.0.0.1", port)
+    client = WSConnection(ConnectionType.CLIENT)
+    await sock.send(
+        client.send(
+            WSRequest(
+                host="127.0.0.1",
+                target="/v1/responses",
+                extra_headers=[(b"authorization", f"Bearer {KEY}".encode())],
+            )
+        )
+    )
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            client.receive_data(await sock.receive())
+            if any(isinstance(e, AcceptConnection) for e in client.events()):
+                return sock, client
+
+
+async def _next_events(sock: anyio.abc.SocketStream, client: WSConnection) -> list[Any]:
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            try:
+                client.receive_data(await sock.receive())
+            except anyio.EndOfStream:
+                client.receive_data(None)
+            events = list(client.events())
+            if events:
+                return events
+
+
+@pytest.mark.parametrize("split", ["whole", "byte-by-byte"])
+async def test_a_fragmented_message_in_any_split_is_one_turn(split: str) -> None:
+    text = json.dumps({"type": "response.create", "model": "m", "input": "Grüße 🚀" * 20})
+    cut = [0, 7, len(text) // 2, len(text)]
+    async with _transport(_echo_turn) as (port, _):
+        sock, client = await _open_raw(port)
+        async with sock:
+            wire = b"".join(
+                client.send(TextMessage(data=text[a:b], message_finished=b == len(text)))
+                for a, b in itertools.pairwise(cut)
+            )
+            if split == "whole":
+                await sock.send(wire)
+            else:
+                for i in range(len(wire)):
+                    await sock.send(wire[i : i + 1])
+            (event,) = await _next_events(sock, client)
+    assert isinstance(event, TextMessage)
+    got = json.loads(event.data)
+    assert got["response"]["echo"] == json.loads(text)["input"]
+
+
+async def test_invalid_utf8_closes_1007() -> None:
+    async with _transport(_echo_turn) as (port, _):
+        sock, client = await _open_raw(port)
+        async with sock:
+            # A masked text frame (FIN, opcode 1) whose payload is not UTF-8.
+            payload = b"\xff\xfe\xfd"
+            mask = b"\x01\x02\x03\x04"
+            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            await sock.send(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+            events = await _next_events(sock, client)
+    assert isinstance(events[0], CloseConnection) and events[0].code == 1007
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00" * 16,  # unmasked continuation with nothing to continue
+        b"\x8f\x80abcd",  # a reserved opcode
+        b"\xf1\x80abcd",  # reserved bits set
+        b"\x81\x7f" + b"\xff" * 8 + b"mask",  # a 64-bit length with its top bit set
+        b"\x89\xfe\x01\x00abcd" + b"x" * 256,  # a ping over 125 bytes
+        b"GET / HTTP/1.1\r\n\r\n",
+    ],
+)
+async def test_protocol_garbage_closes_the_socket_and_nothing_else(garbage: bytes) -> None:
+    async with _transport(_echo_turn) as (port, server):
+        sock, client = await _open_raw(port)
+        async with sock:
+            await sock.send(garbage)
+            events = await _next_events(sock, client)
+        assert isinstance(events[0], CloseConnection) and events[0].code in (1002, 1006)
+        # The server goes on serving.
+        sock, client = await _open_raw(port)
+        async with sock:
+            create = {"type": "response.create", "model": "m", "input": "still here"}
+            await sock.send(client.send(TextMessage(data=json.dumps(create))))
+            (event,) = await _next_events(sock, client)
+        assert json.loads(event.data)["response"]["echo"] == "still here"
+        await _until(lambda: not server.connections)
