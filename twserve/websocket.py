@@ -26,11 +26,13 @@ event (``gw.ws.busy``, 429). ``response.steer`` is answered with ``response.stee
 
 Close codes: 1000 after the client's close or an idle socket, 1001 when the server drains (the
 running turn finishes first; queued turns get an ``error`` event, ``gw.ws.closing``), 1008 when a
-turn is refused for its key or address (nothing more could succeed on this socket), 1009 for a
-message over `WebSocketLimits.max_message_bytes`, 1011 for a fault inside the gateway; protocol
-errors get wsproto's code (1002, 1007). A client that goes away (close frame or lost socket)
-cancels the running turn's scope: the upstream call is closed, its slot freed and its row marked
-cancelled, as over HTTP.
+turn is refused for its key or address (nothing more could succeed on this socket), 1003 for a
+binary message (client events are JSON text), 1009 for a message over
+`WebSocketLimits.max_message_bytes`, 1011 for a fault inside the gateway; protocol errors get
+wsproto's code (1002, 1007). Once a close frame is out, the session stops and waits a bounded
+time for the client's close before the TCP connection is closed. A client that goes away (close
+frame or lost socket) cancels the running turn's scope: the upstream call is closed, its slot
+freed and its row marked cancelled, as over HTTP.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/
 # Close codes (RFC 6455 §7.4.1).
 NORMAL = 1000
 GOING_AWAY = 1001
+UNSUPPORTED_DATA = 1003
 POLICY = 1008
 TOO_BIG = 1009
 INTERNAL = 1011
@@ -326,6 +329,9 @@ class _Session:
         self.close_sent = False
         self.running: _Turn | None = None
         self.turn_scope: anyio.CancelScope | None = None
+        # The session's task group: cancelled once a close frame went out, after which only
+        # the bounded wait for the client's close remains (`_end_socket`).
+        self.session_scope: anyio.CancelScope | None = None
         self.queue_in, self.queue_out = anyio.create_memory_object_stream[_Turn](
             limits.max_queued_turns
         )
@@ -367,6 +373,8 @@ class _Session:
             self.close_sent = True
             with suppress(ClientGone):
                 await self._write(self.ws.send(CloseConnection(code=code, reason=reason)))
+        if self.session_scope is not None:
+            self.session_scope.cancel()
 
     # --- the handshake ----------------------------------------------------------------------
 
@@ -420,6 +428,7 @@ class _Session:
             if not await self._handshake():
                 return
             async with anyio.create_task_group() as tg:
+                self.session_scope = tg.cancel_scope
                 tg.start_soon(self._run_turns)
                 tg.start_soon(self._watch_drain)
                 try:
@@ -450,31 +459,29 @@ class _Session:
 
     async def _watch_drain(self) -> None:
         await self.handoff.draining.wait()
-        # Queued turns are not started; the running one finishes, then the socket closes.
+        # No new turn is taken; the running one finishes, the queued ones are refused
+        # (`_run_turns`), and the socket closes when the queue is empty.
         self.queue_in.close()
-        if self.running is None:
-            await self._refuse_queued()
-            await self.close(GOING_AWAY, "server draining")
 
-    async def _refuse_queued(self) -> None:
-        while True:
-            try:
-                turn = self.queue_out.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            err = _gateway_error(
-                GatewayError(
-                    status=503,
-                    category=ErrorCategory.UPSTREAM,
-                    code="gw.ws.closing",
-                    message="the gateway is shutting down; this turn was not started",
-                )
+    async def _refuse_closing(self, turn: _Turn) -> None:
+        err = _gateway_error(
+            GatewayError(
+                status=503,
+                category=ErrorCategory.UPSTREAM,
+                code="gw.ws.closing",
+                message="the gateway is shutting down; this turn was not started",
             )
-            with suppress(ClientGone):
-                await self.send_text(error_event(err, 503, turn.stream_id))
+        )
+        with suppress(ClientGone):
+            await self.send_text(error_event(err, 503, turn.stream_id))
 
     async def _run_turns(self) -> None:
         async for turn in self.queue_out:
+            if self.lost or self.close_sent:
+                return
+            if self.handoff.draining.is_set():
+                await self._refuse_closing(turn)
+                continue
             responder = _TurnResponder(self, turn.stream_id)
             self.running = turn
             self.turn_scope = anyio.CancelScope()
@@ -493,10 +500,6 @@ class _Session:
             finally:
                 self.running = None
                 self.turn_scope = None
-            if self.handoff.draining.is_set():
-                await self._refuse_queued()
-                await self.close(GOING_AWAY, "server draining")
-                return
             if (
                 responder.outcome.status == 401
                 or responder.outcome.code == "gw.auth.denied_address"
@@ -505,6 +508,8 @@ class _Session:
                 # nothing further can succeed here.
                 await self.close(POLICY, "the gateway key or address is no longer allowed")
                 return
+        # The queue was closed by a drain and is empty.
+        await self.close(GOING_AWAY, "server draining")
 
     def _cancel_turn(self) -> None:
         if self.turn_scope is not None:
@@ -518,7 +523,7 @@ class _Session:
                 with anyio.fail_after(self.limits.idle_timeout):
                     data = await self.stream.receive(READ_SIZE)
             except TimeoutError:
-                if self.running is not None or self.close_sent:
+                if self.running is not None or self.queue_out.statistics().current_buffer_used:
                     continue
                 await self.close(NORMAL, "idle timeout")
                 raise _Closed() from None
@@ -533,15 +538,15 @@ class _Session:
                 raise _Closed() from None
             self.ws.receive_data(data)
             for event in self.ws.events():
-                if isinstance(event, (TextMessage, BytesMessage)):
-                    piece = (
-                        event.data
-                        if isinstance(event, TextMessage)
-                        else bytes(event.data).decode("utf-8", "replace")
-                    )
-                    size += (
-                        len(piece.encode()) if isinstance(event, TextMessage) else len(event.data)
-                    )
+                if isinstance(event, BytesMessage):
+                    # Client events are JSON text (RFC 6455 §7.4.1: 1003 for a kind of data
+                    # the endpoint does not take).
+                    self._cancel_turn()
+                    await self.close(UNSUPPORTED_DATA, "client events are text messages")
+                    raise _Closed()
+                if isinstance(event, TextMessage):
+                    piece = event.data
+                    size += len(piece.encode())
                     if size > self.max_message:
                         self._cancel_turn()
                         await self.close(TOO_BIG, f"message over {self.max_message} bytes")

@@ -693,6 +693,31 @@ async def test_a_fragmented_message_in_any_split_is_one_turn(split: str) -> None
     assert got["response"]["echo"] == json.loads(text)["input"]
 
 
+async def test_a_binary_message_closes_1003() -> None:
+    async with _transport(_echo_turn) as (port, _):
+        async with _connect(port) as ws:
+            await ws.send(json.dumps({"type": "response.create", "model": "m"}).encode())
+            with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+                await ws.recv()
+    assert ws.close_code == 1003
+
+
+async def test_a_client_that_never_answers_the_close_is_let_go() -> None:
+    """After the gateway's close frame the socket is closed within the linger time, whether or
+    not the client answers it."""
+    async with _transport(_echo_turn, WebSocketLimits(idle_timeout=0.2)) as (port, server):
+        sock, client = await _open_raw(port)
+        async with sock:
+            events = await _next_events(sock, client)
+            assert isinstance(events[0], CloseConnection) and events[0].code == 1000
+            # No close frame back; the server must drop the connection on its own.
+            with anyio.fail_after(TIMEOUT):
+                with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while await sock.receive():
+                        pass
+        await _until(lambda: not server.connections)
+
+
 async def test_invalid_utf8_closes_1007() -> None:
     async with _transport(_echo_turn) as (port, _):
         sock, client = await _open_raw(port)
