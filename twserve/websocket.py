@@ -73,7 +73,7 @@ __all__ = ["RESPONSES_PATHS", "KeyCheck", "WebSocketLimits", "switch_for"]
 
 RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/responses"})
 
-# Close codes (RFC 6455 §7.4.1).
+# Close codes (RFC 6455, "Defined Status Codes").
 NORMAL = 1000
 GOING_AWAY = 1001
 UNSUPPORTED_DATA = 1003
@@ -539,7 +539,7 @@ class _Session:
             self.ws.receive_data(data)
             for event in self.ws.events():
                 if isinstance(event, BytesMessage):
-                    # Client events are JSON text (RFC 6455 §7.4.1: 1003 for a kind of data
+                    # Client events are JSON text (RFC 6455: 1003 for a kind of data
                     # the endpoint does not take).
                     self._cancel_turn()
                     await self.close(UNSUPPORTED_DATA, "client events are text messages")
