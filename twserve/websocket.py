@@ -87,6 +87,10 @@ _SOCKET_HEADERS = frozenset(
 )
 # An error body bigger than this is not an error body the gateway wrote.
 _MAX_ERROR_BODY = 64 * 1024
+# The stream decoded here is the gateway's own, already bounded where it was read from the
+# upstream; but its closing event (``response.completed``) repeats the whole answer, which may
+# be far larger than any one upstream event.
+_MAX_EVENT = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,7 +223,7 @@ class _TurnResponder:
             if name == b"content-type":
                 content_type = value
         if status < 400 and content_type.startswith(b"text/event-stream"):
-            self._decoder = SSEDecoder()
+            self._decoder = SSEDecoder(max_event_size=_MAX_EVENT)
 
     async def send(self, data: bytes) -> None:
         if self._decoder is None:

@@ -134,6 +134,18 @@ async def test_text_turns_from_every_upstream_format(stack: StackFactory, fmt: s
 
 
 @pytest.mark.sdk
+async def test_a_long_answer_arrives_whole(stack: StackFactory) -> None:
+    """The closing event repeats the whole answer: well over a megabyte here."""
+    st = stack({"a": _up("anthropic", {"chunks": 300, "chunk_size": 4096})}, config=fallback("a"))
+    async with _client(st).responses.connect() as conn:
+        events = await _turn(conn)
+    assert events[-1].type == "response.completed"
+    text = _text(events)
+    assert len(text) >= 300 * 4096 > 1 << 20
+    assert events[-1].response.output_text == text
+
+
+@pytest.mark.sdk
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_a_tool_call_round(stack: StackFactory, fmt: str) -> None:
     st = stack(
