@@ -247,6 +247,27 @@ async def test_a_refused_turn_then_a_good_one_on_the_same_socket(stack: StackFac
 
 
 @pytest.mark.sdk
+async def test_key_limits_count_each_turn(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-chat", {"text": TEXT})},
+        config={
+            **fallback("a"),
+            "clients": [
+                {"name": "tester", "key": KEY, "limits": [{"per": "minute", "requests": 2}]}
+            ],
+        },
+    )
+    async with _client(st).responses.connect() as conn:
+        first = await _turn(conn)
+        second = await _turn(conn)
+        (refused,) = await _turn(conn)
+    assert first[-1].type == second[-1].type == "response.completed"
+    assert refused.type == "error" and refused.status == 429
+    assert refused.error.code == "gw.key_limit.requests_rolling"
+    assert [r["status"] for r in st.wait_rows(3)] == [200, 200, 429]
+
+
+@pytest.mark.sdk
 async def test_an_unknown_model_is_an_error_event(stack: StackFactory) -> None:
     st = stack({"a": _up("openai-responses", {"text": TEXT}, models=["only-this"])})
     async with _client(st).responses.connect() as conn:
