@@ -17,7 +17,9 @@ sends each event's JSON as one text message. Routing, key limits, the slot held 
 turn runs, failover before content, conversion from Anthropic, Chat and Gemini upstreams and one
 row per turn are therefore those of an HTTP request. A turn the handler refuses or fails before
 its stream starts (an HTTP error status) is answered with an ``error`` event carrying that status
-and the error object of the HTTP body; the socket stays usable.
+and the error object of the HTTP body; the socket stays usable. What a client message means and
+the events the gateway writes itself are twproto's (twproto/responses_socket.py); this module
+only carries them out.
 
 Turns run one at a time per socket, in arrival order: a ``response.create`` sent while one runs
 waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with an ``error``
@@ -40,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -59,10 +61,26 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
-from twproto import json_dumps, json_loads
-from twproto.dialect import Dialect
-from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
-from twproto.sse import SSEDecoder, SSEError
+from twproto import (
+    WS_MAX_ERROR_BODY,
+    AnswerError,
+    Dialect,
+    ErrorCategory,
+    EventRejected,
+    GatewayError,
+    SSEDecoder,
+    SSEError,
+    SteerRequested,
+    TurnRequested,
+    error_body,
+    error_headers,
+    read_ws_client_event,
+    ws_answer_error_event,
+    ws_completed_event,
+    ws_gateway_error_event,
+    ws_steer_failed_event,
+    ws_tag_stream_id,
+)
 from twserve.auth import find_key
 from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Switch
 from twserve.httptypes import Handler, Headers, Request
@@ -85,8 +103,6 @@ INTERNAL = 1011
 _SOCKET_HEADERS = frozenset(
     {b"connection", b"upgrade", b"content-length", b"transfer-encoding", b"content-type"}
 )
-# An error body bigger than this is not an error body the gateway wrote.
-_MAX_ERROR_BODY = 64 * 1024
 # The stream decoded here is the gateway's own, already bounded where it was read from the
 # upstream; but its closing event (``response.completed``) repeats the whole answer, which may
 # be far larger than any one upstream event.
@@ -165,49 +181,36 @@ def switch_for(gateway: Any, limits: WebSocketLimits | None = None) -> Switch:
     return switch
 
 
-def error_event(err: dict[str, Any], status: int, stream_id: str | None = None) -> str:
-    """An ``error`` event as the openai SDK reads it on this transport (``ResponseWsError``)."""
-    event: dict[str, Any] = {"type": "error", "status": status, "error": err}
-    if stream_id is not None:
-        event["stream_id"] = stream_id
-    return json_dumps(event).decode()
-
-
-def _gateway_error(err: GatewayError) -> dict[str, Any]:
-    obj = json_loads(error_body(Dialect.OPENAI_RESPONSES, err))
-    assert isinstance(obj, dict)
-    inner = obj["error"]
-    assert isinstance(inner, dict)
-    return inner
-
-
 @dataclass(slots=True, kw_only=True)
 class _Turn:
     request: Request
     stream_id: str | None
 
 
-@dataclass(slots=True, kw_only=True)
-class _Outcome:
-    status: int = 0
-    code: str | None = None
-    errors: list[str] = field(default_factory=list)
-
-
 class _TurnResponder:
     """The `Responder` a turn's handler writes to: SSE events out as text messages, an error
     answer out as one ``error`` event."""
 
-    __slots__ = ("_body", "_decoder", "_ended", "_session", "_started", "_stream_id", "outcome")
+    __slots__ = (
+        "_body",
+        "_decoder",
+        "_ended",
+        "_session",
+        "_started",
+        "_status",
+        "_stream_id",
+        "refused",
+    )
 
     def __init__(self, session: _Session, stream_id: str | None) -> None:
         self._session = session
         self._stream_id = stream_id
         self._started = False
         self._ended = False
+        self._status = 0
         self._decoder: SSEDecoder | None = None
         self._body = bytearray()
-        self.outcome = _Outcome()
+        self.refused: AnswerError | None = None  # the turn's error answer, if it had one
 
     @property
     def started(self) -> bool:
@@ -217,7 +220,7 @@ class _TurnResponder:
         if self._started:
             raise RuntimeError("response already started")
         self._started = True
-        self.outcome.status = status
+        self._status = status
         content_type = b""
         for name, value in headers:
             if name == b"content-type":
@@ -227,7 +230,7 @@ class _TurnResponder:
 
     async def send(self, data: bytes) -> None:
         if self._decoder is None:
-            if len(self._body) + len(data) <= _MAX_ERROR_BODY:
+            if len(self._body) + len(data) <= WS_MAX_ERROR_BODY:
                 self._body += data
             return
         try:
@@ -243,14 +246,8 @@ class _TurnResponder:
             )
 
     def _message(self, data: str) -> str:
-        if self._stream_id is not None:
-            # Events of a turn echo the lane it was sent on.
-            with suppress(ValueError):
-                obj = json_loads(data)
-                if isinstance(obj, dict):
-                    obj["stream_id"] = self._stream_id
-                    data = json_dumps(obj).decode()
-        return data
+        # Events of a turn echo the lane it was sent on.
+        return data if self._stream_id is None else ws_tag_stream_id(data, self._stream_id)
 
     async def end(self) -> None:
         if self._ended:
@@ -260,50 +257,30 @@ class _TurnResponder:
             tail = self._decoder.end()
             await self._session.send_texts([self._message(e.data) for e in tail if _wanted(e.data)])
             return
-        status = self.outcome.status
-        err: dict[str, Any] | None = None
-        with suppress(ValueError):
-            body = json_loads(bytes(self._body))
-            if isinstance(body, dict) and isinstance(body.get("error"), dict):
-                err = body["error"]
+        status = self._status
         if status < 400:
             # A whole (non-streamed) answer: the handler was asked for a stream, so this is
             # not expected; pass it on as the completed response rather than drop it.
-            if err is None and self._body:
-                with suppress(ValueError):
-                    answer = json_loads(bytes(self._body))
-                    await self._session.send_text(
-                        json_dumps({"type": "response.completed", "response": answer}).decode()
-                    )
-                    return
+            completed = ws_completed_event(bytes(self._body))
+            if completed is not None:
+                await self._session.send_text(completed)
+                return
             status = 500
-        if err is None:
-            err = _gateway_error(
-                GatewayError(
-                    status=status,
-                    category=ErrorCategory.UPSTREAM,
-                    code="gw.internal",
-                    message=f"the turn failed with HTTP status {status}",
-                )
-            )
-        code = err.get("code")
-        self.outcome.code = code if isinstance(code, str) else None
-        await self._session.send_text(error_event(err, status, self._stream_id))
+        self.refused = ws_answer_error_event(status, bytes(self._body), self._stream_id)
+        await self._session.send_text(self.refused.event)
 
     async def abort(self) -> None:
         """The answer broke after it started: the turn fails, the socket stays."""
         if self._ended:
             return
         self._ended = True
-        err = _gateway_error(
-            GatewayError(
-                status=502,
-                category=ErrorCategory.UPSTREAM,
-                code="gw.ws.upstream_closed",
-                message="the upstream's answer ended before the turn was complete",
-            )
+        err = GatewayError(
+            status=502,
+            category=ErrorCategory.UPSTREAM,
+            code="gw.ws.upstream_closed",
+            message="the upstream's answer ended before the turn was complete",
         )
-        await self._session.send_text(error_event(err, 502, self._stream_id))
+        await self._session.send_text(ws_gateway_error_event(err, self._stream_id))
 
 
 def _wanted(data: str) -> bool:
@@ -467,24 +444,22 @@ class _Session:
         # (`_run_turns`), and the socket closes when the queue is empty.
         self.queue_in.close()
 
-    async def _refuse_closing(self, turn: _Turn) -> None:
-        err = _gateway_error(
-            GatewayError(
-                status=503,
-                category=ErrorCategory.UPSTREAM,
-                code="gw.ws.closing",
-                message="the gateway is shutting down; this turn was not started",
-            )
+    async def _refuse_closing(self, stream_id: str | None) -> None:
+        err = GatewayError(
+            status=503,
+            category=ErrorCategory.UPSTREAM,
+            code="gw.ws.closing",
+            message="the gateway is shutting down; this turn was not started",
         )
         with suppress(ClientGone):
-            await self.send_text(error_event(err, 503, turn.stream_id))
+            await self.send_text(ws_gateway_error_event(err, stream_id))
 
     async def _run_turns(self) -> None:
         async for turn in self.queue_out:
             if self.lost or self.close_sent:
                 return
             if self.handoff.draining.is_set():
-                await self._refuse_closing(turn)
+                await self._refuse_closing(turn.stream_id)
                 continue
             responder = _TurnResponder(self, turn.stream_id)
             self.running = turn
@@ -504,9 +479,9 @@ class _Session:
             finally:
                 self.running = None
                 self.turn_scope = None
-            if (
-                responder.outcome.status == 401
-                or responder.outcome.code == "gw.auth.denied_address"
+            refused = responder.refused
+            if refused is not None and (
+                refused.status == 401 or refused.code == "gw.auth.denied_address"
             ):
                 # The key or address was good at the upgrade but no longer is (a reload):
                 # nothing further can succeed here.
@@ -580,44 +555,18 @@ class _Session:
                     raise _Closed()
 
     async def _on_message(self, text: str) -> None:
-        try:
-            event = json_loads(text)
-        except ValueError:
-            await self._bad_event("the message is not valid JSON")
+        event = read_ws_client_event(text)
+        if isinstance(event, TurnRequested):
+            await self._queue_turn(event)
             return
-        if not isinstance(event, dict):
-            await self._bad_event("the message is not a JSON object")
-            return
-        kind = event.get("type")
-        if kind == "response.create":
-            await self._create(event)
-        elif kind == "response.steer":
-            await self._steer(event)
+        if isinstance(event, SteerRequested):
+            answer = ws_steer_failed_event(event)
         else:
-            await self._bad_event(f"unknown client event type {kind!r}; expected response.create")
-
-    async def _bad_event(self, message: str, stream_id: str | None = None) -> None:
-        err = _gateway_error(
-            GatewayError(
-                status=400,
-                category=ErrorCategory.REQUEST,
-                code="gw.ws.bad_event",
-                message=message,
-            )
-        )
+            answer = ws_gateway_error_event(_bad_event(event), event.stream_id)
         with suppress(ClientGone):
-            await self.send_text(error_event(err, 400, stream_id))
+            await self.send_text(answer)
 
-    async def _create(self, event: dict[str, Any]) -> None:
-        stream_id = event.get("stream_id")
-        if not isinstance(stream_id, str):
-            stream_id = None
-        if event.get("background"):
-            await self._bad_event("background is not supported over WebSocket", stream_id)
-            return
-        body = {k: v for k, v in event.items() if k not in ("type", "stream_id", "background")}
-        body["stream"] = True
-        payload = json_dumps(body)
+    async def _queue_turn(self, event: TurnRequested) -> None:
         headers: Headers = [
             (name, value)
             for name, value in self.upgrade.headers
@@ -625,7 +574,7 @@ class _Session:
         ]
         headers += [
             (b"content-type", b"application/json"),
-            (b"content-length", str(len(payload)).encode()),
+            (b"content-length", str(len(event.body)).encode()),
         ]
         request = Request(
             method="POST",
@@ -633,53 +582,29 @@ class _Session:
             path=self.upgrade.path,
             query=self.upgrade.query,
             headers=headers,
-            body=payload,
+            body=event.body,
             client=self.upgrade.client,
             http_version=self.upgrade.http_version,
         )
         try:
-            self.queue_in.send_nowait(_Turn(request=request, stream_id=stream_id))
+            self.queue_in.send_nowait(_Turn(request=request, stream_id=event.stream_id))
         except anyio.WouldBlock:
-            err = _gateway_error(
-                GatewayError(
-                    status=429,
-                    category=ErrorCategory.RATE_LIMITED,
-                    code="gw.ws.busy",
-                    message=(
-                        f"{self.limits.max_queued_turns} turns already wait on this socket; "
-                        "wait for one to finish"
-                    ),
-                )
+            err = GatewayError(
+                status=429,
+                category=ErrorCategory.RATE_LIMITED,
+                code="gw.ws.busy",
+                message=(
+                    f"{self.limits.max_queued_turns} turns already wait on this socket; "
+                    "wait for one to finish"
+                ),
             )
             with suppress(ClientGone):
-                await self.send_text(error_event(err, 429, stream_id))
+                await self.send_text(ws_gateway_error_event(err, event.stream_id))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            err = _gateway_error(
-                GatewayError(
-                    status=503,
-                    category=ErrorCategory.UPSTREAM,
-                    code="gw.ws.closing",
-                    message="the gateway is shutting down; this turn was not started",
-                )
-            )
-            with suppress(ClientGone):
-                await self.send_text(error_event(err, 503, stream_id))
+            await self._refuse_closing(event.stream_id)
 
-    async def _steer(self, event: dict[str, Any]) -> None:
-        steer: dict[str, Any] = {
-            "input": event.get("input", ""),
-            "previous_response_id": str(event.get("previous_response_id", "")),
-        }
-        failed = {
-            "type": "response.steer.failed",
-            "sequence_number": 0,
-            "error": {
-                "type": "invalid_request_error",
-                "code": "steering_not_supported",
-                "message": "the gateway does not steer a running response; "
-                "send the input with the next response.create",
-            },
-            "steer": steer,
-        }
-        with suppress(ClientGone):
-            await self.send_text(json_dumps(failed).decode())
+
+def _bad_event(event: EventRejected) -> GatewayError:
+    return GatewayError(
+        status=400, category=ErrorCategory.REQUEST, code="gw.ws.bad_event", message=event.message
+    )

@@ -1,0 +1,149 @@
+"""The Responses WebSocket's messages (twproto/responses_socket.py), as values and text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
+from openai.types.responses.responses_server_event import ResponseWsError
+
+from twproto import (
+    ErrorCategory,
+    EventRejected,
+    GatewayError,
+    SteerRequested,
+    TurnRequested,
+    read_ws_client_event,
+    ws_answer_error_event,
+    ws_completed_event,
+    ws_error_event,
+    ws_gateway_error_event,
+    ws_steer_failed_event,
+    ws_tag_stream_id,
+)
+
+
+def test_a_create_is_the_request_body_streamed_without_its_envelope() -> None:
+    event = read_ws_client_event(
+        json.dumps(
+            {
+                "type": "response.create",
+                "model": "m",
+                "input": [{"role": "user", "content": "hi"}],
+                "stream": False,
+                "stream_id": "lane",
+                "tools": [],
+            }
+        )
+    )
+    assert isinstance(event, TurnRequested)
+    assert event.stream_id == "lane"
+    assert json.loads(event.body) == {
+        "model": "m",
+        "input": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "tools": [],
+    }
+
+
+def test_a_create_without_a_lane() -> None:
+    event = read_ws_client_event(b'{"type": "response.create", "model": "m", "stream_id": 7}')
+    assert isinstance(event, TurnRequested) and event.stream_id is None
+
+
+def test_a_steer() -> None:
+    event = read_ws_client_event(
+        '{"type": "response.steer", "previous_response_id": "resp_1", "input": "go on"}'
+    )
+    assert event == SteerRequested(input="go on", previous_response_id="resp_1")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("{nope", "not valid JSON"),
+        ("", "not valid JSON"),
+        ("[]", "not a JSON object"),
+        ("42", "not a JSON object"),
+        ('{"type": "response.cancel"}', "unknown client event type 'response.cancel'"),
+        ('{"model": "m"}', "unknown client event type None"),
+        ('{"type": "response.create", "background": true}', "background is not supported"),
+    ],
+)
+def test_anything_else_is_rejected_with_its_reason(text: str, reason: str) -> None:
+    event = read_ws_client_event(text)
+    assert isinstance(event, EventRejected) and reason in event.message
+
+
+def test_a_rejected_create_keeps_its_lane() -> None:
+    event = read_ws_client_event(
+        '{"type": "response.create", "background": true, "stream_id": "b"}'
+    )
+    assert isinstance(event, EventRejected) and event.stream_id == "b"
+
+
+def test_error_events_are_what_the_sdk_reads() -> None:
+    err = GatewayError(
+        status=429, category=ErrorCategory.RATE_LIMITED, code="gw.ws.busy", message="wait"
+    )
+    parsed = ResponseWsError.model_validate(json.loads(ws_gateway_error_event(err, "l")))
+    assert (parsed.type, parsed.status, parsed.stream_id) == ("error", 429, "l")
+    assert (parsed.error.code, parsed.error.message) == ("gw.ws.busy", "wait")
+    plain = json.loads(ws_error_event({"type": "x", "message": "m"}, status=400))
+    assert "stream_id" not in plain
+
+
+def test_an_error_answer_keeps_its_error_object() -> None:
+    body = json.dumps(
+        {"error": {"type": "invalid_request_error", "code": "gw.rule.denied", "message": "no"}}
+    ).encode()
+    refused = ws_answer_error_event(403, body)
+    assert (refused.status, refused.code) == (403, "gw.rule.denied")
+    event = json.loads(refused.event)
+    assert event["error"] == json.loads(body)["error"] and event["status"] == 403
+
+
+@pytest.mark.parametrize("body", [b"", b"<html>bad gateway</html>", b'{"error": "text"}'])
+def test_an_error_answer_without_an_error_object_gets_one(body: bytes) -> None:
+    refused = ws_answer_error_event(502, body, "l")
+    parsed = ResponseWsError.model_validate(json.loads(refused.event))
+    assert (parsed.status, parsed.error.code, parsed.stream_id) == (502, "gw.internal", "l")
+    assert "502" in parsed.error.message
+
+
+def test_an_oversized_error_body_is_not_parsed() -> None:
+    message = "x" * (70 * 1024)
+    body = json.dumps({"error": {"type": "t", "code": "c", "message": message}}).encode()
+    assert ws_answer_error_event(500, body).code == "gw.internal"
+
+
+def test_a_whole_answer_becomes_the_completed_event() -> None:
+    event = ws_completed_event(b'{"id": "resp_1", "status": "completed"}')
+    assert event is not None
+    assert json.loads(event) == {
+        "type": "response.completed",
+        "response": {"id": "resp_1", "status": "completed"},
+    }
+    assert ws_completed_event(b"[1]") is None
+    assert ws_completed_event(b"nope") is None
+
+
+def test_steer_failed_is_what_the_sdk_reads() -> None:
+    steer = SteerRequested(
+        input=[{"type": "message", "role": "user", "content": "x"}], previous_response_id="r"
+    )
+    parsed = ResponseSteerFailedEvent.model_validate(json.loads(ws_steer_failed_event(steer)))
+    assert parsed.error.code == "steering_not_supported"
+    assert parsed.steer.previous_response_id == "r"
+
+
+def test_tagging_a_stream_event_with_its_lane() -> None:
+    tagged = ws_tag_stream_id('{"type": "response.created", "sequence_number": 0}', "a")
+    assert json.loads(tagged) == {
+        "type": "response.created",
+        "sequence_number": 0,
+        "stream_id": "a",
+    }
+    assert ws_tag_stream_id("[DONE]", "a") == "[DONE]"
+    assert ws_tag_stream_id("[1]", "a") == "[1]"

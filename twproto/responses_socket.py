@@ -1,0 +1,209 @@
+"""The Responses WebSocket's messages: what a client's text means, and the events the gateway
+writes itself on that socket (docs/transports.md, "Responses WebSocket").
+
+A client sends JSON text events. `read_ws_client_event` turns one into a value named for what the
+client asked: `TurnRequested` (a ``response.create``, with the Responses request body it stands
+for), `SteerRequested` (``response.steer``) or `EventRejected` (anything else, with the reason).
+
+The answer to a turn is the Responses stream's own events, one per message; the transport only
+adds the turn's ``stream_id`` to each (`ws_tag_stream_id`). What the gateway writes besides them:
+
+* `ws_error_event` — the ``error`` event the openai SDK reads on this transport
+  (``ResponseWsError``): ``{"type": "error", "status": <HTTP status>, "error": {...}}``;
+  `ws_answer_error_event` makes it from an HTTP error answer's status and body, so a refused turn
+  carries the same error object an HTTP client would have got;
+* `ws_steer_failed_event` — ``response.steer.failed`` with ``steering_not_supported``.
+
+Text in, values and text out: no IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twproto._json import dumps, loads
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError, error_body
+
+__all__ = [
+    "WS_MAX_ERROR_BODY",
+    "AnswerError",
+    "EventRejected",
+    "SteerRequested",
+    "TurnRequested",
+    "WsClientEvent",
+    "read_ws_client_event",
+    "ws_answer_error_event",
+    "ws_completed_event",
+    "ws_error_event",
+    "ws_gateway_error_event",
+    "ws_steer_failed_event",
+    "ws_tag_stream_id",
+]
+
+# Envelope fields of ``response.create`` that are not part of the request body.
+_ENVELOPE = ("type", "stream_id")
+# An error body bigger than this was not written as an error body.
+WS_MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRequested:
+    """A ``response.create``: `body` is the JSON body of the Responses request it stands for
+    (``stream`` set to true: answers on this socket are always streamed); `stream_id` is the
+    lane the client named, echoed on every event of the turn."""
+
+    body: bytes
+    stream_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SteerRequested:
+    """A ``response.steer``: input for a response already running."""
+
+    input: object
+    previous_response_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRejected:
+    """A message that is not a client event this socket takes; `message` says why."""
+
+    message: str
+    stream_id: str | None = None
+
+
+WsClientEvent = TurnRequested | SteerRequested | EventRejected
+
+
+def read_ws_client_event(text: str | bytes) -> WsClientEvent:
+    """What one client message asks for."""
+    try:
+        event = loads(text)
+    except ValueError:
+        return EventRejected(message="the message is not valid JSON")
+    if not isinstance(event, dict):
+        return EventRejected(message="the message is not a JSON object")
+    kind = event.get("type")
+    stream_id = event.get("stream_id")
+    lane = stream_id if isinstance(stream_id, str) else None
+    if kind == "response.create":
+        if event.get("background"):
+            # As the API: a background response has no socket to stream on.
+            return EventRejected(
+                message="background is not supported over WebSocket", stream_id=lane
+            )
+        body = {k: v for k, v in event.items() if k not in _ENVELOPE}
+        body["stream"] = True
+        return TurnRequested(body=dumps(body), stream_id=lane)
+    if kind == "response.steer":
+        previous = event.get("previous_response_id")
+        return SteerRequested(
+            input=event.get("input", ""),
+            previous_response_id=previous if isinstance(previous, str) else "",
+        )
+    return EventRejected(
+        message=f"unknown client event type {kind!r}; expected response.create", stream_id=lane
+    )
+
+
+def ws_error_event(error: Mapping[str, Any], *, status: int, stream_id: str | None = None) -> str:
+    """An ``error`` event carrying `error` (``type``, ``code``, ``message``, ``param``) and the
+    HTTP status the same failure has over HTTP."""
+    event: dict[str, Any] = {"type": "error", "status": status, "error": dict(error)}
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return dumps(event).decode()
+
+
+def _error_object(err: GatewayError) -> dict[str, Any]:
+    obj = loads(error_body(Dialect.OPENAI_RESPONSES, err))
+    inner: dict[str, Any] = obj["error"]
+    return inner
+
+
+def ws_gateway_error_event(err: GatewayError, stream_id: str | None = None) -> str:
+    """`err` as an ``error`` event, its error object as an HTTP answer's body would hold it."""
+    return ws_error_event(_error_object(err), status=err.status, stream_id=stream_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerError:
+    """The ``error`` event (`event`, JSON text) standing for an HTTP error answer, with the
+    answer's status and error code (None when it had none)."""
+
+    event: str
+    status: int
+    code: str | None
+
+
+def ws_answer_error_event(status: int, body: bytes, stream_id: str | None = None) -> AnswerError:
+    """The ``error`` event for an HTTP error answer (`status` ≥ 400) with `body`: the body's own
+    error object when it has one, else a ``gw.internal`` one naming the status."""
+    error: object = None
+    if len(body) <= WS_MAX_ERROR_BODY:
+        try:
+            parsed = loads(body)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            error = parsed.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        error = _error_object(
+            GatewayError(
+                status=status,
+                category=ErrorCategory.UPSTREAM,
+                code="gw.internal",
+                message=f"the turn failed with HTTP status {status}",
+            )
+        )
+    code = error.get("code")
+    return AnswerError(
+        event=ws_error_event(error, status=status, stream_id=stream_id),
+        status=status,
+        code=code if isinstance(code, str) else None,
+    )
+
+
+def ws_completed_event(answer: bytes) -> str | None:
+    """A whole (non-streamed) Responses answer as the ``response.completed`` event that ends a
+    streamed one; None when `answer` is not a JSON object."""
+    try:
+        response = loads(answer)
+    except ValueError:
+        return None
+    if not isinstance(response, dict):
+        return None
+    return dumps({"type": "response.completed", "response": response}).decode()
+
+
+def ws_steer_failed_event(steer: SteerRequested) -> str:
+    """``response.steer.failed`` for `steer`: the gateway cannot add input to an upstream call
+    already running; the client sends the input with its next ``response.create``."""
+    return dumps(
+        {
+            "type": "response.steer.failed",
+            "sequence_number": 0,
+            "error": {
+                "type": "invalid_request_error",
+                "code": "steering_not_supported",
+                "message": "the gateway does not steer a running response; "
+                "send the input with the next response.create",
+            },
+            "steer": {"input": steer.input, "previous_response_id": steer.previous_response_id},
+        }
+    ).decode()
+
+
+def ws_tag_stream_id(data: str, stream_id: str) -> str:
+    """A stream event's JSON with ``stream_id`` set; `data` unchanged if it is not an object."""
+    try:
+        event = loads(data)
+    except ValueError:
+        return data
+    if not isinstance(event, dict):
+        return data
+    event["stream_id"] = stream_id
+    return dumps(event).decode()
