@@ -278,7 +278,7 @@ class GatewayApp:
             self.gateway.handle,
             limits=limits,
             errors=transport_error,
-            switches=(http2.switch, websocket.switch_for(self.gateway)),
+            switches=(http2.switch, websocket.switch_for(self.gateway.check_head)),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.addresses.allows(address),
             budget=self.body_budget,

@@ -39,11 +39,11 @@ freed and its row marked cancelled, as over HTTP.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -81,13 +81,20 @@ from twproto import (
     ws_steer_failed_event,
     ws_tag_stream_id,
 )
-from twserve.auth import find_key
-from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Switch
+from twserve.http1 import (
+    LINGER_SECS,
+    READ_SIZE,
+    ClientGone,
+    Handoff,
+    HeadCheck,
+    Refusal,
+    Switch,
+)
 from twserve.httptypes import Handler, Headers, Request
 
 log = logging.getLogger("twserve.websocket")
 
-__all__ = ["RESPONSES_PATHS", "KeyCheck", "WebSocketLimits", "switch_for"]
+__all__ = ["RESPONSES_PATHS", "WebSocketLimits", "switch_for", "upgrade_refusal"]
 
 RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/responses"})
 
@@ -123,34 +130,11 @@ class WebSocketLimits:
     max_queued_turns: int = 8
 
 
-class KeyCheck:
-    """How the upgrade is admitted: the gateway's address filter and key ring, read at each
-    upgrade so a config reload applies to the next one. `gateway` is anything with
-    ``addresses.allows(host)`` and ``keys.lookup(key)`` (the `Gateway`)."""
-
-    __slots__ = ("gateway",)
-
-    def __init__(self, gateway: Any) -> None:
-        self.gateway = gateway
-
-    def refuse(self, request: Request) -> GatewayError | None:
-        """The error to answer the upgrade with, or None to accept it."""
-        if not self.gateway.addresses.allows(request.client[0]):
-            return GatewayError(
-                status=403,
-                category=ErrorCategory.DENIED,
-                code="gw.auth.denied_address",
-                message="this address may not use the gateway",
-            )
-        presented = find_key(request.headers, request.query)
-        if self.gateway.keys.lookup(presented) is None:
-            return GatewayError(
-                status=401,
-                category=ErrorCategory.AUTH,
-                code="gw.auth.bad_key" if presented else "gw.auth.missing_key",
-                message="invalid gateway key" if presented else "missing gateway key",
-            )
-        return None
+def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> Refusal | None:
+    """The gateway's answer to an upgrade it refuses, or None to accept it: the head checks of
+    an HTTP request (address, then key) made on the upgrade as on the ``POST`` its turns will
+    be, so the socket is admitted exactly as one of its turns would be."""
+    return check_head(dataclasses.replace(upgrade, method="POST", body=b""))
 
 
 def _tokens(request: Request, name: bytes) -> set[bytes]:
@@ -162,10 +146,10 @@ def _tokens(request: Request, name: bytes) -> set[bytes]:
     }
 
 
-def switch_for(gateway: Any, limits: WebSocketLimits | None = None) -> Switch:
-    """The HTTP/1.1 server's switch for Responses WebSocket upgrades of `gateway`."""
+def switch_for(check_head: HeadCheck, limits: WebSocketLimits | None = None) -> Switch:
+    """The HTTP/1.1 server's switch for Responses WebSocket upgrades; `check_head` is the
+    gateway's (`Gateway.check_head`), read at each upgrade so a reload applies to the next."""
     lim = limits or WebSocketLimits()
-    check = KeyCheck(gateway)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
@@ -174,7 +158,7 @@ def switch_for(gateway: Any, limits: WebSocketLimits | None = None) -> Switch:
             return None
 
         async def take(handoff: Handoff) -> None:
-            await _Session(handoff, check, lim).run()
+            await _Session(handoff, check_head, lim).run()
 
         return take
 
@@ -297,11 +281,11 @@ class _Session:
     """One upgraded connection: a reader task (frames, pings, client events) and a turn task
     (one `Gateway.handle` at a time), sharing a lock for writes."""
 
-    def __init__(self, handoff: Handoff, check: KeyCheck, limits: WebSocketLimits) -> None:
+    def __init__(self, handoff: Handoff, check_head: HeadCheck, limits: WebSocketLimits) -> None:
         self.handoff = handoff
         self.stream: anyio.abc.SocketStream = handoff.stream
         self.handler: Handler = handoff.handler
-        self.check = check
+        self.check_head = check_head
         self.limits = limits
         self.max_message = limits.max_message_bytes or handoff.limits.max_body_bytes
         self.ws = WSConnection(ConnectionType.SERVER)
@@ -367,18 +351,18 @@ class _Session:
             self.ws.receive_data(head + b"\r\n")
             events = list(self.ws.events())
         except RemoteProtocolError as exc:
-            await self._reject(
-                GatewayError(
-                    status=400,
-                    category=ErrorCategory.REQUEST,
-                    code="gw.request.bad_http",
-                    message=f"malformed WebSocket upgrade: {exc}",
-                )
+            err = GatewayError(
+                status=400,
+                category=ErrorCategory.REQUEST,
+                code="gw.request.bad_http",
+                message=f"malformed WebSocket upgrade: {exc}",
             )
+            body = error_body(Dialect.OPENAI_RESPONSES, err)
+            await self._reject(Refusal(status=400, headers=error_headers(err), body=body))
             return False
         if not events or not isinstance(events[0], WSRequest):
             return False
-        refusal = self.check.refuse(req)
+        refusal = upgrade_refusal(self.check_head, req)
         if refusal is not None:
             await self._reject(refusal)
             return False
@@ -391,12 +375,15 @@ class _Session:
             return True
         return False
 
-    async def _reject(self, err: GatewayError) -> None:
-        body = error_body(Dialect.OPENAI_RESPONSES, err)
-        headers = [*error_headers(err), (b"content-length", str(len(body)).encode())]
-        headers.append((b"connection", b"close"))
+    async def _reject(self, refusal: Refusal) -> None:
+        body = refusal.body
+        headers = [
+            *(h for h in refusal.headers if h[0] not in (b"content-length", b"connection")),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
         data = self.ws.send(
-            RejectConnection(status_code=err.status, headers=headers, has_body=True)
+            RejectConnection(status_code=refusal.status, headers=headers, has_body=True)
         )
         data += self.ws.send(RejectData(data=body, body_finished=True))
         with suppress(ClientGone):

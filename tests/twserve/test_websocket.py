@@ -33,9 +33,8 @@ from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve import http1
-from twserve.auth import AddressFilter, KeyRing
 from twserve.httptypes import Handler, Request, Responder
-from twserve.websocket import KeyCheck, WebSocketLimits, switch_for
+from twserve.websocket import WebSocketLimits, switch_for, upgrade_refusal
 
 pytestmark = pytest.mark.anyio
 
@@ -333,7 +332,7 @@ async def test_allow_from_applies_to_the_upgrade(stack: StackFactory) -> None:
         {"a": _up("openai-responses", {"text": TEXT})},
         config={"listen": {"gateway": {"bind": "127.0.0.1", "allow_from": ["10.0.0.0/8"]}}},
     )
-    check = KeyCheck(st.app.gateway)
+    gateway = st.app.gateway
 
     def upgrade(address: str, key: str) -> Request:
         return Request(
@@ -346,11 +345,13 @@ async def test_allow_from_applies_to_the_upgrade(stack: StackFactory) -> None:
             client=(address, 40000),
         )
 
-    denied = check.refuse(upgrade("192.0.2.7", KEY))
-    assert denied is not None and (denied.status, denied.code) == (403, "gw.auth.denied_address")
-    bad_key = check.refuse(upgrade("10.1.2.3", "wrong"))
+    denied = upgrade_refusal(gateway.check_head, upgrade("192.0.2.7", KEY))
+    assert denied is not None and denied.status == 403
+    assert json.loads(denied.body)["error"]["code"] == "gw.auth.denied_address"
+    bad_key = upgrade_refusal(gateway.check_head, upgrade("10.1.2.3", "wrong"))
     assert bad_key is not None and bad_key.status == 401
-    assert check.refuse(upgrade("10.1.2.3", KEY)) is None
+    assert json.loads(bad_key.body)["error"]["code"] == "gw.auth.bad_key"
+    assert upgrade_refusal(gateway.check_head, upgrade("10.1.2.3", KEY)) is None
     async with _raw(st) as ws:  # loopback
         events = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "x"})
     assert events[-1]["type"] == "response.completed"
@@ -533,11 +534,11 @@ async def test_a_key_revoked_by_a_reload_ends_the_socket_1008(stack: StackFactor
 # --- the transport alone, with a handler of its own -------------------------------------------
 
 
-class _Admit:
-    """What `switch_for` reads of a gateway: every address, one key."""
-
-    addresses = AddressFilter([])
-    keys = KeyRing.of([(KEY, "tester")])
+def _admit(request: Request) -> http1.Refusal | None:
+    """A head check of its own: every address, one key."""
+    if request.header(b"authorization") == f"Bearer {KEY}".encode():
+        return None
+    return http1.Refusal(status=401, headers=[], body=b'{"error": {"message": "no"}}')
 
 
 _SSE_HEAD = [(b"content-type", b"text/event-stream")]
@@ -551,7 +552,7 @@ def _sse(kind: str, **fields: Any) -> bytes:
 async def _transport(
     handler: Handler, limits: WebSocketLimits | None = None
 ) -> AsyncIterator[tuple[int, http1.Server]]:
-    server = http1.Server(handler, switches=(switch_for(_Admit(), limits),))
+    server = http1.Server(handler, switches=(switch_for(_admit, limits),))
     async with anyio.create_task_group() as tg:
         port = await tg.start(partial(http1.serve, handler, port=0, server=server))
         yield port, server
