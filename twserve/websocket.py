@@ -5,9 +5,10 @@ The HTTP/1.1 server parses the upgrade request like any other and asks its switc
 Responses paths (``/v1/responses``, ``/responses``, ``/backend-api/codex/responses``). Any other
 upgrade target stays an ordinary HTTP request (and gets the gateway's 404).
 
-The upgrade is checked like an HTTP request, in the same order (docs/operations.md): the client
-address against ``allow_from`` (403), then the gateway key (401). A refused upgrade is an ordinary
-HTTP answer with the error body in the Responses format; nothing is upgraded.
+The upgrade is checked by the gateway's own head check (`Gateway.check_head`, asked as of the
+``POST`` its turns will be): the client address against ``allow_from`` (403), then the gateway
+key (401). A refused upgrade is that check's HTTP answer, the error body in the Responses format;
+nothing is upgraded.
 
 Once open, each client ``response.create`` event is a turn of its own, carried out by the same
 `Gateway.handle` the HTTP servers call: the event's fields become the JSON body of a synthesised
