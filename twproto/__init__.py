@@ -142,6 +142,7 @@ from twproto.paths import (
 )
 from twproto.responses_socket import (
     WS_MAX_ERROR_BODY,
+    WS_RESPONSES_PATHS,
     AnswerError,
     EventRejected,
     SteerRequested,
@@ -153,6 +154,7 @@ from twproto.responses_socket import (
     ws_error_event,
     ws_gateway_error_event,
     ws_steer_failed_event,
+    ws_stream_message,
     ws_tag_stream_id,
 )
 from twproto.sse import (
@@ -221,6 +223,7 @@ __all__ = (
     "SHAPES",
     "TEMPORARY_STATUSES",
     "WS_MAX_ERROR_BODY",
+    "WS_RESPONSES_PATHS",
     "Answer",
     "AnswerBuilder",
     "AnswerError",
@@ -369,5 +372,6 @@ __all__ = (
     "ws_error_event",
     "ws_gateway_error_event",
     "ws_steer_failed_event",
+    "ws_stream_message",
     "ws_tag_stream_id",
 )

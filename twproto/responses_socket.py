@@ -29,6 +29,7 @@ from twproto.errors import ErrorCategory, GatewayError, error_body
 
 __all__ = [
     "WS_MAX_ERROR_BODY",
+    "WS_RESPONSES_PATHS",
     "AnswerError",
     "EventRejected",
     "SteerRequested",
@@ -40,8 +41,13 @@ __all__ = [
     "ws_error_event",
     "ws_gateway_error_event",
     "ws_steer_failed_event",
+    "ws_stream_message",
     "ws_tag_stream_id",
 ]
+
+# Where a Responses socket is opened (``GET`` with ``Upgrade: websocket``): the Responses API's
+# paths, Codex's included.
+WS_RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/responses"})
 
 # Envelope fields of ``response.create`` that are not part of the request body.
 _ENVELOPE = ("type", "stream_id")
@@ -195,6 +201,15 @@ def ws_steer_failed_event(steer: SteerRequested) -> str:
             "steer": {"input": steer.input, "previous_response_id": steer.previous_response_id},
         }
     ).decode()
+
+
+def ws_stream_message(data: str, stream_id: str | None = None) -> str | None:
+    """The message that carries one event (its SSE data) of a turn's Responses stream, tagged
+    with the turn's lane; None for what is no message on this socket (an empty event, a
+    ``[DONE]`` sentinel)."""
+    if not data or data == "[DONE]":
+        return None
+    return data if stream_id is None else ws_tag_stream_id(data, stream_id)
 
 
 def ws_tag_stream_id(data: str, stream_id: str) -> str:

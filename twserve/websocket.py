@@ -1,8 +1,8 @@
-"""Responses WebSocket transport: ``GET /v1/responses`` upgraded with wsproto.
+"""Responses WebSocket transport: a ``GET`` on a Responses path upgraded with wsproto.
 
 The HTTP/1.1 server parses the upgrade request like any other and asks its switches
 (twserve/http1.py); `switch_for` returns the one that takes ``Upgrade: websocket`` on the
-Responses paths (``/v1/responses``, ``/responses``, ``/backend-api/codex/responses``). Any other
+Responses paths (`WS_RESPONSES_PATHS`, twproto's, Codex's path included). Any other
 upgrade target stays an ordinary HTTP request (and gets the gateway's 404).
 
 The upgrade is checked by the gateway's own head check (`Gateway.check_head`, asked as of the
@@ -64,6 +64,7 @@ from wsproto.utilities import RemoteProtocolError
 
 from twproto import (
     WS_MAX_ERROR_BODY,
+    WS_RESPONSES_PATHS,
     AnswerError,
     Dialect,
     ErrorCategory,
@@ -71,6 +72,7 @@ from twproto import (
     GatewayError,
     SSEDecoder,
     SSEError,
+    SSEEvent,
     SteerRequested,
     TurnRequested,
     error_body,
@@ -80,7 +82,7 @@ from twproto import (
     ws_completed_event,
     ws_gateway_error_event,
     ws_steer_failed_event,
-    ws_tag_stream_id,
+    ws_stream_message,
 )
 from twserve.http1 import (
     LINGER_SECS,
@@ -95,9 +97,8 @@ from twserve.httptypes import Handler, Headers, Request
 
 log = logging.getLogger("twserve.websocket")
 
-__all__ = ["RESPONSES_PATHS", "WebSocketLimits", "switch_for", "upgrade_refusal"]
+__all__ = ["WebSocketLimits", "switch_for", "upgrade_refusal"]
 
-RESPONSES_PATHS = frozenset({"/v1/responses", "/responses", "/backend-api/codex/responses"})
 
 # Close codes (RFC 6455, "Defined Status Codes").
 NORMAL = 1000
@@ -112,7 +113,7 @@ _SOCKET_HEADERS = frozenset(
     {b"connection", b"upgrade", b"content-length", b"transfer-encoding", b"content-type"}
 )
 # The stream decoded here is the gateway's own, already bounded where it was read from the
-# upstream; but its closing event (``response.completed``) repeats the whole answer, which may
+# upstream; but its closing event repeats the whole answer, which may
 # be far larger than any one upstream event.
 _MAX_EVENT = 256 * 1024 * 1024
 
@@ -155,7 +156,7 @@ def switch_for(check_head: HeadCheck, limits: WebSocketLimits | None = None) -> 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
             return None
-        if request.path not in RESPONSES_PATHS:
+        if request.path not in WS_RESPONSES_PATHS:
             return None
 
         async def take(handoff: Handoff) -> None:
@@ -226,21 +227,19 @@ class _TurnResponder:
             return
         if events:
             # The events of one piece of the stream go out in one socket write.
-            await self._session.send_texts(
-                [self._message(e.data) for e in events if _wanted(e.data)]
-            )
+            await self._session.send_texts(self._messages(events))
 
-    def _message(self, data: str) -> str:
+    def _messages(self, events: list[SSEEvent]) -> list[str]:
         # Events of a turn echo the lane it was sent on.
-        return data if self._stream_id is None else ws_tag_stream_id(data, self._stream_id)
+        out = [ws_stream_message(e.data, self._stream_id) for e in events]
+        return [m for m in out if m is not None]
 
     async def end(self) -> None:
         if self._ended:
             return
         self._ended = True
         if self._decoder is not None:
-            tail = self._decoder.end()
-            await self._session.send_texts([self._message(e.data) for e in tail if _wanted(e.data)])
+            await self._session.send_texts(self._messages(self._decoder.end()))
             return
         status = self._status
         if status < 400:
@@ -266,12 +265,6 @@ class _TurnResponder:
             message="the upstream's answer ended before the turn was complete",
         )
         await self._session.send_text(ws_gateway_error_event(err, self._stream_id))
-
-
-def _wanted(data: str) -> bool:
-    # ``[DONE]`` ends a Chat stream; a Responses stream ends with its own event. Neither an
-    # empty event nor the sentinel is a message of this transport.
-    return bool(data) and data != "[DONE]"
 
 
 class _Closed(Exception):

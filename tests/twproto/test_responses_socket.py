@@ -9,17 +9,21 @@ from openai.types.responses.response_steer_failed_event import ResponseSteerFail
 from openai.types.responses.responses_server_event import ResponseWsError
 
 from twproto import (
+    WS_RESPONSES_PATHS,
+    Dialect,
     ErrorCategory,
     EventRejected,
     GatewayError,
     SteerRequested,
     TurnRequested,
+    match_path,
     read_ws_client_event,
     ws_answer_error_event,
     ws_completed_event,
     ws_error_event,
     ws_gateway_error_event,
     ws_steer_failed_event,
+    ws_stream_message,
     ws_tag_stream_id,
 )
 
@@ -147,3 +151,17 @@ def test_tagging_a_stream_event_with_its_lane() -> None:
     }
     assert ws_tag_stream_id("[DONE]", "a") == "[DONE]"
     assert ws_tag_stream_id("[1]", "a") == "[1]"
+
+
+def test_stream_messages_leave_out_what_is_no_event() -> None:
+    event = '{"type": "response.output_text.delta", "delta": "x"}'
+    assert ws_stream_message(event) == event
+    assert json.loads(ws_stream_message(event, "b") or "")["stream_id"] == "b"
+    assert ws_stream_message("") is None
+    assert ws_stream_message("[DONE]", "b") is None
+
+
+def test_the_socket_paths_are_responses_generate_paths() -> None:
+    for path in WS_RESPONSES_PATHS:
+        route = match_path("POST", path)
+        assert route is not None and route.dialect is Dialect.OPENAI_RESPONSES
