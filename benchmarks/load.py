@@ -222,7 +222,8 @@ async def load(
                 if client.closed:
                     client = await _connect(port)
                 start = time.perf_counter()
-                first = await client.send(request)
+                # A stuck answer fails the run rather than hanging it.
+                first = await asyncio.wait_for(client.send(request), 60)
                 ttfbs.append(first - start)
         finally:
             assert client.transport is not None

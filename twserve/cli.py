@@ -19,6 +19,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, ConfigError
+from twserve import eventloop
 from twserve.app import FD_RESERVE, GatewayApp, raise_fd_limit
 from twserve.configfile import (
     data_dir,
@@ -156,7 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     failed: list[ListenError] = []
     try:
         try:
-            anyio.run(main)
+            eventloop.run(main)
         except* ListenError as group:
             failed.extend(_leaves(group, ListenError))
     except KeyboardInterrupt:
