@@ -24,6 +24,7 @@ import httpcore
 from twproto.failures import TransportFault
 from twproto.headers import client_response_headers
 from twproto.upstream_request import UpstreamRequest
+from twserve.coalesce import coalesced
 
 __all__ = [
     "Upstream",
@@ -106,7 +107,9 @@ class _HttpcoreAnswer:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
         try:
-            async for chunk in self._response.aiter_stream():
+            # What one socket read brought comes out as one piece, written to the client with
+            # one send (twserve/coalesce.py).
+            async for chunk in coalesced(self._response.aiter_stream()):
                 if chunk:
                     yield chunk
         except (httpcore.ReadError, httpcore.RemoteProtocolError, httpcore.ReadTimeout) as exc:
