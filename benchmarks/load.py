@@ -360,6 +360,13 @@ def main() -> None:
         help="also run a second gateway from this checkout (PYTHONPATH), as targets "
         "'passthrough@base' and 'convert@base', alternated with the first in the same run",
     )
+    ap.add_argument(
+        "--baseline-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for the second gateway only (e.g. TWSERVE_EVENT_LOOP=asyncio)",
+    )
     ap.add_argument("--gateway-wrap", default="", help="prefix the gateway's command (profilers)")
     ap.add_argument("--no-uvloop", action="store_true", help="the client on the stdlib loop")
     ap.add_argument("--json", help="also write the figures to this file")
@@ -387,8 +394,9 @@ def main() -> None:
         port = ports["gateway" + label] = free_port()
         (home / "config.yaml").write_text(gateway_config(up_port, port))
         gw_env = {**env, "TWSERVE_HOME": str(home)}
-        if root:
+        if label:
             gw_env["PYTHONPATH"] = str(Path(root).resolve())
+            gw_env.update(item.split("=", 1) for item in args.baseline_env)
         gw_cmd = [*args.gateway_wrap.split(), py, "-m", "twserve.cli", "serve"]
         gw_cmd += ["--config", str(home / "config.yaml"), "--data-dir", str(home)]
         procs["gateway" + label] = subprocess.Popen(gw_cmd, env=gw_env, stdout=quiet, cwd=root)

@@ -1,12 +1,13 @@
 """Which event loop `twserve serve` runs on.
 
 uvloop (libuv, written in Cython) when it is installed, else the standard library's asyncio
-loop. The gateway's hot path is one socket write per streamed chunk; on uvloop the write goes
-from the transport to ``send()`` without Python-level bookkeeping in between, and the loop's own
-scheduling is cheaper, which measurably cuts the CPU per streamed chunk (docs/benchmarks.md).
-uvloop is a default dependency on Linux and macOS (see pyproject.toml); anywhere it is missing,
-or with ``TWSERVE_EVENT_LOOP=asyncio`` in the environment, the standard loop runs and
-everything behaves the same, only slower. anyio hides the difference from the rest of the code.
+loop. Its transports write and its scheduling runs without the standard loop's Python-level
+bookkeeping. Today most of the gateway's cost is elsewhere (anyio, h11, httpcore, the relay,
+and the system calls themselves), and the load benchmark shows no difference beyond its noise
+(docs/benchmarks.md); the loop's share grows as that work shrinks. uvloop is a default
+dependency except on Windows (see pyproject.toml); where it is missing, or with
+``TWSERVE_EVENT_LOOP=asyncio`` in the environment, the standard loop runs and everything
+behaves the same. anyio hides the difference from the rest of the code.
 """
 
 from __future__ import annotations
