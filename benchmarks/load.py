@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -457,6 +458,8 @@ def main() -> None:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)  # configs and the gateways' SQLite files
     load_after = os.getloadavg()
     report: dict[str, object] = {
         "runs": args.runs,
