@@ -157,7 +157,10 @@ def banner_requests(port: int) -> list[tuple[str, str, dict[str, str], str]]:
     def request(
         title: str, dialect: Dialect, model: str, stream: bool, body: dict[str, Any]
     ) -> tuple[str, str, dict[str, str], str]:
-        target = UpstreamTarget(dialect=dialect, base_url=gateway, key=DEMO_KEY, model=model)
+        # The base URL each SDK is given: the OpenAI SDKs' includes /v1, as for the mock above.
+        openai = dialect in (Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES)
+        base_url = gateway + "/v1" if openai else gateway
+        target = UpstreamTarget(dialect=dialect, base_url=base_url, key=DEMO_KEY, model=model)
         call = ClientCall(dialect=dialect, operation=Operation.GENERATE, stream=stream)
         raw = json.dumps(body, separators=(",", ":"))
         built = upstream_request(target, call, raw.encode())
