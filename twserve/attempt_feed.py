@@ -32,6 +32,7 @@ from twserve.attempt_reader import (
     Head,
     Whole,
 )
+from twserve.client_answer import RelayOutcome
 from twserve.httptypes import Headers, Responder
 from twserve.upstream import client_headers
 
@@ -159,6 +160,42 @@ class AttemptFeed:
             if usage is not None:
                 self.attempt_usage[live.index] = usage
             self.live = None
+
+    def cancel(self, index: int, out: RelayOutcome) -> None:
+        """The ledger cancelled attempt `index` (if it is still the one in flight)."""
+        live = self.live
+        if live is None or live.index != index:
+            return
+        if live.committed:
+            # It answered before it went quiet (idle timeout after content): the row names it,
+            # with the usage seen so far.
+            out.provider = live.provider
+            if live.translator is not None:
+                out.usage = live.translator.usage
+        self.end_attempt()
+
+    def client_left(self, out: RelayOutcome, answer_started: bool) -> None:
+        """The client left before the ledger was done: whether it had the whole answer, and
+        which upstream what it had came from."""
+        live = self.live
+        # A client that leaves right after the answer's final event (its SDK is done) has the
+        # whole answer: that is not a cancelled request, even if the upstream's own end had not
+        # arrived yet.
+        delivered = (
+            live is not None
+            and live.committed
+            and live.translator is not None
+            and live.translator.finished
+            and live.pending == b""
+        )
+        out.cancelled, out.delivered = not delivered, delivered
+        if live is not None:
+            # What the client had already received came from this upstream.
+            if live.committed:
+                out.provider = live.provider
+                out.status = 200 if answer_started else None
+            if live.translator is not None:
+                out.usage = live.translator.usage
 
     def _billed_usage(self, live: Attempt) -> ir.Usage | None:
         if live.translator is not None:

@@ -10,8 +10,8 @@ its actions out, one `match` arm per verb, and feeds it what happened:
   `next_deadline()` and calls `on_timer`.
 * A stream is held by `twproto.upstream_stream.UpstreamStream` until first content; its verdict
   becomes `first_content` or `failed`, and its translator writes the rest to the client.
-* Slots are `AcquireSlot` / `ReleaseSlot` / `WaitForSlot` / `CancelWait` through the hooks; a
-  grant comes back through the inbox.
+* The bookkeeping verbs (slots, slot waits, health records) go to
+  `twserve.relay_hooks.SlotHolds`; a slot grant comes back through the inbox.
 
 A client that leaves cancels the handler's scope (see twserve.http1); the `finally` here tells
 the ledger (`client_gone`), gives back what it says, and closes the records.
@@ -122,7 +122,7 @@ class _Relay:
         )
         self.requests = AttemptRequests(call, req.body, req.model, wall)
         self.client = ClientAnswer(responder, call, req.model, out, wall)
-        self.slots = SlotHolds(hooks, req.owner)
+        self.slots = SlotHolds(hooks, req.owner, deliver=self._deliver, clock=clock)
         send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
         self.inbox_send: MemoryObjectSendStream[_Item] = send
         self.inbox: MemoryObjectReceiveStream[_Item] = receive
@@ -173,31 +173,14 @@ class _Relay:
         return self.out
 
     def _cleanup(self) -> None:
-        out, live = self.out, self.feed.live
+        out = self.out
         out.ttfb_ms = self.feed.ttfb_ms
         if not self.ledger.done:
-            # A client that leaves right after the answer's final event (its SDK is done) has
-            # the whole answer: that is not a cancelled request, even if the upstream's own end
-            # had not arrived yet.
-            delivered = (
-                live is not None
-                and live.committed
-                and live.translator is not None
-                and live.translator.finished
-                and live.pending == b""
-            )
-            out.cancelled, out.delivered = not delivered, delivered
-            if live is not None:
-                # What the client had already received came from this upstream.
-                if live.committed:
-                    out.provider = live.provider
-                    out.status = 200 if self.client.started else None
-                if live.translator is not None:
-                    out.usage = live.translator.usage
+            self.feed.client_left(out, self.client.started)
             for action in self.ledger.client_gone(self.clock()):
                 match action:
                     case ReleaseSlot() | CancelWait() | RecordFailure():
-                        self._book(action)
+                        self.slots.book(action)
                     case act.CancelAttempt():
                         self.feed.end_attempt()
                     case _:
@@ -214,9 +197,9 @@ class _Relay:
         for action in actions:
             match action:
                 case AcquireSlot() | ReleaseSlot() | act.WaitForSlot() | CancelWait():
-                    self._book(action)
+                    self.slots.book(action)
                 case RecordFailure() | RecordSuccess():
-                    self._book(action)
+                    self.slots.book(action)
                 case act.Send(provider=provider, index=index):
                     if self.waited or action.queued_ms:
                         self._note(action)  # the end of a backoff or slot wait
@@ -237,15 +220,7 @@ class _Relay:
                 case act.SendKeepAlive():
                     await self.client.responder.send(KEEPALIVE)
                 case act.CancelAttempt(index=index):
-                    live = self.feed.live
-                    if live is not None and live.index == index:
-                        if live.committed:
-                            # It answered before it went quiet (idle timeout after content): the
-                            # row names it, with the usage seen so far.
-                            self.out.provider = live.provider
-                            if live.translator is not None:
-                                self.out.usage = live.translator.usage
-                        self.feed.end_attempt()
+                    self.feed.cancel(index, self.out)
                 case act.RespondError(error=error):
                     await self.client.error(error)
                 case act.EndStreamWithError(error=error):
@@ -261,24 +236,6 @@ class _Relay:
                         self.feed.end_attempt()
                 case _:
                     assert_never(action)
-
-    def _book(self, action: _Bookkeeping) -> None:
-        """The bookkeeping verbs: slots, waits and health records, through the hooks."""
-        match action:
-            case AcquireSlot(provider=provider):
-                self.slots.acquire(provider)
-            case ReleaseSlot(provider=provider):
-                self.slots.release(provider)
-            case act.WaitForSlot(providers=providers, until=until):
-                self.slots.wait(providers, until, self._deliver)
-            case CancelWait():
-                self.slots.cancel_wait()
-            case RecordFailure(provider=provider, failure=failure):
-                self.hooks.failed(provider, failure, self.clock())
-            case RecordSuccess(provider=provider, first_content_secs=secs):
-                self.hooks.succeeded(provider, self.clock(), secs)
-            case _:
-                assert_never(action)
 
     def _note(self, action: act.Action) -> None:
         if self.observer is not None:
@@ -314,11 +271,6 @@ class _Relay:
         built = self.requests.build(dest)
         self.out.dropped = list(self.requests.dropped)
         return built
-
-
-_Bookkeeping = (
-    AcquireSlot | ReleaseSlot | act.WaitForSlot | CancelWait | RecordFailure | RecordSuccess
-)
 
 
 async def relay(

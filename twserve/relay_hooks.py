@@ -4,8 +4,9 @@ twengine keeps the bookkeeping (health and pauses, slots, balancing, affinity) a
 driven with explicit times, all held by one `twengine.router.Router`. `RelayHooks` is the narrow
 view a relayed request needs of it; `RouterHooks` implements it over the router, delivers slot
 grants to waiting requests (handing a slot straight on when its waiter is gone), and logs
-health changes. `SlotHolds` is one request's side: the permits and the ticket it holds, given
-back whatever happens.
+health changes. `SlotHolds` is one request's side: it carries out the attempt ledger's
+bookkeeping verbs (slots, slot waits, health records) and holds the permits and the ticket they
+leave it with, given back whatever happens.
 """
 
 from __future__ import annotations
@@ -13,16 +14,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection
-from typing import Protocol
+from typing import Protocol, assert_never
 
 import anyio
 
+from twengine.attempt import WaitForSlot
+from twengine.attempt_ledger import (
+    AcquireSlot,
+    CancelWait,
+    RecordFailure,
+    RecordSuccess,
+    ReleaseSlot,
+)
 from twengine.health import PauseChanged
 from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 
-__all__ = ["RelayHooks", "RouterHooks", "SlotHolds"]
+__all__ = ["Bookkeeping", "RelayHooks", "RouterHooks", "SlotHolds"]
+
+#: The attempt ledger's verbs that only touch the shared state: slots, waits, health records.
+Bookkeeping = AcquireSlot | ReleaseSlot | WaitForSlot | CancelWait | RecordFailure | RecordSuccess
 
 log = logging.getLogger("twserve.relay_hooks")
 
@@ -52,16 +64,44 @@ class RelayHooks(Protocol):
 class SlotHolds:
     """The slots one request holds and the slot it waits for, by upstream name.
 
-    `acquire` / `release` / `wait` / `cancel_wait` carry out the attempt ledger's slot actions;
-    a grant arrives through `granted`. `close` gives back everything still held, including a
-    grant that was delivered but never used.
+    `book` carries out the attempt ledger's bookkeeping verbs (`Bookkeeping`); a grant arrives
+    through `granted` (`deliver` posts it to the request, and says whether it was taken).
+    `close` gives back everything still held, including a grant that was delivered but never
+    used.
     """
 
-    def __init__(self, hooks: RelayHooks, owner: str) -> None:
+    def __init__(
+        self,
+        hooks: RelayHooks,
+        owner: str,
+        *,
+        deliver: Callable[[Permit], bool],
+        clock: Callable[[], float],
+    ) -> None:
         self.hooks = hooks
         self.owner = owner
+        self.deliver = deliver
+        self.clock = clock
         self.permits: dict[str, list[Permit]] = {}
         self.ticket: Ticket | None = None
+
+    def book(self, action: Bookkeeping) -> None:
+        """Carry out one bookkeeping verb through the hooks."""
+        match action:
+            case AcquireSlot(provider=provider):
+                self.acquire(provider)
+            case ReleaseSlot(provider=provider):
+                self.release(provider)
+            case WaitForSlot(providers=providers, until=until):
+                self.wait(providers, until)
+            case CancelWait():
+                self.cancel_wait()
+            case RecordFailure(provider=provider, failure=failure):
+                self.hooks.failed(provider, failure, self.clock())
+            case RecordSuccess(provider=provider, first_content_secs=secs):
+                self.hooks.succeeded(provider, self.clock(), secs)
+            case _:
+                assert_never(action)
 
     def acquire(self, name: str) -> None:
         permit = self.hooks.acquire(name, self.owner)
@@ -77,10 +117,8 @@ class SlotHolds:
         if held:
             self.hooks.release(held.pop())
 
-    def wait(
-        self, names: tuple[str, ...], deadline: float, deliver: Callable[[Permit], bool]
-    ) -> None:
-        self.ticket = self.hooks.wait(names, self.owner, deadline, deliver)
+    def wait(self, names: tuple[str, ...], deadline: float) -> None:
+        self.ticket = self.hooks.wait(names, self.owner, deadline, self.deliver)
 
     def cancel_wait(self) -> None:
         if self.ticket is not None:
