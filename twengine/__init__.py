@@ -24,6 +24,7 @@ from twengine.admission import (
     admit,
     check_caller,
     key_busy,
+    no_usable_credentials,
     routing_view,
 )
 from twengine.affinity import (
@@ -382,6 +383,7 @@ __all__ = (
     "meaning",
     "near_context_limit",
     "next_backoff",
+    "no_usable_credentials",
     "order_members",
     "parse_comparison",
     "period_bounds",

@@ -28,6 +28,7 @@ from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
 from twengine.config import Config
+from twengine.config.credentials import CredentialFault
 from twengine.router import RoutePlan, Router
 from twengine.rules import Candidate, RequestFacts
 from twproto import json_loads
@@ -47,6 +48,7 @@ __all__ = [
     "admit",
     "check_caller",
     "key_busy",
+    "no_usable_credentials",
     "routing_view",
 ]
 
@@ -303,6 +305,18 @@ def key_busy(limit: int) -> GatewayError:
         code="gw.key.busy",
         message=f"this key already has {limit} requests running",
         retry_after=1.0,
+    )
+
+
+def no_usable_credentials(faults: Sequence[CredentialFault]) -> GatewayError:
+    """The refusal of a request none of whose upstreams has usable credentials: what is wrong
+    with each (a variable not set, a value no header can carry — never the value itself)."""
+    return GatewayError(
+        status=503,
+        category=ErrorCategory.CONFIG,
+        code=faults[0].code,
+        message="no upstream for this request has usable credentials: "
+        + "; ".join(f.message for f in faults),
     )
 
 

@@ -185,6 +185,15 @@ class AttemptSettings:
             stream_start_wait_secs=failover.stream_start_wait_secs,
         )
 
+    def for_request(self, *, counting: bool, budget_only: bool) -> AttemptSettings:
+        """These settings for one request: a token count is never retried, and a request that
+        sets only a thinking budget does not have a refused effort resent (docs/operations.md)."""
+        if counting:
+            return replace(self, wait_secs=0)
+        if budget_only:
+            return replace(self, resend_effort=False)
+        return self
+
 
 # --- attempt records ---------------------------------------------------------------------------
 

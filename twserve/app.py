@@ -123,8 +123,8 @@ class GatewayApp:
             usage=self.usage,
         )
         gw = self.gateway
-        gw.effort_memory_changed = lambda: save_effort_memory(data_dir, gw.effort_memory)
-        gw.use_effort_memory(load_effort_memory(data_dir))
+        gw.efforts.changed = lambda: save_effort_memory(data_dir, gw.efforts.memory)
+        gw.efforts.use(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
         self.metrics = Metrics(lambda: gw.router, clock=gw.clock)
         self.events.listeners.append(self.metrics.on_event)
@@ -280,7 +280,7 @@ class GatewayApp:
             errors=transport_error,
             switches=(http2.switch, websocket.switch_for(self.gateway.check_head)),
             check_head=self.gateway.check_head,
-            admit=lambda address: self.gateway.addresses.allows(address),
+            admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
         )
 

@@ -12,7 +12,7 @@ The loop still hears that content keeps coming, from `Attempt.content_at`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -58,6 +58,7 @@ __all__ = [
     "Head",
     "Whole",
     "destination",
+    "destinations",
     "read_attempt",
 ]
 
@@ -115,6 +116,26 @@ def destination(
         ),
         connect_timeout=provider.connect_timeout_secs,
     )
+
+
+def destinations(
+    config: Config,
+    candidates: Sequence[Candidate],
+    sticky: str | None,
+    env: Mapping[str, str],
+    catalog: TableCatalog | None = None,
+) -> tuple[list[Destination], list[CredentialFault]]:
+    """`destination` of each candidate, in order: the usable ones, and the faults of those
+    skipped for their credentials."""
+    usable: list[Destination] = []
+    faults: list[CredentialFault] = []
+    for cand in candidates:
+        built = destination(config, cand, sticky, env, catalog)
+        if isinstance(built, CredentialFault):
+            faults.append(built)
+        else:
+            usable.append(built)
+    return usable, faults
 
 
 def reasoning_level(effort: Effort | None) -> ReasoningLevel:

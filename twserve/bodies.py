@@ -2,15 +2,50 @@
 as the client got it, each cut at ``retention.body_max_bytes``.
 
 `BodyTap` stands between the handler and the real responder and keeps a bounded copy of what
-is sent; it never holds more than the limit, whatever the answer's size.
+is sent; it never holds more than the limit, whatever the answer's size. `BodyTaps` holds the
+taps of the requests in progress until their rows are recorded.
 """
 
 from __future__ import annotations
 
-from twserve.httptypes import Headers, Responder
-from twserve.store import StoredBody
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["BodyTap"]
+from twengine.config.model import Retention
+from twserve.httptypes import Headers, Responder
+from twserve.store import RequestRow, StoredBody
+
+__all__ = ["BodyTap", "BodyTaps"]
+
+
+class BodyTaps:
+    """The body copies of the requests in progress, by request id."""
+
+    def __init__(self) -> None:
+        self._taps: dict[str, BodyTap] = {}
+
+    @contextmanager
+    def keep(
+        self, request_id: str, responder: Responder, retention: Retention, request: bytes
+    ) -> Iterator[Responder]:
+        """The responder to answer request `request_id` through: with ``store_bodies`` on, one
+        that keeps a bounded copy for its row (`take`). A request that ends without storing its
+        row leaves no copy behind."""
+        if not retention.store_bodies:
+            yield responder
+            return
+        tap = BodyTap(responder, retention.body_max_bytes, request)
+        self._taps[request_id] = tap
+        try:
+            yield tap
+        finally:
+            self._taps.pop(request_id, None)
+
+    def take(self, row: RequestRow) -> None:
+        """Give `row` the copy of its request and answer, if one was kept."""
+        tap = self._taps.pop(row.id, None) if self._taps else None
+        if tap is not None:
+            row.body = tap.stored()
 
 
 class BodyTap:

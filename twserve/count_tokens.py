@@ -5,8 +5,8 @@ A token count goes to one upstream of the client's own format, never retried and
 over to another format. When that upstream answers 404 or 405 — a relay without the counting
 endpoint — the count is estimated locally instead of handing the client an error for a call
 that the gateway can answer. `LocalFallbackResponder` sits between the relay and the client:
-it passes every other answer on untouched and holds back a 404/405, which the gateway then
-replaces with `answer_locally`.
+it passes every other answer on untouched and holds back a 404/405, which `answer_held` then
+replaces with the local estimate (`answer_locally`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ UNSUPPORTED_STATUSES = frozenset({404, 405})
 class LocalFallbackResponder:
     """A `Responder` that holds back an answer whose status is in `UNSUPPORTED_STATUSES`."""
 
-    def __init__(self, inner: Responder) -> None:
+    def __init__(self, inner: Responder, dialect: Dialect, input_tokens: int) -> None:
         self.inner = inner
+        self.dialect = dialect
+        self.input_tokens = input_tokens  # the local estimate, answered in place of a 404/405
         self.held_status: int | None = None
 
     @property
@@ -52,6 +54,11 @@ class LocalFallbackResponder:
 
     async def abort(self) -> None:
         await self.inner.abort()
+
+    async def answer_held(self) -> None:
+        """After the relay: the local estimate in place of an answer held back."""
+        if self.held:
+            await answer_locally(self.inner, self.dialect, self.input_tokens)
 
 
 async def answer_locally(responder: Responder, dialect: Dialect, input_tokens: int) -> None:

@@ -2,10 +2,12 @@
 
 The decisions are twengine's: `check_caller` (the client address against ``allow_from``
 before the key, the path, the gateway key), `admit` (the body, routing, token counts answered
-here), `answer_models` (the listing). This handler carries them out, waits for a key's
-``max_concurrent`` permit, hands admitted requests to the relay and records them
-(docs/operations.md). A request refused at any check never reaches an upstream; every request
-that got as far as a key check leaves one row in the request store.
+here), `answer_models` (the listing). This handler carries them out in order — the caller
+checks (twserve.callers), the destinations and their credentials (twserve.attempt_reader), what
+upstreams get of the reasoning (twserve.reasoning), the key's turn (twserve.key_turn), the relay —
+and records the row (twserve.request_row, twserve.bodies; docs/operations.md). A request
+refused at any check never reaches an upstream; every request that got as far as a key check
+leaves one row in the request store.
 """
 
 from __future__ import annotations
@@ -15,44 +17,44 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Any, assert_never
 
 from twengine.admission import (
     AdmissionRequest,
-    LocalAnswer,
-    Refusal,
     Routed,
     admit,
-    check_caller,
+    no_usable_credentials,
 )
-from twengine.attempt import AttemptSettings, ResendReason
+from twengine.attempt import AttemptSettings
 from twengine.config import Config
-from twengine.config.credentials import CredentialFault
-from twengine.effort_memory import EffortMemory
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
-from twengine.sealed import SealedReasoning
 from twproto.dialect import Dialect
-from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.errors import GatewayError
 from twproto.formats._effort import sets_only_budget
-from twproto.keys import find_key
-from twproto.paths import Operation, Route, guess_client_dialect, match_path
+from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve import http1
-from twserve.attempt_reader import Destination, destination
-from twserve.auth import AddressFilter, KeyRing, strip_key_param
-from twserve.bodies import BodyTap
+from twserve.attempt_reader import destinations
+from twserve.auth import strip_key_param
+from twserve.bodies import BodyTaps
+from twserve.callers import Callers
 from twserve.client_answer import answer, respond_error, transport_error
 from twserve.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.efforts import Efforts
 from twserve.events import EventBus
 from twserve.httptypes import Request, Responder
 from twserve.key_turn import key_turn
+from twserve.reasoning import Reasoning
 from twserve.relay import RelayOutcome, RelayRequest, relay
 from twserve.relay_hooks import RouterHooks
-from twserve.request_row import credential_skip_view, fill_row, retry_observer
+from twserve.request_row import (
+    fill_row,
+    note_admission,
+    note_credential_skips,
+    note_local,
+    retry_observer,
+)
 from twserve.store import RequestRow, RequestStore
 from twserve.upstream import UpstreamClient
 from twserve.usage import UsageKeeper
@@ -81,7 +83,7 @@ class Gateway:
         # Prices, cost and key limits (twserve.usage): one admit and one finish per request.
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
         # Body copies of requests in progress, by request id (retention.store_bodies).
-        self._taps: dict[str, BodyTap] = {}
+        self.taps = BodyTaps()
         self.upstream = upstream
         self.env = env
         self.clock = clock
@@ -98,28 +100,12 @@ class Gateway:
         self._id_counter = itertools.count(1)
         self.rng = random.Random()
         # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md); the
-        # app loads and persists them (effort-memory.json) through `effort_memory_changed`.
+        # app loads and persists them (effort-memory.json) through `efforts`.
         self.efforts = Efforts(lambda: self.config, env, wall)
-        # Conversations whose sealed reasoning an upstream refused (docs/operations.md).
-        self.sealed = SealedReasoning()
+        # With the conversations whose sealed reasoning an upstream refused (twserve.reasoning).
+        self.reasoning = Reasoning(self.efforts, lambda: self.clock())
         self.apply_config(config)
         self.efforts.use(self.efforts.memory)
-
-    @property
-    def effort_memory(self) -> EffortMemory:
-        return self.efforts.memory
-
-    @property
-    def effort_memory_changed(self) -> Callable[[], None] | None:
-        return self.efforts.changed
-
-    @effort_memory_changed.setter
-    def effort_memory_changed(self, listener: Callable[[], None] | None) -> None:
-        self.efforts.changed = listener
-
-    def use_effort_memory(self, memory: EffortMemory) -> None:
-        """Take `memory`, dropping the choices of upstreams removed or changed since."""
-        self.efforts.use(memory)
 
     def apply_config(self, config: Config) -> None:
         self.config = config
@@ -134,41 +120,15 @@ class Gateway:
                 self.hooks.deliver_grant(grant)
             self.usage.apply_config(config)
         self.settings = AttemptSettings.from_failover(config.failover)
-        self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
-        self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
+        self.callers = Callers(config)
 
     def check_head(self, request: Request) -> http1.Refusal | None:
-        """The checks a request's head is enough for — address and key — made by the transport
-        before it reads the body, so that no body is buffered for a request that would be
-        refused anyway. `handle` makes the same checks again (`check_caller`)."""
-        _, _, verdict = self._caller(request)
-        if not isinstance(verdict, Refusal) or verdict.error.status not in (401, 403):
-            return None  # handle answers the rest (404, the warm-up probe, health)
-        err = verdict.error
-        dialect = guess_client_dialect(request.path, request.headers)
-        return http1.Refusal(
-            status=err.status, headers=error_headers(err), body=error_body(dialect, err)
-        )
-
-    def _caller(
-        self, request: Request
-    ) -> tuple[Route | None, str | None, Refusal | LocalAnswer | None]:
-        """The request's route, its key's client name, and `check_caller`'s verdict."""
-        route = match_path(request.method, request.path, request.query)
-        presented = find_key(request.headers, request.query)
-        client = self.config.client_for(self.keys.lookup(presented), presented=bool(presented))
-        verdict = check_caller(
-            method=request.method,
-            path=request.path,
-            route=route,
-            address_allowed=self.addresses.allows(request.client[0]),
-            client=client,
-            key_presented=bool(presented),
-        )
-        return route, client, verdict
+        """The refusal a request's head is enough for (address, key), asked by the transport
+        before it reads the body; `handle` makes the same checks again."""
+        return self.callers.head_refusal(request)
 
     async def handle(self, request: Request, responder: Responder) -> None:
-        route, client_name, verdict = self._caller(request)
+        route, client_name, verdict = self.callers.check(request)
         dialect = guess_client_dialect(request.path, request.headers)
         if verdict is None:
             assert route is not None and client_name is not None
@@ -177,25 +137,14 @@ class Gateway:
                 verdict = answer_models(self.config, route, dialect, table=self.usage.table)
             else:
                 assert route.dialect is not None
-                await self._generate_kept(request, responder, route, route.dialect, client_name)
+                request_id = self._next_id()
+                retention = self.config.retention
+                with self.taps.keep(request_id, responder, retention, request.body) as kept:
+                    await self._generate(
+                        request, kept, route, route.dialect, client_name, request_id
+                    )
                 return
         await answer(responder, dialect, verdict)
-
-    async def _generate_kept(
-        self, request: Request, responder: Responder, route: Route, dialect: Dialect, client: str
-    ) -> None:
-        retention = self.config.retention
-        if not retention.store_bodies:
-            await self._generate(request, responder, route, dialect, client)
-            return
-        # retention.store_bodies: a bounded copy of the answer goes to the row (twserve.bodies).
-        tap = BodyTap(responder, retention.body_max_bytes, request.body)
-        try:
-            await self._generate(request, tap, route, dialect, client, tap=tap)
-        finally:
-            # A request that ended without storing its row leaves no copy behind.
-            for request_id in [i for i, t in self._taps.items() if t is tap]:
-                del self._taps[request_id]
 
     async def _generate(
         self,
@@ -204,21 +153,19 @@ class Gateway:
         route: Route,
         dialect: Dialect,
         client_name: str,
-        tap: BodyTap | None = None,
+        request_id: str,
     ) -> None:
         started = self.clock()
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
         settings = self.settings
         row = RequestRow(
-            id=self._next_id(),
+            id=request_id,
             ts=self.wall(),
             path=request.path,
             key_name=client_name,
             format=dialect.value,
         )
-        if tap is not None:
-            self._taps[row.id] = tap
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -233,69 +180,34 @@ class Gateway:
             config=self.config,
             now=self.clock(),
         )
-        view = verdict.view
-        row.model, row.stream, row.session = view.model, view.stream, view.session
-        row.routing = dict(view.routing) if view.routing is not None else None
-        match verdict:
-            case Refusal(error=err):
-                row.status, row.error_code = err.status, err.code
-            case LocalAnswer(status=status, input_tokens=tokens):
-                row.local, row.status, row.cost_micros, row.cost_state = True, status, 0, "local"
-                row.input_tokens = tokens
-            case Routed():
-                pass
-            case _:
-                assert_never(verdict)
+        note_admission(row, verdict)
         if not isinstance(verdict, Routed):
             self._record(row)
             await answer(responder, dialect, verdict)
             return
-        plan, model, conversation = verdict.plan, verdict.model, verdict.conversation
-        body, summary = verdict.body, verdict.summary
+        plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        built = [
-            destination(self.config, c, plan.sticky, self.env, self.catalog)
-            for c in verdict.candidates
-        ]
-        candidates = [c for c in built if isinstance(c, Destination)]
-        faults = [c for c in built if isinstance(c, CredentialFault)]
-        if faults:
-            assert row.routing is not None
-            row.routing["attempts"] = [credential_skip_view(f) for f in faults]
-        if faults and not candidates:
-            err = GatewayError(
-                status=503,
-                category=ErrorCategory.CONFIG,
-                code=faults[0].code,
-                message="no upstream for this request has usable credentials: "
-                + "; ".join(f.message for f in faults),
-            )
-            row.status, row.error_code = err.status, err.code
-            self._record(row)
-            await respond_error(responder, dialect, err)
+        usable, faults = destinations(
+            self.config, verdict.candidates, plan.sticky, self.env, self.catalog
+        )
+        note_credential_skips(row, faults)
+        if faults and not usable:
+            await self._refuse(row, responder, dialect, no_usable_credentials(faults))
             return
         if counting:
             # The first same-format upstream whose credentials resolve; with none, estimated.
-            candidates = candidates[:1]
-            if not candidates:
-                row.local, row.status, row.cost_micros, row.cost_state = True, 200, 0, "local"
-                row.input_tokens = summary.input_tokens
+            usable = usable[:1]
+            if not usable:
+                note_local(row, summary.input_tokens)
                 self._record(row)
                 await answer_locally(responder, dialect, summary.input_tokens)
                 return
         # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
-        fallback = LocalFallbackResponder(responder) if counting else None
-        efforts: dict[str, dict[str, Any]] = {}
-        if not counting:
-            candidates, efforts = self.efforts.apply(candidates, body, dialect)
-        if conversation is not None:
-            now = self.clock()
-            candidates = [
-                replace(c, drop_sealed=True)
-                if self.sealed.leave_out(conversation, c.name, now=now)
-                else c
-                for c in candidates
-            ]
+        fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
+        reasoning = self.reasoning.prepare(
+            usable, verdict.body, dialect, verdict.conversation, counting=counting
+        )
+        candidates = reasoning.destinations
         if self.events is not None:
             self.events.request_routed(row, plan)
         req = RelayRequest(
@@ -308,7 +220,7 @@ class Gateway:
                 headers=request.headers,
             ),
             body=request.body,
-            model=model,
+            model=verdict.model,
             owner=row.id,
             arrival=started,
         )
@@ -319,15 +231,12 @@ class Gateway:
             client_name,
             row.id,
             deadline=started + self.config.failover.wait_secs,
-            estimate=(verdict.summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
+            estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
             counted=not counting,
         )
         if isinstance(turn, GatewayError):
-            row.status, row.error_code = turn.status, turn.code
-            self._record(row)
-            await respond_error(responder, dialect, turn)
+            await self._refuse(row, responder, dialect, turn)
             return
-        key_permit, admission = turn
         outcome = RelayOutcome()
         finished = False
         try:
@@ -336,59 +245,42 @@ class Gateway:
                 self.hooks,
                 candidates,
                 req,
-                fallback or responder,
-                settings=_settings_for(settings, counting, body, dialect),
+                fallback if counting else responder,
+                settings=settings.for_request(
+                    counting=counting, budget_only=sets_only_budget(verdict.body, dialect)
+                ),
                 clock=self.clock,
                 wall=self.wall,
                 rng=self.rng.random,
                 out=outcome,
                 observer=retry_observer(self.events, row.id, self.clock),
             )
-            if fallback is not None and fallback.held:
-                await answer_locally(responder, dialect, summary.input_tokens)
+            await fallback.answer_held()
             finished = True
         finally:
-            if key_permit is not None:
-                self.hooks.release(key_permit)
             row.duration_ms = int((self.clock() - started) * 1000)
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
-            fill_row(row, outcome, models, efforts)
-            if finished and not counting:
-                self.efforts.remember(outcome, candidates, efforts, body, dialect)
-            self.usage.finish(
-                row,
-                admission,
-                usage=outcome.usage,
-                attempts=outcome.attempts,
-                attempt_usage=outcome.attempt_usage,
-                models=models,
-            )
-            if conversation is not None:
-                for a in outcome.attempts:
-                    if a.resend is ResendReason.SEALED_REASONING:
-                        self.sealed.mark(conversation, a.provider, now=self.clock())
-            if fallback is not None and fallback.held and finished:
-                row.local, row.status, row.provider = True, 200, None
-                row.cost_micros, row.cost_state = 0, "local"
-                row.input_tokens = summary.input_tokens
-            usage = outcome.usage
-            if conversation and outcome.provider and usage is not None:
-                self.router.record_answer(
-                    conversation,
-                    outcome.provider,
-                    cached_tokens=(usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0),
-                    now=self.clock(),
-                )
+            fill_row(row, outcome, models, reasoning.efforts)
+            self.reasoning.settle(reasoning, outcome, finished=finished)
+            turn.end(row, outcome, models)
+            if fallback.held and finished:
+                note_local(row, summary.input_tokens)
+            self.hooks.record_answer(verdict.conversation, outcome.provider, outcome.usage)
             self._record(row)
+
+    async def _refuse(
+        self, row: RequestRow, responder: Responder, dialect: Dialect, err: GatewayError
+    ) -> None:
+        row.status, row.error_code = err.status, err.code
+        self._record(row)
+        await respond_error(responder, dialect, err)
 
     def _next_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):012x}"
 
     def _record(self, row: RequestRow) -> None:
-        tap = self._taps.pop(row.id, None) if self._taps else None
-        if tap is not None:
-            row.body = tap.stored()
+        self.taps.take(row)
         self.store.record(row)
         if self.on_finished is not None:
             self.on_finished(row)
@@ -396,13 +288,3 @@ class Gateway:
             listener(row)
         if self.events is not None:
             self.events.request_ended(row)
-
-
-def _settings_for(
-    settings: AttemptSettings, counting: bool, body: dict[str, Any], dialect: Dialect
-) -> AttemptSettings:
-    if counting:
-        return replace(settings, wait_secs=0)  # a token count is never retried
-    if sets_only_budget(body, dialect):
-        return replace(settings, resend_effort=False)  # docs/operations.md: not resent
-    return settings

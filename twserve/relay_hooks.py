@@ -30,6 +30,7 @@ from twengine.health import PauseChanged
 from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
+from twproto.ir import Usage
 
 __all__ = ["Bookkeeping", "RelayHooks", "RouterHooks", "SlotHolds"]
 
@@ -187,6 +188,16 @@ class RouterHooks:
             if deliver is None or not deliver(grant.permit):
                 # The waiter is gone: hand the slot straight on.
                 pending.extend(self.router.slots.release(grant.permit))
+
+    def record_answer(
+        self, conversation: str | None, provider: str | None, usage: Usage | None
+    ) -> None:
+        """A conversation's answer from `provider`: what its cache holds now (affinity)."""
+        if conversation and provider and usage is not None:
+            cached = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+            self.router.record_answer(
+                conversation, provider, cached_tokens=cached, now=self.clock()
+            )
 
     async def key_permit(self, key: str, owner: str, deadline: float) -> Permit | None:
         """A permit of gateway key `key` (``clients[].max_concurrent``), waiting in line until

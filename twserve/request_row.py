@@ -1,15 +1,18 @@
 """The request row and the retry events of a relayed request, from what the relay reports.
 
-`fill_row` copies a `RelayOutcome` into its `RequestRow` (docs/operations.md, "The request
-row"); `retry_observer` publishes ``RequestRetrying`` / ``RequestDequeued`` for the relay's
-backoffs and slot waits (docs/control-plane.md, "Events").
+`note_admission` records what admission saw of the request, `note_local` a request answered
+here, `note_credential_skips` the upstreams skipped for their credentials; `fill_row` copies a
+`RelayOutcome` into its `RequestRow` (docs/operations.md, "The request row");
+`retry_observer` publishes ``RequestRetrying`` / ``RequestDequeued`` for the relay's backoffs
+and slot waits (docs/control-plane.md, "Events").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
+from twengine.admission import LocalAnswer, Refusal, Routed
 from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send
 from twengine.attempt_ledger import attempt_view
 from twengine.config.credentials import CredentialFault
@@ -17,7 +20,46 @@ from twserve.client_answer import RelayOutcome
 from twserve.events import EventBus
 from twserve.store import RequestRow
 
-__all__ = ["credential_skip_view", "fill_row", "retry_observer"]
+__all__ = [
+    "credential_skip_view",
+    "fill_row",
+    "note_admission",
+    "note_credential_skips",
+    "note_local",
+    "retry_observer",
+]
+
+
+def note_admission(row: RequestRow, verdict: Refusal | LocalAnswer | Routed) -> None:
+    """What admission saw of the request (model, stream, session, routing) and, for a request
+    it refused or answered itself, how it ended."""
+    view = verdict.view
+    row.model, row.stream, row.session = view.model, view.stream, view.session
+    row.routing = dict(view.routing) if view.routing is not None else None
+    match verdict:
+        case Refusal(error=err):
+            row.status, row.error_code = err.status, err.code
+        case LocalAnswer(status=status, input_tokens=tokens):
+            note_local(row, tokens, status=status)
+        case Routed():
+            pass
+        case _:
+            assert_never(verdict)
+
+
+def note_local(row: RequestRow, input_tokens: int, *, status: int = 200) -> None:
+    """A request the gateway answered itself: no upstream, no cost."""
+    row.local, row.status, row.provider = True, status, None
+    row.cost_micros, row.cost_state = 0, "local"
+    row.input_tokens = input_tokens
+
+
+def note_credential_skips(row: RequestRow, faults: list[CredentialFault]) -> None:
+    """The upstreams skipped for their credentials, as the first entries of the attempts."""
+    if faults:
+        routing = row.routing if row.routing is not None else {}
+        routing["attempts"] = [credential_skip_view(f) for f in faults]
+        row.routing = routing
 
 
 def fill_row(
