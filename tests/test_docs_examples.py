@@ -184,6 +184,8 @@ def proxy() -> Iterator[tuple[dict[str, Any], str, Any]]:
         profiles={
             "limited": parse_script({"error": {"status": 429, "message": "slow down"}}),
             "broken": parse_script({"text": TEXT, "chunk_size": 6, "break_after": 2}),
+            "opening-error": parse_script({"text": TEXT, "stream_error_before_content": True}),
+            "opening-break": parse_script({"text": TEXT, "break_after": 0}),
         },
     )
     with (
@@ -274,6 +276,48 @@ def test_proxy_ends_a_broken_stream_with_an_error_the_sdk_raises(proxy: Any) -> 
             for chunk in stream:
                 seen.append(chunk)
     assert seen  # content arrived before the break
+
+
+def test_proxy_answers_an_error_event_before_content_with_an_error(proxy: Any) -> None:
+    # The upstream's 200 stream opens with an overloaded error event: the opening hold keeps the
+    # client from seeing a 200 stream that breaks at once; it gets an error answer instead.
+    namespace, base_url, mock = proxy
+    namespace["ANTHROPIC_URL"] = mock.url + "/opening-error"
+    with httpcore.ConnectionPool() as pool:
+        reply = pool.request(
+            "POST",
+            base_url + "/chat/completions",
+            content=json.dumps(
+                {
+                    "model": "claude-proxy-1",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "stream": True,
+                }
+            ).encode(),
+        )
+    assert reply.status == 529
+    assert dict(reply.headers)[b"content-type"] == b"application/json"
+    error = json.loads(reply.content)["error"]
+    assert error["code"] == "gw.upstream.stream_opening_error"
+    assert "Overloaded" in error["message"]
+    with _client(base_url) as client, pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model="claude-proxy-1", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    assert info.value.status_code == 529
+    assert mock.received[-1].path == "/opening-error/v1/messages"
+
+
+def test_proxy_answers_a_stream_broken_before_content_with_an_error(proxy: Any) -> None:
+    namespace, base_url, mock = proxy
+    namespace["ANTHROPIC_URL"] = mock.url + "/opening-break"
+    with _client(base_url) as client, pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model="claude-proxy-1", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    assert info.value.status_code == 502
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["code"] == "gw.upstream.stream_ended_early"
 
 
 def test_proxy_refuses_a_request_it_cannot_convert(proxy: Any) -> None:
