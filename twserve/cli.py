@@ -312,10 +312,18 @@ def cmd_mock(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from twserve.demo import run_demo
 
+    failed: list[ListenError] = []
     try:
-        anyio.run(lambda: run_demo(port=args.port, mock_port=args.mock_port, once=args.once))
+        try:
+            anyio.run(lambda: run_demo(port=args.port, mock_port=args.mock_port, once=args.once))
+        except* ListenError as group:
+            failed.extend(_leaves(group, ListenError))
     except KeyboardInterrupt:
         pass
+    if failed:
+        # Like `serve`: the port (the gateway's or the mock's) is taken, one line and exit 2.
+        print(str(failed[0]), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -38,3 +43,21 @@ def test_demo_upstreams_take_the_mock_script_header() -> None:
     # Every demo upstream is the mock, so a curl's x-mock-script may script its answer.
     providers = demo_config(9).providers
     assert providers and all(p.forward_mock_headers for p in providers)
+
+
+def test_demo_on_a_taken_port_fails_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        demo = subprocess.run(
+            [sys.executable, "-m", "twserve.cli", "demo", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TWSERVE_HOME": str(tmp_path)},
+            timeout=30,
+        )
+    assert demo.returncode == 2, demo.stderr
+    assert "Traceback" not in demo.stderr and "ExceptionGroup" not in demo.stderr
+    last = demo.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"gw.listen.cannot_bind: cannot listen on 127.0.0.1:{port}")
