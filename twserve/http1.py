@@ -162,6 +162,9 @@ class Handoff:
     limits: ServerLimits
     errors: ErrorWriter
     draining: anyio.Event  # set when the server drains: finish what runs, take nothing new
+    # The server's head check and body budget, for the requests the taker reads itself.
+    check_head: HeadCheck | None = None
+    budget: BodyBudget | None = None
 
 
 # Asked with each request before it is dispatched: a coroutine function that takes the
@@ -483,6 +486,8 @@ class _Connection:
             limits=self.limits,
             errors=self.errors,
             draining=self.draining,
+            check_head=self.check_head,
+            budget=self.budget,
         )
 
     def _check_head(self, event: h11.Request) -> Request:

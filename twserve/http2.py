@@ -22,7 +22,17 @@ in a task of its own in the connection's task group, inside its own cancel scope
   beyond the window: the relay reads its upstream only as fast as the client reads.
 * Flow control, receiving: a request body is taken whole before the handler runs (as over
   HTTP/1.1), bounded by `ServerLimits.max_body_bytes`; each DATA frame is acknowledged as it is
-  added to that bounded body.
+  added to that bounded body. Its bytes count against the server's `BodyBudget` as they arrive,
+  the same budget HTTP/1.1 bodies draw on (503 ``gw.request.bodies_busy`` when it is spent),
+  and are given back when the stream ends, however it ends.
+* The server's `HeadCheck` (the gateway's address and key check) runs as soon as a stream's
+  headers arrive, before any of its body is read, as over HTTP/1.1: a refused stream is answered
+  at once and the rest of its body is not wanted.
+* Every write has a deadline (`ServerLimits.write_timeout`): a stream whose flow-control window
+  (or the connection's) stays shut that long is a client that stopped reading it. The stream is
+  reset (CANCEL) and its handler cancelled, which frees its upstream call, slot and key permit;
+  the connection's other streams carry on. A socket write that cannot go out in that time
+  means the whole connection stopped reading: every stream goes.
 * RST_STREAM from the client is the client leaving: that stream's scope is cancelled, which tears
   down its upstream call and frees its slot, as the HTTP/1.1 watcher does for a closed socket.
   The other streams carry on. A socket that closes ends every stream.
@@ -65,7 +75,7 @@ import h2.settings
 from hyperframe.frame import GoAwayFrame
 
 from twproto.paths import split_target
-from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff
+from twserve.http1 import LINGER_SECS, READ_SIZE, BodyBudget, ClientGone, Handoff
 from twserve.httptypes import Headers, Request
 
 log = logging.getLogger("twserve.http2")
@@ -227,6 +237,7 @@ class _Stream:
         "id",
         "opened",
         "rejected",
+        "reserved",
         "running",
         "scope",
         "size",
@@ -239,6 +250,7 @@ class _Stream:
         self.opened = now
         self.body: list[bytes] = []
         self.size = 0
+        self.reserved = 0  # bytes of the body budget its body holds
         self.ended = False  # the client has sent all of its request
         self.rejected = False  # answered by the transport; further DATA is only acknowledged
         self.gone = False  # reset by either side: nothing more is written
@@ -312,6 +324,8 @@ class _Connection:
         self.limits = limits
         self.errors = handoff.errors
         self.draining = handoff.draining
+        self.check_head = handoff.check_head
+        self.budget = handoff.budget or BodyBudget(handoff.limits.body_budget_bytes)
         self.peer = handoff.request.client
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self.h2 = h2.connection.H2Connection(config=config)
@@ -360,10 +374,7 @@ class _Connection:
             data = self.h2.data_to_send()
             if not data or self.dead:
                 return
-            try:
-                await self.socket.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._lost()
+            await self._send(data)
 
     async def _write_raw(self, *, before: bytes = b"", after: bytes = b"") -> None:
         """Write bytes h2 did not make, `before` or `after` what it has queued."""
@@ -371,10 +382,19 @@ class _Connection:
             data = before + self.h2.data_to_send() + after
             if self.dead:
                 return
-            try:
+            await self._send(data)
+
+    async def _send(self, data: bytes) -> None:
+        """One socket write (the send lock held), bounded by `ServerLimits.write_timeout`: a
+        connection whose client reads nothing at all is gone, every stream with it."""
+        try:
+            with anyio.fail_after(self.server_limits.write_timeout):
                 await self.socket.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._lost()
+        except TimeoutError:
+            log.info("HTTP/2 client %s stopped reading; dropping the connection", self.peer[0])
+            self._lost()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self._lost()
 
     def _lost(self) -> None:
         self.dead = True
@@ -385,19 +405,29 @@ class _Connection:
         self._wake_reader()
 
     async def wait_window(self, stream: _Stream) -> int:
-        """How much may be sent on `stream` now, waiting for WINDOW_UPDATE while it is none."""
-        while True:
-            if stream.gone or self.dead:
-                raise ClientGone()
-            try:
-                window = self.h2.local_flow_control_window(stream.id)
-            except h2.exceptions.ProtocolError as exc:
-                stream.gone = True
-                raise ClientGone() from exc
-            if window > 0:
-                return window
-            stream.window = anyio.Event()
-            await stream.window.wait()
+        """How much may be sent on `stream` now, waiting for WINDOW_UPDATE while it is none —
+        at most `ServerLimits.write_timeout`, after which the client is taken as gone."""
+        with anyio.move_on_after(self.server_limits.write_timeout):
+            while True:
+                if stream.gone or self.dead:
+                    raise ClientGone()
+                try:
+                    window = self.h2.local_flow_control_window(stream.id)
+                except h2.exceptions.ProtocolError as exc:
+                    stream.gone = True
+                    raise ClientGone() from exc
+                if window > 0:
+                    return window
+                stream.window = anyio.Event()
+                await stream.window.wait()
+        # The window stayed shut: the client stopped reading this stream. Resetting it and
+        # cancelling its handler stops the upstream call and frees what it held.
+        log.info(
+            "HTTP/2 client %s stopped reading stream %d; resetting it", self.peer[0], stream.id
+        )
+        await self.reset(stream, h2.errors.ErrorCodes.CANCEL)
+        stream.scope.cancel()
+        raise ClientGone()
 
     async def reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
         if stream.gone or self.dead:
@@ -433,6 +463,10 @@ class _Connection:
         except Exception:  # a bug: keep the server up, drop the connection
             log.exception("HTTP/2 connection from %s failed", self.peer[0])
             graceful = False
+        finally:
+            # Bodies of streams the connection ended before they were answered.
+            for stream in self.streams.values():
+                self._release(stream)
         if graceful and not self.dead:
             await self._linger()
 
@@ -623,6 +657,12 @@ class _Connection:
                     f"request body larger than {lim.max_body_bytes} bytes",
                 )
                 return
+        if self.check_head is not None:
+            # Address and key from the headers alone, before a byte of body is taken in.
+            head = self._request(stream)
+            refusal = self.check_head(head) if head is not None else None
+            if refusal is not None:
+                self._answer_soon(stream, refusal.status, refusal.headers, refusal.body)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         stream_id = event.stream_id or 0
@@ -642,6 +682,18 @@ class _Connection:
                 f"request body larger than {self.server_limits.max_body_bytes} bytes",
             )
             return
+        # Counted as they arrive, like HTTP/1.1's: a length announced and never sent holds
+        # nothing back from anyone else.
+        if not self.budget.reserve(len(data)):
+            self._reject(
+                stream,
+                503,
+                "gw.request.bodies_busy",
+                "the gateway is holding as many request bodies as it may; try again shortly",
+                retry_after=1,
+            )
+            return
+        stream.reserved += len(data)
         stream.body.append(bytes(data))
 
     def _on_end(self, stream_id: int | None) -> None:
@@ -678,22 +730,42 @@ class _Connection:
             http_version="2",
         )
 
-    def _reject(self, stream: _Stream, status: int, code: str, message: str) -> None:
+    def _reject(
+        self,
+        stream: _Stream,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        retry_after: int | None = None,
+    ) -> None:
         """Answer `stream` with an error of the transport's own (it never reaches the
-        handler), written by a task since even an error waits for the send window."""
+        handler), in the client's format."""
+        path = split_target(dict(stream.headers).get(b":path", b""))[0] or None
+        headers, body = self.errors(path, status, code, message)
+        if retry_after is not None:
+            headers = [*headers, (b"retry-after", str(retry_after).encode())]
+        self._answer_soon(stream, status, headers, body)
+
+    def _answer_soon(self, stream: _Stream, status: int, headers: Headers, body: bytes) -> None:
+        """Answer `stream` with a whole response instead of its handler's, written by a task
+        since even an error waits for the send window; its body is not kept."""
         stream.rejected = True
         stream.running = True
         stream.body = []
-        path = split_target(dict(stream.headers).get(b":path", b""))[0] or None
+        self._release(stream)
         assert self.tg is not None
-        self.tg.start_soon(self._answer_error, stream, path, status, code, message)
+        self.tg.start_soon(self._answer_whole, stream, status, headers, body)
 
-    async def _answer_error(
-        self, stream: _Stream, path: str | None, status: int, code: str, message: str
+    def _release(self, stream: _Stream) -> None:
+        self.budget.release(stream.reserved)
+        stream.reserved = 0
+
+    async def _answer_whole(
+        self, stream: _Stream, status: int, headers: Headers, body: bytes
     ) -> None:
         try:
             with stream.scope:
-                headers, body = self.errors(path, status, code, message)
                 headers = [*headers, (b"content-length", str(len(body)).encode())]
                 responder = _Responder(self, stream)
                 await responder.start(status, headers)
@@ -743,6 +815,7 @@ class _Connection:
 
     def _done(self, stream: _Stream) -> None:
         self.streams.pop(stream.id, None)
+        self._release(stream)
         self.last_activity = anyio.current_time()
         if not self.streams:
             self._wake_reader()  # an idle or draining connection has a decision to make

@@ -924,3 +924,138 @@ async def test_the_mock_upstream_speaks_h2c() -> None:
     assert reply.http_version == "HTTP/2" and reply.status_code == 200
     assert reply.json()["content"][0]["text"] == TEXT
     assert [r.path for r in mock.received] == ["/v1/messages"]
+
+
+# --- the HTTP/1.1 edge's protections, per stream --------------------------------------------
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key"])
+def test_a_keyless_stream_is_refused_before_its_body_is_read(
+    stack: StackFactory, key: str | None
+) -> None:
+    st = stack({"a": Upstream("anthropic")})
+    client = RawH2(st.port)
+    auth = [("x-api-key", key)] if key else []
+    try:
+        started = time.monotonic()
+        # Announce 30 MiB and send none of it: the answer must not wait for the body.
+        sid = client.request(
+            "/v1/messages",
+            headers=[*auth, ("content-length", str(30 * 1024 * 1024))],
+            end=False,
+        )
+        answer = client.finish(sid, timeout=3)
+        took = time.monotonic() - started
+        # The connection serves the next stream (with a key) as usual.
+        ok = client.finish(client.request("/v1/messages", _body("anthropic"), headers=_auth()))
+    finally:
+        client.close()
+    assert answer.status == 401 and took < 2.0
+    assert json.loads(answer.body)["error"]["type"] == "authentication_error"
+    assert answer.header(b"x-thinkwatch-error") is not None
+    assert ok.status == 200
+    assert len(st.mock("a").received) == 1
+
+
+def test_h2_bodies_draw_on_the_servers_one_budget(stack: StackFactory) -> None:
+    body = _body("anthropic")
+    st = stack(
+        {"a": Upstream("anthropic")}, limits=http1.ServerLimits(body_budget_bytes=len(body) + 10)
+    )
+    holder = RawH2(st.port)
+    second = RawH2(st.port)
+    try:
+        # The first stream's body is partly sent: the bytes received are held for it.
+        held = holder.request("/v1/messages", headers=_auth(), end=False)
+        holder.h2.send_data(held, body[:20])
+        holder.flush()
+        time.sleep(0.3)
+        busy = second.finish(second.request("/v1/messages", body, headers=_auth()))
+        assert busy.status == 503 and busy.header(b"retry-after") == b"1"
+        assert busy.header(b"x-thinkwatch-error") == b"rate_limited"
+        assert "request bodies" in json.loads(busy.body)["error"]["message"]
+        # An HTTP/1.1 request draws on the same budget.
+        over_h1 = httpx2.post(st.url + "/v1/messages", content=body, headers=dict(_auth()))
+        assert over_h1.status_code == 503
+        holder.h2.send_data(held, body[20:], end_stream=True)
+        holder.flush()
+        assert holder.finish(held).status == 200
+        # Given back when the stream ends: the same request now goes through.
+        assert second.finish(second.request("/v1/messages", body, headers=_auth())).status == 200
+        # And when the connection ends with a body half-read.
+        cut = holder.request("/v1/messages", headers=_auth(), end=False)
+        holder.h2.send_data(cut, body[:20])
+        holder.flush()
+        time.sleep(0.2)
+    finally:
+        holder.close()
+    try:
+        time.sleep(0.3)
+        assert second.finish(second.request("/v1/messages", body, headers=_auth())).status == 200
+    finally:
+        second.close()
+
+
+def test_a_stream_whose_window_stays_shut_is_taken_as_gone(stack: StackFactory) -> None:
+    big = MockSettings(script=Script(chunks=400, chunk_size=256))
+    st = stack(
+        {
+            "a": Upstream(
+                "anthropic", big, extra={"max_concurrent": 1, "forward_mock_headers": True}
+            )
+        },
+        config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
+        limits=http1.ServerLimits(write_timeout=1.0),
+    )
+    # A 1 KiB stream window the client never opens again.
+    client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 1024}, auto_ack=False)
+    try:
+        sid = client.request("/v1/messages", _body("anthropic"), headers=_auth())
+        answer = client.answers[sid]
+        client.wait(lambda: len(answer.body) >= 1024)
+        started = time.monotonic()
+        client.wait(lambda: answer.reset is not None, timeout=10)
+        took = time.monotonic() - started
+        assert answer.reset == h2.errors.ErrorCodes.CANCEL and not answer.ended
+        # The upstream call is cancelled, the slot and the key's permit freed, the row written.
+        _wait(lambda: _in_flight(st, "a") == 0)
+        (row,) = st.wait_rows(1)
+        assert row["cancelled"] == 1
+        # The connection's other streams carry on; the freed slot and permit take the next.
+        fast = client.request(
+            "/v1/messages",
+            _body("anthropic"),
+            headers=[*_auth(), ("x-mock-script", '{"chunks": 1}')],
+        )
+        done = client.answers[fast]
+        while not (done.ended or done.reset is not None):
+            client.ack(fast, len(done.body))
+            client.read_once(0.2)
+        assert done.status == 200 and done.ended
+    finally:
+        client.close()
+    assert 0.5 < took < 5, took
+
+
+def test_a_connection_that_reads_nothing_is_dropped_after_the_write_timeout(
+    stack: StackFactory,
+) -> None:
+    # Windows wide open, socket never read: the server's socket writes block, not its windows.
+    big = MockSettings(script=Script(chunks=2000, chunk_size=4096))
+    st = stack(
+        {"a": Upstream("anthropic", big, extra={"max_concurrent": 1})},
+        limits=http1.ServerLimits(write_timeout=1.0),
+    )
+    client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    try:
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.h2.increment_flow_control_window(2**31 - 1 - 65535)
+        sid = client.request("/v1/messages", _body("anthropic"), headers=_auth())
+        started = time.monotonic()
+        (row,) = st.wait_rows(1, timeout=20)
+        took = time.monotonic() - started
+        assert row["cancelled"] == 1 and _in_flight(st, "a") == 0
+        assert not client.answers[sid].ended
+    finally:
+        client.close()
+    assert took < 10, took
