@@ -175,6 +175,16 @@ class AttemptSettings:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must not be negative")
 
+    def keepalive_due(self, *, arrival: float, last: float | None, comments: bool) -> float | None:
+        """When a streamed client's next keep-alive is due: its 200 and headers
+        ``keepalive_after`` after `arrival`, then — for a format that takes comments — a comment
+        ``keepalive_every`` after the `last` one went out; None when nothing more is due."""
+        if last is None:
+            return arrival + self.keepalive_after
+        if not comments:
+            return None
+        return last + self.keepalive_every
+
     @classmethod
     def from_failover(cls, failover: Failover) -> AttemptSettings:
         """The settings of a loaded config's ``failover`` section (keep-alive times are fixed)."""
@@ -466,7 +476,9 @@ class AttemptMachine:
 
     `candidates` in routing order; `arrival` is when the request arrived (the clock of
     keep-alive and of the ``wait_secs`` deadline). `rng` draws the jitter handed to
-    `twengine.retry.next_backoff`, a float in [0, 1).
+    `twengine.retry.next_backoff`, a float in [0, 1). `last_keepalive` is set when the client's
+    200 and headers went out before the machine started (while the request waited for its
+    key's ``max_concurrent`` permit): when the last of them, or of the comments after them, did.
     """
 
     def __init__(
@@ -478,6 +490,7 @@ class AttemptMachine:
         arrival: float,
         settings: AttemptSettings,
         rng: Callable[[], float],
+        last_keepalive: float | None = None,
     ) -> None:
         names = [c.name for c in candidates]
         if len(set(names)) != len(names):
@@ -494,8 +507,9 @@ class AttemptMachine:
 
         self._state = State.IDLE
         self._records: list[AttemptRecord] = []
-        self._headers_sent = False
-        self._last_keepalive: float | None = None  # when the headers or a keep-alive went out
+        self._headers_sent = last_keepalive is not None
+        # When the headers or a keep-alive went out.
+        self._last_keepalive: float | None = last_keepalive
 
         # The current round: its candidates, those not yet tried or skipped for good, and the
         # temporary failures a retry round would repeat.
@@ -736,11 +750,9 @@ class AttemptMachine:
     def _keepalive_deadline(self) -> float | None:
         if not self._client_stream or self._state in (State.IDLE, State.STREAMING, State.DONE):
             return None
-        if self._last_keepalive is None:
-            return self._arrival + self._settings.keepalive_after
-        if not self._keepalive_comments:
-            return None
-        return self._last_keepalive + self._settings.keepalive_every
+        return self._settings.keepalive_due(
+            arrival=self._arrival, last=self._last_keepalive, comments=self._keepalive_comments
+        )
 
     def _fire_keepalive(self, now: float) -> list[Action]:
         due = self._keepalive_deadline()

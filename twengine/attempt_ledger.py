@@ -108,6 +108,7 @@ class AttemptLedger:
         settings: AttemptSettings,
         rng: Callable[[], float],
         takes_slots: bool = True,
+        last_keepalive: float | None = None,
     ) -> None:
         self.machine = AttemptMachine(
             candidates=candidates,
@@ -116,6 +117,7 @@ class AttemptLedger:
             arrival=arrival,
             settings=settings,
             rng=rng,
+            last_keepalive=last_keepalive,
         )
         self._names = frozenset(c.name for c in candidates)
         self._client_stream = client_stream

@@ -35,6 +35,7 @@ __all__ = [
     "answer",
     "respond_bytes",
     "respond_error",
+    "stream_head",
     "transport_error",
 ]
 
@@ -60,6 +61,12 @@ class RelayOutcome:
     effort_resent: dict[str, str] = field(default_factory=dict)
 
 
+def stream_head(sse: bool) -> Headers:
+    """The headers of a streamed answer's 200."""
+    kind = b"text/event-stream" if sse else b"application/json"
+    return [(b"content-type", kind), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
 class ClientAnswer:
     """The client's side of one relayed request."""
 
@@ -70,27 +77,22 @@ class ClientAnswer:
         model: str,
         out: RelayOutcome,
         wall: Callable[[], float],
+        head_sent_at: float | None = None,
     ) -> None:
         self.wall = wall
         self.responder = responder
         self.call = call
         self.model = model
         self.out = out
-        self.started = False  # the 200 and stream headers are out
+        # The 200 and stream headers are out (`head_sent_at`: before the relay began, while
+        # the request waited for its key's turn).
+        self.started = head_sent_at is not None
 
     async def start_stream(self) -> None:
         """The 200 and the stream's headers, once."""
         if not self.started:
             self.started = True
-            kind = b"text/event-stream" if self.call.sse else b"application/json"
-            await self.responder.start(
-                200,
-                [
-                    (b"content-type", kind),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            )
+            await self.responder.start(200, stream_head(self.call.sse))
 
     async def whole(self, status: int, headers: Headers, body: bytes) -> None:
         """A whole response: `headers` plus its length, then `body`."""

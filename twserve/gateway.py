@@ -44,7 +44,7 @@ from twserve.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.efforts import Efforts
 from twserve.events import EventBus
 from twserve.httptypes import Request, Responder
-from twserve.key_turn import key_turn
+from twserve.key_turn import EarlyHead, key_turn
 from twserve.reasoning import Reasoning
 from twserve.relay import RelayOutcome, RelayRequest, relay
 from twserve.relay_hooks import RouterHooks
@@ -224,6 +224,7 @@ class Gateway:
             owner=row.id,
             arrival=started,
         )
+        head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(
             self.hooks,
             self.usage,
@@ -233,9 +234,10 @@ class Gateway:
             deadline=started + self.config.failover.wait_secs,
             estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
             counted=not counting,
+            head=head,  # a streamed client's 200 and keep-alives while it waits
         )
         if isinstance(turn, GatewayError):
-            await self._refuse(row, responder, dialect, turn)
+            await self._refuse(row, responder, dialect, turn, head)
             return
         outcome = RelayOutcome()
         finished = False
@@ -270,11 +272,16 @@ class Gateway:
             self._record(row)
 
     async def _refuse(
-        self, row: RequestRow, responder: Responder, dialect: Dialect, err: GatewayError
+        self,
+        row: RequestRow,
+        responder: Responder,
+        dialect: Dialect,
+        err: GatewayError,
+        head: EarlyHead | None = None,  # a refused key wait may have its 200 out already
     ) -> None:
-        row.status, row.error_code = err.status, err.code
+        row.status, row.error_code = err.status if head is None else head.row_status(err), err.code
         self._record(row)
-        await respond_error(responder, dialect, err)
+        await (respond_error(responder, dialect, err) if head is None else head.refuse(err))
 
     def _next_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):012x}"

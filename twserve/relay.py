@@ -80,6 +80,7 @@ class RelayRequest:
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
     arrival: float | None = None
+    last_keepalive: float | None = None  # sent while it waited for its key (twserve.key_turn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +120,10 @@ class _Relay:
             rng=rng,
             # Token counts take no slot (docs/operations.md, "What goes upstream").
             takes_slots=call.operation is not Operation.COUNT_TOKENS,
+            last_keepalive=req.last_keepalive,
         )
         self.requests = AttemptRequests(call, req.body, req.model, wall)
-        self.client = ClientAnswer(responder, call, req.model, out, wall)
+        self.client = ClientAnswer(responder, call, req.model, out, wall, req.last_keepalive)
         self.slots = SlotHolds(hooks, req.owner, deliver=self._deliver, clock=clock)
         send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
         self.inbox_send: MemoryObjectSendStream[_Item] = send

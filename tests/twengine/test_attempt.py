@@ -648,6 +648,34 @@ def test_keep_alive_runs_while_waiting_for_a_slot() -> None:
     assert timer(m, 30.0, free=()) == [SendKeepAlive()]
 
 
+def test_keep_alive_carries_on_from_a_wait_for_the_key() -> None:
+    # The 200 and comments went out while the request waited for its key (last one at 45):
+    # the machine sends no second head, and its next comment is 15 s after that last one.
+    m = AttemptMachine(
+        candidates=[CandidateRef(name="a", sticky=False)],
+        client_stream=True,
+        arrival=0.0,
+        settings=AttemptSettings(),
+        rng=lambda: 0.5,
+        last_keepalive=45.0,
+    )
+    assert m.headers_sent
+    start(m, 50.0)
+    m.attempt_sent(50.0)
+    assert m.next_deadline() == 60.0
+    assert timer(m, 60.0) == [SendKeepAlive()]
+    m.response_head(61.0, status=200)
+    assert m.first_content(61.0) == [Commit(provider="a", send_headers=False)]
+
+
+def test_keep_alive_schedule() -> None:
+    s = AttemptSettings(keepalive_after=15.0, keepalive_every=10.0)
+    assert s.keepalive_due(arrival=5.0, last=None, comments=True) == 20.0
+    assert s.keepalive_due(arrival=5.0, last=20.0, comments=True) == 30.0
+    assert s.keepalive_due(arrival=5.0, last=None, comments=False) == 20.0
+    assert s.keepalive_due(arrival=5.0, last=20.0, comments=False) is None
+
+
 def test_failover_continues_under_the_early_200_and_ends_the_stream_with_an_error() -> None:
     m = make(("a", "b"), wait_secs=0)
     start(m)
