@@ -386,9 +386,13 @@ class _Connection:
 
     async def _send(self, data: bytes) -> None:
         """One socket write (the send lock held), bounded by `ServerLimits.write_timeout`: a
-        connection whose client reads nothing at all is gone, every stream with it."""
+        connection whose client reads nothing at all is gone, every stream with it.
+
+        The write is shielded: h2 already counts `data` as sent (frames of every stream, not
+        only the caller's), so a cancelled stream must not cut it short or drop it — that would
+        tear a frame and desynchronise the whole connection. The deadline still bounds it."""
         try:
-            with anyio.fail_after(self.server_limits.write_timeout):
+            with anyio.CancelScope(shield=True), anyio.fail_after(self.server_limits.write_timeout):
                 await self.socket.send(data)
         except TimeoutError:
             log.info("HTTP/2 client %s stopped reading; dropping the connection", self.peer[0])
