@@ -286,6 +286,10 @@ class _Connection:
         self.requests = 0
         # The scope of the handler running now: a client that stops reading cancels it.
         self.handler_scope: anyio.CancelScope | None = None
+        # A watcher keeps the write deadline (while a handler runs) and when the write in
+        # progress began.
+        self.watched = False
+        self.writing_since: float | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
         self._stream_closed = False
@@ -305,7 +309,20 @@ class _Connection:
         if self.closed:
             raise ClientGone()
         data = self.h11.send(event)
-        if data:
+        if not data:
+            return
+        if self.watched:
+            # While a handler runs, the client's watcher holds the deadline (`_watch_client`):
+            # a deadline scope per write costs about half as much again as the write itself.
+            self.writing_since = anyio.current_time()
+            try:
+                await self.stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self._gone()
+                raise ClientGone() from exc
+            finally:
+                self.writing_since = None
+        else:
             try:
                 with anyio.fail_after(self.limits.write_timeout):
                     await self.stream.send(data)
@@ -585,17 +602,45 @@ class _Connection:
             pass
 
     async def _watch_client(self, scope: anyio.CancelScope) -> None:
-        """Read while the handler runs; end of file means the client left."""
+        """Read while the handler runs; end of file means the client left.
+
+        It also keeps the write deadline of the handler's writes: every quarter of
+        `write_timeout` it looks whether a write has been waiting longer than that, and if so
+        takes the client as gone. A write is thus given up between one and one and a quarter
+        `write_timeout` after it began, for the cost of one timer per quarter rather than one
+        per write.
+        """
+        timeout = self.limits.write_timeout
+        tick = timeout / 4
+        reading = True
         while True:
-            data = await self._receive()
-            if not data:
-                self.client_gone.set()
-                scope.cancel()
+            if reading:
+                data: bytes | None = None
+                with anyio.move_on_after(tick):
+                    data = await self._receive()
+                if data is not None:
+                    if not data:
+                        self.client_gone.set()
+                        scope.cancel()
+                        return
+                    # Pipelined bytes of the next request: keep them for h11, bounded.
+                    trailing = len(self.h11.trailing_data[0])
+                    if trailing + len(data) > self.limits.max_header_bytes * 2:
+                        reading = False
+                    else:
+                        self.h11.receive_data(data)
+                # Checked after a read too: a client that trickles bytes in while it reads
+                # nothing must not keep the check from running.
+            else:
+                await anyio.sleep(tick)
+            since = self.writing_since
+            if since is not None and anyio.current_time() - since >= timeout:
+                # The client stopped reading: as good as gone. Cancelling the handler stops the
+                # upstream call and frees its slot and key permit (the relay's cleanup).
+                log.info("client %s stopped reading; dropping the connection", self.peer[0])
+                self._gone()
+                await self.close()
                 return
-            # Pipelined bytes of the next request: keep them for h11, bounded.
-            if len(self.h11.trailing_data[0]) + len(data) > self.limits.max_header_bytes * 2:
-                await anyio.sleep_forever()
-            self.h11.receive_data(data)
 
     async def _dispatch(self, request: Request) -> bool:
         responder = _Responder(self)
@@ -607,6 +652,7 @@ class _Connection:
 
             tg.start_soon(watch)
             self.handler_scope = handler_scope
+            self.watched = True
             try:
                 with handler_scope:
                     await self.handler(request, responder)
@@ -622,6 +668,7 @@ class _Connection:
                     return False
             finally:
                 self.handler_scope = None
+                self.watched = False
             tg.cancel_scope.cancel()
         if self.closed or self.client_gone.is_set():
             return False

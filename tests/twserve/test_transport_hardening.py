@@ -233,6 +233,42 @@ def test_a_client_that_stops_reading_is_taken_as_gone(stack: StackFactory) -> No
     assert took < 10
 
 
+def test_a_client_that_trickles_bytes_but_reads_nothing_is_taken_as_gone(
+    stack: StackFactory,
+) -> None:
+    # The write deadline is kept by the connection's watcher, which also reads: bytes coming in
+    # (here a pipelined request's head, a byte at a time) must not keep it from giving up.
+    big = Script(chunks=2000, chunk_size=4096)
+    limits = http1.ServerLimits(write_timeout=1.0)
+    config = {
+        **fallback("c"),
+        "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
+    }
+    st = stack(
+        {"c": Upstream("openai-chat", MockSettings(script=big), extra={"max_concurrent": 1})},
+        config=config,
+        limits=limits,
+    )
+    stream_body = BODY[:-1] + b',"stream":true}'
+    with connect(st.port, rcvbuf=4096) as stalled:
+        stalled.sendall(post_head(CHAT, length=len(stream_body)) + stream_body)
+        started = time.monotonic()
+        rows: list[dict[str, object]] = []
+        for byte in post_head(CHAT, length=len(BODY)):
+            if time.monotonic() - started > 20:
+                break
+            try:
+                stalled.send(bytes([byte]))
+            except OSError:
+                break  # the gateway dropped the connection
+            rows = st.wait_rows(1, timeout=0.1)
+            if rows:
+                break
+        took = time.monotonic() - started
+    assert rows and rows[0]["cancelled"] == 1
+    assert took < 10
+
+
 # --- item 1 (the transport part): allow_from at accept ----------------------------------------
 
 
