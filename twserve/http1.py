@@ -24,7 +24,8 @@ Limits guard against bad or slow clients:
   overdraw it is answered 503 with ``Retry-After`` at once rather than waited for.
 * Every write to a client has a deadline (`ServerLimits.write_timeout`): a client that stops
   reading is taken as gone, exactly as one that closes, so its upstream call is cancelled and
-  what it held is freed.
+  what it held is freed. While a handler runs, the connection's watcher keeps that deadline
+  (checked every quarter of it), not a timer per write.
 * A request with both ``Content-Length`` and ``Transfer-Encoding`` is refused (400) and the
   connection closed: two framings are how requests get smuggled past a proxy.
 
