@@ -204,6 +204,14 @@ _CODES = {
     "gw.ws.bad_event": "A WebSocket message is not JSON, or not a client event taken there (400).",
     "gw.ws.busy": "Too many turns already wait on this WebSocket; this one was not queued (429).",
     "gw.ws.closing": "The gateway drains; a turn queued on the WebSocket was not started (503).",
+    "gw.realtime.no_upstream": (
+        "No usable Realtime upstream (`realtime: true`) serves the model (404)."
+    ),
+    "gw.realtime.model_required": "A Realtime upgrade without `?model=` (400).",
+    "gw.realtime.busy": "Every Realtime upstream for the model is at its `max_concurrent` (429).",
+    "gw.realtime.upstream_failed": (
+        "No Realtime upstream for the model accepted the WebSocket (502)."
+    ),
     "gw.not_supported": "The request asks for something the gateway does not support.",
     "gw.all_failed": "Every candidate upstream failed; the message lists what was tried.",
     "gw.internal": "An unexpected fault inside the gateway (500).",

@@ -10,7 +10,8 @@ out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.http1 and its HTTP/2 switch (h2c); `run_mock` does
+`serve_mock` serves a handler over twserve.http1, its HTTP/2 switch (h2c) and the Realtime
+WebSocket (twmock.realtime); `run_mock` does
 the same as an async context manager and yields the bound port and the handler, which is what
 tests want.
 """
@@ -39,6 +40,7 @@ from twmock.plan import (
     Silence,
     plan,
 )
+from twmock.realtime import RealtimeLog, realtime_switch
 from twmock.script import MockSettings, Script, ScriptError
 from twmock.shapes import SHAPES
 from twproto import json_loads
@@ -95,6 +97,8 @@ class MockHandler:
         self.received: deque[Received] = deque(maxlen=max(1, settings.keep_received))
         self._counts: dict[str, int] = {}
         self._rng = random.Random(settings.seed)
+        # The Realtime endpoint's record (twmock.realtime).
+        self.realtime = RealtimeLog()
 
     def count(self, profile: str = "") -> int:
         """How many scripted requests (generate, count tokens) `profile` has received."""
@@ -212,7 +216,7 @@ async def serve_mock(
     from twserve import http1, http2
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=(http2.switch,))
+    server = http1.Server(handler, switches=(http2.switch, realtime_switch(handler.realtime)))
     await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
 
@@ -240,7 +244,7 @@ async def run_mock(
     from twserve import http1, http2
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=(http2.switch,))
+    server = http1.Server(handler, switches=(http2.switch, realtime_switch(handler.realtime)))
 
     async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
         await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)

@@ -26,7 +26,7 @@ import anyio.abc
 
 from twengine.config import Config
 from twengine.config.model import GroupType, Provider
-from twserve import control, http1, http2, websocket
+from twserve import control, http1, http2, realtime, websocket
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
 from twserve.effort_store import load_effort_memory, save_effort_memory
@@ -278,7 +278,11 @@ class GatewayApp:
             self.gateway.handle,
             limits=limits,
             errors=transport_error,
-            switches=(http2.switch, websocket.switch_for(self.gateway.check_head)),
+            switches=(
+                http2.switch,
+                websocket.switch_for(self.gateway.check_head),
+                realtime.switch_for(self.gateway),
+            ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,

@@ -286,6 +286,14 @@ class Gateway:
     def _next_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):012x}"
 
+    def next_request_id(self) -> str:
+        """A new request id, for a transport that records rows of its own (twserve.realtime)."""
+        return self._next_id()
+
+    def record_row(self, row: RequestRow) -> None:
+        """Store a finished row and tell the listeners, as for a relayed request."""
+        self._record(row)
+
     def _record(self, row: RequestRow) -> None:
         self.taps.take(row)
         self.store.record(row)

@@ -19,6 +19,7 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from twengine.config import build_config
+from twmock.realtime import realtime_switch
 from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler
 from twserve import http1, http2
@@ -95,8 +96,11 @@ def running_stack(
         providers = []
         for name, up in upstreams.items():
             handler = make_handler(up.settings)
-            # The mocks speak h2c too, for upstreams configured with ``http2: true``.
-            server = http1.Server(handler, switches=(http2.switch,))
+            # The mocks speak h2c too, for upstreams configured with ``http2: true``, and
+            # take Realtime sockets (twmock.realtime).
+            server = http1.Server(
+                handler, switches=(http2.switch, realtime_switch(handler.realtime))
+            )
             fut, port = portal.start_task(
                 partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
             )

@@ -781,6 +781,7 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             or 10.0,
             forward_mock_headers=f.boolean("forward_mock_headers", False),
             http2=f.boolean("http2", False),
+            realtime=f.boolean("realtime", False),
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))

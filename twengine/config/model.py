@@ -258,6 +258,8 @@ class Provider:
     forward_mock_headers: bool = False
     # Speak HTTP/2 to this upstream: offered by ALPN over https, prior knowledge (h2c) over http.
     http2: bool = False
+    # Takes Realtime WebSockets (``/v1/realtime``) at its base URL (docs/transports.md).
+    realtime: bool = False
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""

@@ -66,6 +66,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "connect_timeout_secs",
             "forward_mock_headers",
             "http2",
+            "realtime",
         ),
         "providers[].model_specs.*": ("context_window", "max_output_tokens"),
         "groups[]": ("name", "type", "providers", "selected", "balance_by"),
@@ -163,6 +164,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
             "twserve.attempt_reader", "forward_mock_headers"
         ),
         "providers[].http2": _reads("twserve.app", "http2"),
+        "providers[].realtime": _reads("twserve.realtime", "realtime"),
         "aliases": _reads("twengine.rules", "model_for"),
         "groups": _SECTION,
         "groups[].name": _reads("twengine.router", "group"),

@@ -1,0 +1,255 @@
+"""The Realtime WebSocket proxy (twserve/realtime.py) through the real gateway.
+
+The ``websockets`` library is the client, the mock upstream's Realtime endpoint
+(twmock/realtime.py) the upstream, both on loopback sockets; rows are read from the SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import openai
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
+from tests.twserve.stack import Stack, Upstream
+from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
+from twproto.realtime import realtime_upstream_url, realtime_usage
+
+pytestmark = pytest.mark.anyio
+
+MODEL = MODELS["openai-responses"]
+TIMEOUT = 10.0
+
+
+def _rt(protocol: str = "openai-responses", **extra: Any) -> Upstream:
+    return Upstream(protocol, extra={"realtime": True, **extra})
+
+
+@asynccontextmanager
+async def _connect(
+    st: Stack, *, key: str = KEY, model: str = MODEL
+) -> AsyncIterator[ClientConnection]:
+    async with websockets.connect(
+        f"ws://127.0.0.1:{st.port}/v1/realtime?model={model}",
+        additional_headers={"authorization": f"Bearer {key}"},
+        open_timeout=5,
+        close_timeout=5,
+        compression=None,
+    ) as ws:
+        yield ws
+
+
+async def _until_type(ws: ClientConnection, kind: str) -> list[dict[str, Any]]:
+    got = []
+    with anyio.fail_after(TIMEOUT):
+        while True:
+            event = json.loads(await ws.recv())
+            got.append(event)
+            if event["type"] == kind:
+                return got
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+async def _status_of_refusal(st: Stack, **kw: Any) -> InvalidStatus:
+    with pytest.raises(InvalidStatus) as caught:
+        async with _connect(st, **kw):
+            pass
+    return caught.value
+
+
+async def test_text_round_trip_and_usage_on_the_row(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime"}}))
+        assert (await _until_type(ws, "session.updated"))[-1]["session"] == {"type": "realtime"}
+        for _ in range(2):
+            await ws.send(json.dumps({"type": "response.create"}))
+            events = await _until_type(ws, "response.done")
+            assert events[0]["type"] == "response.created"
+            text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+            assert text == REALTIME_TEXT
+            assert events[-1]["response"]["usage"] == REALTIME_USAGE
+    (row,) = st.wait_rows(1)
+    assert row["path"] == "/v1/realtime"
+    assert row["status"] == 101
+    assert row["provider"] == "rt"
+    assert row["model"] == MODEL
+    cached = REALTIME_USAGE["input_token_details"]["cached_tokens"]
+    assert row["input_tokens"] == 2 * (REALTIME_USAGE["input_tokens"] - cached)
+    assert row["cache_read_tokens"] == 2 * cached
+    assert row["output_tokens"] == 2 * REALTIME_USAGE["output_tokens"]
+    # The upstream got the provider's key and the model in its query.
+    (upgrade,) = st.mock("rt").realtime.upgrades
+    assert (b"authorization", b"Bearer upstream-key-rt") in upgrade.headers
+    assert upgrade.query == f"model={MODEL}"
+
+
+async def test_the_openai_sdk_realtime_client(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    client = openai.AsyncOpenAI(base_url=st.url + "/v1", api_key=KEY, max_retries=0)
+    async with client.realtime.connect(model=MODEL) as conn:
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        await conn.response.create()
+        text = []
+        with anyio.fail_after(TIMEOUT):
+            async for event in conn:
+                if event.type == "response.output_text.delta":
+                    text.append(event.delta)
+                if event.type == "response.done":
+                    assert event.response.usage is not None
+                    assert event.response.usage.output_tokens == REALTIME_USAGE["output_tokens"]
+                    break
+    assert "".join(text) == REALTIME_TEXT
+    (row,) = st.wait_rows(1)
+    assert row["output_tokens"] == REALTIME_USAGE["output_tokens"]
+
+
+async def test_a_binary_frame_passes_through(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    audio = bytes(range(256)) * 64
+    async with _connect(st) as ws:
+        await ws.recv()  # session.created
+        await ws.send(audio)
+        with anyio.fail_after(TIMEOUT):
+            assert await ws.recv() == audio
+        # A ping is answered on the client's hop.
+        with anyio.fail_after(TIMEOUT):
+            await (await ws.ping())
+
+
+async def test_no_realtime_upstream_is_an_http_error_without_upgrade(
+    stack: StackFactory,
+) -> None:
+    st = stack({"plain": Upstream("openai-responses"), "claude": _rt("anthropic")})
+    refusal = await _status_of_refusal(st)
+    assert refusal.response.status_code == 404
+    error = json.loads(refusal.response.body or b"{}")["error"]
+    assert error["code"] == "gw.realtime.no_upstream"
+    assert not st.mock("plain").realtime.upgrades
+    assert not st.mock("claude").realtime.upgrades
+    (row,) = st.wait_rows(1)
+    assert (row["status"], row["error_code"]) == (404, "gw.realtime.no_upstream")
+
+
+async def test_a_missing_model_is_400(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    refusal = await _status_of_refusal(st, model="")
+    assert refusal.response.status_code == 400
+
+
+async def test_a_bad_key_is_401(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    refusal = await _status_of_refusal(st, key="not-a-key")
+    assert refusal.response.status_code == 401
+    assert json.loads(refusal.response.body or b"{}")["error"]["message"]
+    assert not st.mock("rt").realtime.upgrades
+
+
+async def test_the_first_usable_candidate_is_taken(stack: StackFactory) -> None:
+    # "plain" comes first but takes no Realtime; "rt" is used.
+    st = stack(
+        {"plain": Upstream("openai-chat"), "rt": _rt("openai-chat")}, config=fallback("plain", "rt")
+    )
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    assert len(st.mock("rt").realtime.upgrades) == 1
+    assert (st.wait_rows(1)[0])["provider"] == "rt"
+
+
+async def test_client_drop_closes_upstream_and_frees_the_slot(stack: StackFactory) -> None:
+    st = stack({"rt": _rt(max_concurrent=1)})
+    log = st.mock("rt").realtime
+    slots = st.app.gateway.router.slots
+    async with _connect(st) as ws:
+        await ws.recv()
+        assert slots.in_flight("rt") == 1
+        # A second connection finds the only slot taken.
+        refusal = await _status_of_refusal(st)
+        assert refusal.response.status_code == 429
+        assert json.loads(refusal.response.body or b"{}")["error"]["code"] == "gw.realtime.busy"
+        # The client's TCP connection goes without a close frame.
+        ws.transport.abort()
+        await log.wait_ended(1)
+    assert log.ended == [1001]
+    await _until(lambda: slots.in_flight("rt") == 0)
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+
+
+async def test_an_upstream_close_passes_its_code(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "mock.close", "code": 4004}))
+        with pytest.raises(ConnectionClosed), anyio.fail_after(TIMEOUT):
+            while True:
+                await ws.recv()
+    assert ws.close_code == 4004
+    assert st.mock("rt").realtime.ended == [4004]
+    await _until(lambda: st.app.gateway.router.slots.in_flight("rt") == 0)
+
+
+async def test_a_client_close_passes_its_code(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    log = st.mock("rt").realtime
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.close(4100, "bye")
+    await log.wait_ended(1)
+    assert log.ended == [4100]
+
+
+async def test_the_key_request_limit_counts_the_connection(stack: StackFactory) -> None:
+    st = stack(
+        {"rt": _rt()},
+        config={
+            "clients": [{"name": "tester", "key": KEY, "limits": [{"per": "day", "requests": 1}]}]
+        },
+    )
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "response.create"}))
+        await _until_type(ws, "response.done")
+    (row,) = st.wait_rows(1)
+    assert row["counted"] == 1
+    assert row["limit_tokens"] > 0
+    refusal = await _status_of_refusal(st)
+    assert refusal.response.status_code == 429
+    assert json.loads(refusal.response.body or b"{}")["error"]["code"] == "insufficient_quota"
+    assert len(st.mock("rt").realtime.upgrades) == 1
+    refused = st.wait_rows(2)[1]
+    assert (refused["status"], refused["counted"]) == (429, 0)
+
+
+def test_realtime_usage_reads_response_done_only() -> None:
+    done = {"type": "response.done", "response": {"usage": REALTIME_USAGE}}
+    usage = realtime_usage(json.dumps(done))
+    assert usage is not None
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (10, 2, 7)
+    assert realtime_usage(json.dumps({"type": "response.created", "response": {}})) is None
+    assert realtime_usage('{"type": "response.done", "response": {}}') is None
+    assert realtime_usage("not json response.done") is None
+
+
+def test_realtime_upstream_url() -> None:
+    assert (
+        realtime_upstream_url("https://api.openai.com/v1", "gpt-realtime")
+        == "wss://api.openai.com/v1/realtime?model=gpt-realtime"
+    )
+    assert realtime_upstream_url("http://127.0.0.1:9/v1/", "a b") == (
+        "ws://127.0.0.1:9/v1/realtime?model=a%20b"
+    )

@@ -1,0 +1,80 @@
+"""The Realtime API's WebSocket as far as the gateway reads it (docs/transports.md, "Realtime").
+
+The gateway proxies a Realtime socket frame by frame and does not take its events apart, with
+one exception: the upstream's ``response.done`` events carry each response's usage, which the
+connection's row sums. `realtime_usage` reads that usage from one upstream text message;
+`realtime_upstream_url` is where a provider takes Realtime sockets, next to its HTTP API.
+
+Text in, values out: no IO.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from twproto._json import loads
+from twproto.ir import Usage
+
+__all__ = ["REALTIME_PATH", "add_usage", "realtime_upstream_url", "realtime_usage"]
+
+#: The client path of a Realtime WebSocket upgrade (as the OpenAI SDK opens it).
+REALTIME_PATH = "/v1/realtime"
+
+
+def realtime_upstream_url(base_url: str, model: str) -> str:
+    """The upstream's Realtime socket for `model`: ``/realtime`` under the provider's base URL
+    (``https://api.openai.com/v1`` gives ``wss://api.openai.com/v1/realtime?model=...``), its
+    scheme made ``ws``/``wss``."""
+    if base_url.startswith("https://"):
+        rest, scheme = base_url[len("https://") :], "wss://"
+    elif base_url.startswith("http://"):
+        rest, scheme = base_url[len("http://") :], "ws://"
+    else:
+        raise ValueError(f"not an http(s) base URL: {base_url!r}")
+    return f"{scheme}{rest.rstrip('/')}/realtime?model={quote(model, safe='')}"
+
+
+def _count(obj: Any, name: str) -> int:
+    value = obj.get(name) if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def realtime_usage(text: str) -> Usage | None:
+    """The usage of a ``response.done`` event (``response.usage``), normalised like every usage
+    (`input_tokens` without the cached part); None for any other message, or one without usage.
+    """
+    # Most messages are deltas: skip the JSON parse for anything that cannot be the event.
+    if '"response.done"' not in text:
+        return None
+    try:
+        event = loads(text)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("type") != "response.done":
+        return None
+    response = event.get("response")
+    usage = response.get("usage") if isinstance(response, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    cached = _count(usage.get("input_token_details"), "cached_tokens")
+    total_input = _count(usage, "input_tokens")
+    return Usage(
+        input_tokens=max(0, total_input - cached),
+        output_tokens=_count(usage, "output_tokens"),
+        cache_read_tokens=min(cached, total_input) if total_input else cached,
+    )
+
+
+def add_usage(total: Usage | None, more: Usage) -> Usage:
+    """`total` and `more` summed (a connection's responses)."""
+    if total is None:
+        return more
+    return Usage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cache_read_tokens=total.cache_read_tokens + more.cache_read_tokens,
+        cache_write_tokens=total.cache_write_tokens + more.cache_write_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cache_write_1h_tokens=total.cache_write_1h_tokens + more.cache_write_1h_tokens,
+    )

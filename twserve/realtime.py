@@ -1,0 +1,536 @@
+"""Realtime WebSocket proxy: ``GET /v1/realtime?model=...`` upgraded, relayed frame by frame.
+
+The HTTP/1.1 server hands the upgrade to `switch_for`'s taker (as for the Responses WebSocket,
+twserve/websocket.py). Before anything is upgraded:
+
+* the upgrade is checked like a Responses request's head (`Gateway.check_head`: address 403,
+  key 401), its refusal sent in OpenAI's error shape;
+* the model comes from the query (400 ``gw.realtime.model_required`` without one); the gateway's
+  routing orders the candidates, of which those with ``realtime: true`` and an OpenAI protocol
+  (``openai-responses``, ``openai-chat``) whose credentials resolve are kept (404
+  ``gw.realtime.no_upstream`` when none is);
+* the key's turn is taken (its ``max_concurrent`` permit and usage limits, as for a request);
+* the first candidate with a free slot whose socket opens is the upstream: a WebSocket client over
+  anyio and wsproto (``wss`` with TLS for an ``https`` base URL), ``Authorization: Bearer`` with
+  the provider's key, to ``<base_url>/realtime?model=<the model it is sent>``. A candidate that
+  refuses or cannot be reached is passed over; with none left the client gets 502
+  ``gw.realtime.upstream_failed`` (429 ``gw.realtime.busy`` when every one was full).
+
+Then the client's upgrade is accepted and every text and binary message is passed on as it came,
+in both directions, fragment by fragment; there is no failover once the upstream socket is open.
+Pings are answered on the hop they arrive on. A close from either side is passed on with its code
+(1005, "no code", goes on as 1000); a client that vanishes closes the upstream with 1001, an
+upstream that vanishes closes the client with 1011. A client message over the server's
+``max_body_bytes`` closes both sides with 1009.
+
+The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
+the summed usage of the upstream's ``response.done`` events (`twproto.realtime.realtime_usage`),
+priced like any row and settled once against the key's limits when the connection closes. The
+key permit and the upstream slot are held for the connection's life.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import anyio.abc
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    RejectConnection,
+    RejectData,
+    TextMessage,
+)
+from wsproto.events import Request as WSRequest
+from wsproto.utilities import RemoteProtocolError
+
+from twengine.attempt import AttemptRecord, Outcome
+from twengine.rules import RequestFacts
+from twengine.slots import Permit
+from twproto.dialect import Dialect
+from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.ir import Usage
+from twproto.realtime import REALTIME_PATH, add_usage, realtime_upstream_url, realtime_usage
+from twserve.attempt_reader import Destination, destinations
+from twserve.client_answer import RelayOutcome
+from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Refusal, Switch
+from twserve.httptypes import Request
+from twserve.key_turn import key_turn
+from twserve.request_row import fill_row
+from twserve.store import RequestRow
+
+if TYPE_CHECKING:
+    from twserve.gateway import Gateway
+
+log = logging.getLogger("twserve.realtime")
+
+__all__ = ["switch_for"]
+
+NORMAL = 1000
+GOING_AWAY = 1001
+TOO_BIG = 1009
+INTERNAL = 1011
+# Codes a close frame may not carry (RFC 6455 §7.4.1): what they report goes on as a normal close.
+_NOT_SENT = frozenset({1005, 1006, 1015})
+_REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
+# A response.done repeats its whole output; one larger than this is passed on unread (no usage).
+_MAX_READ_MESSAGE = 16 * 1024 * 1024
+
+
+def switch_for(gateway: Gateway) -> Switch:
+    """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``)."""
+
+    def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
+        if request.method != "GET" or request.path != REALTIME_PATH:
+            return None
+        if not any(
+            name == b"upgrade" and b"websocket" in value.lower() for name, value in request.headers
+        ):
+            return None
+
+        async def take(handoff: Handoff) -> None:
+            await _Proxy(handoff, gateway).run()
+
+        return take
+
+    return switch
+
+
+class _Lost(Exception):
+    """A hop's TCP connection failed or ended."""
+
+
+class _Hop:
+    """One side of the proxy: a socket and its wsproto connection, writes serialised."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, ws: WSConnection) -> None:
+        self.stream = stream
+        self.ws = ws
+        self.lock = anyio.Lock()
+        self.lost = False
+        self.close_sent = False
+
+    async def write(self, data: bytes) -> None:
+        if self.lost:
+            raise _Lost()
+        try:
+            await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.lost = True
+            raise _Lost() from exc
+
+    async def send(self, event: Event) -> None:
+        async with self.lock:
+            if self.ws.state is not ConnectionState.OPEN:
+                return
+            await self.write(self.ws.send(event))
+
+    async def close(self, code: int, reason: str = "") -> None:
+        """Send a close frame once (or answer the peer's), if the socket can still take one."""
+        async with self.lock:
+            if self.close_sent or self.lost:
+                return
+            state = self.ws.state
+            if state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+                return
+            self.close_sent = True
+            code = NORMAL if code in _NOT_SENT else code
+            with suppress(_Lost):
+                await self.write(self.ws.send(CloseConnection(code=code, reason=reason)))
+
+    async def receive(self) -> bytes:
+        try:
+            data = await self.stream.receive(READ_SIZE)
+        except (
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            OSError,
+        ) as exc:
+            self.lost = True
+            raise _Lost() from exc
+        self.ws.receive_data(data)
+        return data
+
+    async def finish(self) -> None:
+        """Wait (bounded) for the peer's answer to our close, then close the TCP connection."""
+        with anyio.CancelScope(shield=True):
+            if self.close_sent and not self.lost:
+                with anyio.move_on_after(LINGER_SECS), suppress(Exception):
+                    while self.ws.state is not ConnectionState.CLOSED:
+                        await self.receive()
+                        for _ in self.ws.events():
+                            pass
+            with suppress(Exception):
+                await self.stream.aclose()
+
+
+class _Refused(Exception):
+    def __init__(self, err: GatewayError) -> None:
+        super().__init__(err.message)
+        self.err = err
+
+
+class _Proxy:
+    """One Realtime connection: the checks, the upstream socket, the two pumps, the row."""
+
+    def __init__(self, handoff: Handoff, gateway: Gateway) -> None:
+        self.handoff = handoff
+        self.gateway = gateway
+        self.upgrade = handoff.request
+        self.client = _Hop(handoff.stream, WSConnection(ConnectionType.SERVER))
+        self.max_message = handoff.limits.max_body_bytes
+        self.usage: Usage | None = None
+
+    async def run(self) -> None:
+        try:
+            if await self._client_handshake():
+                await self._connect()
+        finally:
+            with anyio.CancelScope(shield=True), suppress(Exception):
+                await self.client.stream.aclose()
+
+    # --- before the upgrade -------------------------------------------------------------------
+
+    async def _client_handshake(self) -> bool:
+        req = self.upgrade
+        head = b"GET " + req.target + b" HTTP/1.1\r\n"
+        head += b"".join(name + b": " + value + b"\r\n" for name, value in req.headers)
+        try:
+            self.client.ws.receive_data(head + b"\r\n")
+            events = list(self.client.ws.events())
+        except RemoteProtocolError as exc:
+            await self._reject_error(
+                _error(400, ErrorCategory.REQUEST, "gw.request.bad_http", f"bad upgrade: {exc}")
+            )
+            return False
+        return bool(events) and isinstance(events[0], WSRequest)
+
+    def _as_responses(self) -> Request:
+        # The head checks know the Responses path, not this one: the socket is admitted as a
+        # Responses request from the same address with the same key would be.
+        return dataclasses.replace(
+            self.upgrade, method="POST", path="/v1/responses", target=b"/v1/responses", body=b""
+        )
+
+    async def _connect(self) -> None:
+        gw = self.gateway
+        as_responses = self._as_responses()
+        refusal = gw.check_head(as_responses)
+        if refusal is not None:
+            await self._reject(refusal)
+            return
+        _, client_name, _ = gw.callers.check(as_responses)
+        if client_name is None:  # not expected once the head check passed
+            await self._reject_error(_error(401, ErrorCategory.AUTH, "gw.auth.bad_key", "no key"))
+            return
+        started = gw.clock()
+        row = RequestRow(
+            id=gw.next_request_id(),
+            ts=gw.wall(),
+            path=REALTIME_PATH,
+            key_name=client_name,
+            format=Dialect.OPENAI_RESPONSES.value,
+        )
+        if gw.events is not None:
+            gw.events.request_started(row)
+        try:
+            model = _model_of(self.upgrade.query)
+            row.model = model
+            usable = self._candidates(model, client_name)
+        except _Refused as refused:
+            await self._refuse(row, refused.err)
+            return
+        turn = await key_turn(
+            gw.hooks,
+            gw.usage,
+            gw.config,
+            client_name,
+            row.id,
+            deadline=started + gw.config.failover.wait_secs,
+            estimate=(0, [(d.name, d.target.model) for d in usable]),
+            counted=True,
+        )
+        if isinstance(turn, GatewayError):
+            await self._refuse(row, turn)
+            return
+        outcome = RelayOutcome()
+        models = {d.name: d.target.model for d in usable}
+        permit: Permit | None = None
+        upstream: _Hop | None = None
+        try:
+            try:
+                permit, upstream, dest = await self._open_upstream(usable, row.id)
+            except _Refused as refused:
+                outcome.status, outcome.error_code = refused.err.status, refused.err.code
+                await self._reject_error(refused.err)
+                return
+            sent_at = gw.clock()
+            outcome.provider = dest.name
+            outcome.status = 101
+            if not await self._accept():
+                outcome.cancelled = True
+                return
+            await self._relay(upstream)
+            outcome.usage = self.usage
+            outcome.attempts = (
+                AttemptRecord(
+                    provider=dest.name,
+                    outcome=Outcome.OK,
+                    status=101,
+                    sent_at=sent_at,
+                    ended_at=gw.clock(),
+                ),
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                if upstream is not None:
+                    await upstream.finish()
+                if permit is not None:
+                    gw.hooks.release(permit)
+                row.duration_ms = int((gw.clock() - started) * 1000)
+                outcome.usage = self.usage
+                fill_row(row, outcome, models)
+                turn.end(row, outcome, models)
+                gw.record_row(row)
+
+    def _candidates(self, model: str, client_name: str) -> list[Destination]:
+        gw = self.gateway
+        config = gw.config
+        plan = gw.router.plan(
+            RequestFacts(model=model, dialect=Dialect.OPENAI_RESPONSES, client=client_name),
+            now=gw.clock(),
+        )
+        capable = [
+            c
+            for c in plan.candidates
+            if config.provider(c.provider).realtime
+            and config.provider(c.provider).protocol in _REALTIME_PROTOCOLS
+        ]
+        usable, _ = destinations(config, capable, plan.sticky, gw.env, gw.catalog)
+        if not usable:
+            raise _Refused(
+                _error(
+                    404,
+                    ErrorCategory.REQUEST,
+                    "gw.realtime.no_upstream",
+                    f"no Realtime upstream serves the model {model!r}",
+                )
+            )
+        return usable
+
+    async def _open_upstream(
+        self, usable: list[Destination], owner: str
+    ) -> tuple[Permit, _Hop, Destination]:
+        hooks = self.gateway.hooks
+        full = 0
+        for dest in usable:
+            permit = hooks.acquire(dest.name, owner)
+            if permit is None:
+                full += 1
+                continue
+            try:
+                hop = await _dial(dest, dest.connect_timeout or 10.0)
+            except Exception as exc:  # refused, unreachable, TLS: the next candidate
+                log.info("Realtime upstream %s not opened: %s", dest.name, exc)
+                hooks.release(permit)
+                continue
+            return permit, hop, dest
+        if full == len(usable):
+            raise _Refused(
+                _error(
+                    429,
+                    ErrorCategory.RATE_LIMITED,
+                    "gw.realtime.busy",
+                    "every Realtime upstream for this model is busy; try again",
+                )
+            )
+        raise _Refused(
+            _error(
+                502,
+                ErrorCategory.UPSTREAM,
+                "gw.realtime.upstream_failed",
+                "no Realtime upstream accepted the connection",
+            )
+        )
+
+    async def _refuse(self, row: RequestRow, err: GatewayError) -> None:
+        row.status, row.error_code = err.status, err.code
+        self.gateway.record_row(row)
+        await self._reject_error(err)
+
+    async def _reject_error(self, err: GatewayError) -> None:
+        body = error_body(Dialect.OPENAI_RESPONSES, err)
+        await self._reject(Refusal(status=err.status, headers=error_headers(err), body=body))
+
+    async def _reject(self, refusal: Refusal) -> None:
+        ws = self.client.ws
+        if ws.state is not ConnectionState.CONNECTING:
+            return
+        body = refusal.body
+        headers = [
+            *(h for h in refusal.headers if h[0] not in (b"content-length", b"connection")),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        data = ws.send(RejectConnection(status_code=refusal.status, headers=headers, has_body=True))
+        data += ws.send(RejectData(data=body, body_finished=True))
+        with suppress(_Lost):
+            await self.client.write(data)
+
+    async def _accept(self) -> bool:
+        # No extensions, as on the Responses socket: a compressed frame could inflate past the
+        # message limit before it is counted.
+        try:
+            await self.client.write(self.client.ws.send(AcceptConnection()))
+        except _Lost:
+            return False
+        if self.handoff.buffered:
+            self.client.ws.receive_data(self.handoff.buffered)
+        return True
+
+    # --- the open connection ------------------------------------------------------------------
+
+    async def _relay(self, upstream: _Hop) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def client_side() -> None:
+                await self._pump(self.client, upstream, from_upstream=False)
+                tg.cancel_scope.cancel()
+
+            async def upstream_side() -> None:
+                await self._pump(upstream, self.client, from_upstream=True)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(client_side)
+            tg.start_soon(upstream_side)
+        with anyio.CancelScope(shield=True):
+            await self.client.finish()
+
+    async def _pump(self, src: _Hop, dst: _Hop, *, from_upstream: bool) -> None:
+        """Pass `src`'s messages to `dst` until `src` closes or is lost."""
+        parts: list[str] = []
+        size = 0
+        reading = True  # the message is small enough to be read for its usage
+        try:
+            while True:
+                for event in src.ws.events():
+                    if isinstance(event, TextMessage | BytesMessage):
+                        size += len(event.data)
+                        if not from_upstream and size > self.max_message:
+                            await src.close(TOO_BIG, f"message over {self.max_message} bytes")
+                            await dst.close(GOING_AWAY, "the client's message was too big")
+                            return
+                        # Passed on as it came: a fragment stays a fragment.
+                        await dst.send(event)
+                        if isinstance(event, TextMessage) and from_upstream and reading:
+                            parts.append(event.data)
+                            reading = size <= _MAX_READ_MESSAGE
+                        if event.message_finished:
+                            if parts and reading:
+                                self._note_usage("".join(parts))
+                            parts, size, reading = [], 0, True
+                    elif isinstance(event, Ping):
+                        await src.send(event.response())
+                    elif isinstance(event, CloseConnection):
+                        # Answer the close on its own hop, then pass its code on.
+                        async with src.lock:
+                            if src.ws.state is ConnectionState.REMOTE_CLOSING:
+                                src.close_sent = True
+                                with suppress(_Lost):
+                                    await src.write(src.ws.send(event.response()))
+                        await dst.close(event.code, event.reason or "")
+                        return
+                await src.receive()
+        except _Lost:
+            if src.lost:
+                # The side we read from went away without a close frame.
+                code = INTERNAL if from_upstream else GOING_AWAY
+                await dst.close(code, "upstream lost" if from_upstream else "client gone")
+            else:
+                await src.close(GOING_AWAY, "the other side is gone")
+        except RemoteProtocolError as exc:
+            # wsproto answers a protocol error with its close code: pass that on both ways.
+            code = exc.event_hint.code if isinstance(exc.event_hint, CloseConnection) else 1002
+            await src.close(code, "protocol error")
+            await dst.close(code if from_upstream else GOING_AWAY, "protocol error")
+        except ClientGone:
+            await src.close(GOING_AWAY, "the other side is gone")
+
+    def _note_usage(self, text: str) -> None:
+        usage = realtime_usage(text)
+        if usage is not None:
+            self.usage = add_usage(self.usage, usage)
+
+
+async def _dial(dest: Destination, timeout: float) -> _Hop:
+    """Open the upstream's Realtime socket; raises when it cannot be opened or refuses."""
+    target = dest.target
+    url = urlsplit(realtime_upstream_url(target.base_url, target.model))
+    tls = url.scheme == "wss"
+    host = url.hostname or ""
+    port = url.port or (443 if tls else 80)
+    with anyio.fail_after(timeout):
+        if tls:
+            stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                host,
+                port,
+                tls=True,
+                ssl_context=ssl.create_default_context(),
+                tls_standard_compatible=False,
+            )
+        else:
+            stream = await anyio.connect_tcp(host, port)
+        try:
+            ws = WSConnection(ConnectionType.CLIENT)
+            headers = list(target.headers)
+            if target.key:
+                headers.append((b"authorization", b"Bearer " + target.key.encode()))
+            request = WSRequest(
+                host=url.netloc, target=f"{url.path}?{url.query}", extra_headers=headers
+            )
+            hop = _Hop(stream, ws)
+            await hop.write(ws.send(request))
+            while True:
+                await hop.receive()
+                for event in ws.events():
+                    if isinstance(event, AcceptConnection):
+                        return hop
+                    if isinstance(event, RejectConnection):
+                        raise OSError(f"upstream refused the upgrade with {event.status_code}")
+        except BaseException:
+            with anyio.CancelScope(shield=True), suppress(Exception):
+                await stream.aclose()
+            raise
+
+
+def _model_of(query: str) -> str:
+    models = parse_qs(query).get("model") or []
+    model = models[0].strip() if models else ""
+    if not model:
+        raise _Refused(
+            _error(
+                400,
+                ErrorCategory.REQUEST,
+                "gw.realtime.model_required",
+                "a Realtime connection names its model: /v1/realtime?model=...",
+            )
+        )
+    return model
+
+
+def _error(status: int, category: ErrorCategory, code: str, message: str) -> GatewayError:
+    return GatewayError(status=status, category=category, code=code, message=message)
