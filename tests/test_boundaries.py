@@ -47,8 +47,14 @@ FORBIDDEN_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter"
 # Packages each pure package must not import (twserve is in FORBIDDEN for all of them).
 DISALLOWED_PACKAGES = {"twproto": {"twengine", "twmock"}, "twengine": {"twmock"}, "twmock": set()}
 # twmock's IO lives in these modules and nowhere else; its pure modules may not import them.
-TWMOCK_IO = {"twmock/__init__.py", "twmock/__main__.py", "twmock/server.py", "twmock/cli.py"}
-TWMOCK_IO_MODULES = {"twmock", "twmock.__main__", "twmock.server", "twmock.cli"}
+TWMOCK_IO = {
+    "twmock/__init__.py",
+    "twmock/__main__.py",
+    "twmock/server.py",
+    "twmock/cli.py",
+    "twmock/realtime.py",
+}
+TWMOCK_IO_MODULES = {"twmock", "twmock.__main__", "twmock.server", "twmock.cli", "twmock.realtime"}
 
 
 def _modules(package: str) -> list[Path]:
