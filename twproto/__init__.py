@@ -140,6 +140,13 @@ from twproto.paths import (
     split_target,
     upstream_path,
 )
+from twproto.realtime import (
+    REALTIME_CHECKED_AS,
+    REALTIME_PATH,
+    add_usage,
+    realtime_upstream_url,
+    realtime_usage,
+)
 from twproto.responses_socket import (
     WS_MAX_ERROR_BODY,
     WS_RESPONSES_PATHS,
@@ -219,6 +226,8 @@ __all__ = (
     "KEY_HEADERS",
     "KIND_POLICY",
     "MAX_BODY_BYTES",
+    "REALTIME_CHECKED_AS",
+    "REALTIME_PATH",
     "RULES",
     "SHAPES",
     "TEMPORARY_STATUSES",
@@ -319,6 +328,7 @@ __all__ = (
     "Usage",
     "UsageUpdate",
     "WsClientEvent",
+    "add_usage",
     "answer_events",
     "answer_to_stream",
     "check_structure",
@@ -357,6 +367,8 @@ __all__ = (
     "next_pacific_midnight",
     "passes_through",
     "read_ws_client_event",
+    "realtime_upstream_url",
+    "realtime_usage",
     "reported_usage",
     "request_failure",
     "split_target",

@@ -16,10 +16,19 @@ from urllib.parse import quote
 from twproto._json import loads
 from twproto.ir import Usage
 
-__all__ = ["REALTIME_PATH", "add_usage", "realtime_upstream_url", "realtime_usage"]
+__all__ = [
+    "REALTIME_CHECKED_AS",
+    "REALTIME_PATH",
+    "add_usage",
+    "realtime_upstream_url",
+    "realtime_usage",
+]
 
 #: The client path of a Realtime WebSocket upgrade (as the OpenAI SDK opens it).
 REALTIME_PATH = "/v1/realtime"
+#: The path whose head checks (address, key) a Realtime upgrade is admitted by: a Responses
+#: request's, the same key a Responses call would use.
+REALTIME_CHECKED_AS = "/v1/responses"
 
 
 def realtime_upstream_url(base_url: str, model: str) -> str:

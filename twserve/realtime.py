@@ -62,7 +62,13 @@ from twengine.slots import Permit
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.ir import Usage
-from twproto.realtime import REALTIME_PATH, add_usage, realtime_upstream_url, realtime_usage
+from twproto.realtime import (
+    REALTIME_CHECKED_AS,
+    REALTIME_PATH,
+    add_usage,
+    realtime_upstream_url,
+    realtime_usage,
+)
 from twserve.attempt_reader import Destination, destinations
 from twserve.client_answer import RelayOutcome
 from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Refusal, Switch
@@ -82,7 +88,8 @@ NORMAL = 1000
 GOING_AWAY = 1001
 TOO_BIG = 1009
 INTERNAL = 1011
-# Codes a close frame may not carry (RFC 6455 §7.4.1): what they report goes on as a normal close.
+# Codes a close frame may not carry (RFC 6455, 7.4.1): what they report goes on as a normal
+# close.
 _NOT_SENT = frozenset({1005, 1006, 1015})
 _REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
 # A response.done repeats its whole output; one larger than this is passed on unread (no usage).
@@ -222,7 +229,11 @@ class _Proxy:
         # The head checks know the Responses path, not this one: the socket is admitted as a
         # Responses request from the same address with the same key would be.
         return dataclasses.replace(
-            self.upgrade, method="POST", path="/v1/responses", target=b"/v1/responses", body=b""
+            self.upgrade,
+            method="POST",
+            path=REALTIME_CHECKED_AS,
+            target=REALTIME_CHECKED_AS.encode(),
+            body=b"",
         )
 
     async def _connect(self) -> None:
