@@ -20,7 +20,8 @@ Then the client's upgrade is accepted and every text and binary message is passe
 in both directions, fragment by fragment; there is no failover once the upstream socket is open.
 Pings are answered on the hop they arrive on. A close from either side is passed on with its code
 (1005, "no code", goes on as 1000); a client that vanishes closes the upstream with 1001, an
-upstream that vanishes closes the client with 1011. A client message over the server's
+upstream that vanishes closes the client with 1011; a server that drains closes both with 1001.
+A client message over the server's
 ``max_body_bytes`` closes both sides with 1009.
 
 The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
@@ -426,8 +427,15 @@ class _Proxy:
                 await self._pump(upstream, self.client, from_upstream=True)
                 tg.cancel_scope.cancel()
 
+            async def drain() -> None:
+                # The server stops: both sides are told, and the pumps end on their answers.
+                await self.handoff.draining.wait()
+                await self.client.close(GOING_AWAY, "server draining")
+                await upstream.close(GOING_AWAY, "server draining")
+
             tg.start_soon(client_side)
             tg.start_soon(upstream_side)
+            tg.start_soon(drain)
         with anyio.CancelScope(shield=True):
             await self.client.finish()
 

@@ -253,3 +253,27 @@ def test_realtime_upstream_url() -> None:
     assert realtime_upstream_url("http://127.0.0.1:9/v1/", "a b") == (
         "ws://127.0.0.1:9/v1/realtime?model=a%20b"
     )
+
+
+async def test_a_drain_closes_both_sides_1001_and_writes_the_row(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    log = st.mock("rt").realtime
+    async with _connect(st) as ws:
+        await ws.recv()
+        drained = anyio.to_thread.run_sync(
+            lambda: st.portal.call(st.app.gateway_server.drain, 10.0)
+        )
+        async with anyio.create_task_group() as tg:
+
+            async def drain() -> None:
+                assert await drained
+
+            tg.start_soon(drain)
+            with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+                while True:
+                    await ws.recv()
+    assert ws.close_code == 1001
+    await log.wait_ended(1)
+    assert log.ended == [1001]
+    (row,) = st.wait_rows(1)
+    assert row["status"] == 101
