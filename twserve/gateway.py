@@ -137,7 +137,7 @@ class Gateway:
                 verdict = answer_models(self.config, route, dialect, table=self.usage.table)
             else:
                 assert route.dialect is not None
-                request_id = self._next_id()
+                request_id = self.next_request_id()
                 retention = self.config.retention
                 with self.taps.keep(request_id, responder, retention, request.body) as kept:
                     await self._generate(
@@ -182,7 +182,7 @@ class Gateway:
         )
         note_admission(row, verdict)
         if not isinstance(verdict, Routed):
-            self._record(row)
+            self.record_row(row)
             await answer(responder, dialect, verdict)
             return
         plan, summary = verdict.plan, verdict.summary
@@ -199,7 +199,7 @@ class Gateway:
             usable = usable[:1]
             if not usable:
                 note_local(row, summary.input_tokens)
-                self._record(row)
+                self.record_row(row)
                 await answer_locally(responder, dialect, summary.input_tokens)
                 return
         # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
@@ -269,7 +269,7 @@ class Gateway:
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)
             self.hooks.record_answer(verdict.conversation, outcome.provider, outcome.usage)
-            self._record(row)
+            self.record_row(row)
 
     async def _refuse(
         self,
@@ -280,21 +280,15 @@ class Gateway:
         head: EarlyHead | None = None,  # a refused key wait may have its 200 out already
     ) -> None:
         row.status, row.error_code = err.status if head is None else head.row_status(err), err.code
-        self._record(row)
+        self.record_row(row)
         await (respond_error(responder, dialect, err) if head is None else head.refuse(err))
 
-    def _next_id(self) -> str:
+    def next_request_id(self) -> str:
+        """A new request id (twserve.realtime records rows of its own, too)."""
         return f"{self._id_prefix}{next(self._id_counter):012x}"
 
-    def next_request_id(self) -> str:
-        """A new request id, for a transport that records rows of its own (twserve.realtime)."""
-        return self._next_id()
-
     def record_row(self, row: RequestRow) -> None:
-        """Store a finished row and tell the listeners, as for a relayed request."""
-        self._record(row)
-
-    def _record(self, row: RequestRow) -> None:
+        """Store a finished row and tell the listeners."""
         self.taps.take(row)
         self.store.record(row)
         if self.on_finished is not None:
