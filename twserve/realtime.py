@@ -20,7 +20,8 @@ Then the client's upgrade is accepted and every text and binary message is passe
 in both directions, fragment by fragment; there is no failover once the upstream socket is open.
 Pings are answered on the hop they arrive on. A close from either side is passed on with its code
 (1005, "no code", goes on as 1000); a client that vanishes closes the upstream with 1001, an
-upstream that vanishes closes the client with 1011; a server that drains closes both with 1001.
+upstream that vanishes closes the client with 1011; a server that drains closes both with 1001; a frame that breaks the protocol closes
+its hop with wsproto's code and the other with 1001.
 A client message over the server's
 ``max_body_bytes`` closes both sides with 1009.
 
@@ -465,6 +466,13 @@ class _Proxy:
                     elif isinstance(event, Ping):
                         await src.send(event.response())
                     elif isinstance(event, CloseConnection):
+                        if src.ws.state is ConnectionState.OPEN:
+                            # Not a close from the peer but wsproto's verdict on a frame that
+                            # broke the protocol: that hop is closed with its code, the other
+                            # one goes away.
+                            await src.close(event.code, event.reason or "")
+                            await dst.close(GOING_AWAY, "the other side broke the protocol")
+                            return
                         # Answer the close on its own hop, then pass its code on.
                         async with src.lock:
                             if src.ws.state is ConnectionState.REMOTE_CLOSING:

@@ -277,3 +277,20 @@ async def test_a_drain_closes_both_sides_1001_and_writes_the_row(stack: StackFac
     assert log.ended == [1001]
     (row,) = st.wait_rows(1)
     assert row["status"] == 101
+
+
+async def test_a_client_protocol_error_closes_it_1002_and_the_upstream_1001(
+    stack: StackFactory,
+) -> None:
+    st = stack({"rt": _rt()})
+    log = st.mock("rt").realtime
+    async with _connect(st) as ws:
+        await ws.recv()
+        # A masked frame with the reserved opcode 0x3: a protocol error (RFC 6455, 5.2).
+        ws.transport.write(b"\x83\x80\x00\x00\x00\x00")
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            while True:
+                await ws.recv()
+    assert ws.close_code == 1002
+    await log.wait_ended(1)
+    assert log.ended == [1001]
