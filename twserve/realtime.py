@@ -19,11 +19,11 @@ twserve/websocket.py). Before anything is upgraded:
 Then the client's upgrade is accepted and every text and binary message is passed on as it came,
 in both directions, fragment by fragment; there is no failover once the upstream socket is open.
 Pings are answered on the hop they arrive on. A close from either side is passed on with its code
-(1005, "no code", goes on as 1000); a client that vanishes closes the upstream with 1001, an
-upstream that vanishes closes the client with 1011; a server that drains closes both with 1001; a frame that breaks the protocol closes
-its hop with wsproto's code and the other with 1001.
-A client message over the server's
-``max_body_bytes`` closes both sides with 1009.
+(1005, "no code", goes on as 1000). A client that vanishes closes the upstream with 1001, an
+upstream that vanishes closes the client with 1011, and a server that drains closes both with
+1001. A frame that breaks the protocol closes its hop with wsproto's code and the other with
+1001; a client message over the server's ``max_body_bytes`` closes the client with 1009 and the
+upstream with 1001.
 
 The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
 the summed usage of the upstream's ``response.done`` events (`twproto.realtime.realtime_usage`),
