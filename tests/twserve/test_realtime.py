@@ -22,6 +22,7 @@ from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
 from tests.twserve.stack import Stack, Upstream
 from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
 from twproto.realtime import realtime_upstream_url, realtime_usage
+from twserve import http1
 
 pytestmark = pytest.mark.anyio
 
@@ -292,5 +293,22 @@ async def test_a_client_protocol_error_closes_it_1002_and_the_upstream_1001(
             while True:
                 await ws.recv()
     assert ws.close_code == 1002
+    await log.wait_ended(1)
+    assert log.ended == [1001]
+
+
+async def test_a_client_message_over_the_body_limit_is_closed_1009(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()}, limits=http1.ServerLimits(max_body_bytes=4096))
+    log = st.mock("rt").realtime
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.send(b"\x00" * 4000)  # under the limit: passes through
+        with anyio.fail_after(TIMEOUT):
+            assert len(await ws.recv()) == 4000
+        await ws.send(b"\x00" * 5000)
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            while True:
+                await ws.recv()
+    assert ws.close_code == 1009
     await log.wait_ended(1)
     assert log.ended == [1001]
