@@ -5,7 +5,7 @@ the same `Answer`: reasoning pieces, text pieces, tool calls with their argument
 pieces, a finish kind and resolved token counts. Building it is pure: the request's facts, the
 script, the time and an id seed go in, so a plan is reproducible from its inputs.
 
-Each writer implements `Writer`: it reads its own request body into `RequestFacts` (raising
+Each writer implements `Writer`: it reads its own request body into `MockRequest` (raising
 `BadRequest` where the real API would answer 400), and turns an `Answer` into a whole body or a
 list of stream `Event`s, an error into its own error body, and so on.
 """
@@ -31,7 +31,7 @@ __all__ = [
     "Event",
     "FinishKind",
     "Ids",
-    "RequestFacts",
+    "MockRequest",
     "Stream",
     "TokenCounts",
     "ToolCall",
@@ -66,7 +66,7 @@ class FinishKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestFacts:
+class MockRequest:
     """What the writers and ``echo`` need to know about a request, whatever its format."""
 
     model: str
@@ -165,7 +165,7 @@ class TokenCounts:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Answer:
     model: str
-    facts: RequestFacts
+    facts: MockRequest
     reasoning: tuple[str, ...]
     text: tuple[str, ...]
     tools: tuple[ToolCall, ...]
@@ -222,7 +222,7 @@ class Writer(Protocol):
     dialect: Dialect
     not_json_message: str  # the API's 400 message for a body that is not JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> RequestFacts: ...
+    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest: ...
 
     def whole(self, answer: Answer) -> tuple[Headers, bytes]: ...
 
@@ -233,7 +233,7 @@ class Writer(Protocol):
         ...
 
     def error(
-        self, spec: ErrorSpec, *, model: str, facts: RequestFacts | None, ids: Ids, now: int
+        self, spec: ErrorSpec, *, model: str, facts: MockRequest | None, ids: Ids, now: int
     ) -> ErrorReply:
         """An error in this format's own shape (no named shape)."""
         ...
@@ -267,7 +267,7 @@ def _cut(text: str, pieces: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def echo_line(facts: RequestFacts) -> str:
+def echo_line(facts: MockRequest) -> str:
     """The ``echo`` answer: facts of the request as ``key=value`` pairs, the user text last."""
     names = ",".join(facts.tools) if facts.tools else "-"
     max_tokens = "-" if facts.max_tokens is None else str(facts.max_tokens)
@@ -284,7 +284,7 @@ def _tokens(chars: int) -> int:
 
 
 def build_answer(
-    script: Script, facts: RequestFacts, *, body_size: int, now: int, ids: Ids
+    script: Script, facts: MockRequest, *, body_size: int, now: int, ids: Ids
 ) -> Answer:
     """The answer `script` gives to a request with `facts`."""
     size = script.chunk_size

@@ -23,7 +23,7 @@ from twmock.answer import (
     FinishKind,
     Headers,
     Ids,
-    RequestFacts,
+    MockRequest,
     Stream,
     error_headers,
     last_text,
@@ -119,7 +119,7 @@ class AnthropicWriter:
         "There was an error parsing the body of your request. Please check your JSON and try again."
     )
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> RequestFacts:
+    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Input should be a valid dictionary")
         model = body.get("model")
@@ -149,7 +149,7 @@ class AnthropicWriter:
                     last = last_text(message.get("content"))
                     break
         max_tokens = body.get("max_tokens")
-        return RequestFacts(
+        return MockRequest(
             model=model if isinstance(model, str) else "unknown",
             stream=body.get("stream") is True,
             messages=len(messages) if isinstance(messages, list) else 0,
@@ -281,7 +281,7 @@ class AnthropicWriter:
         return sse("error", data.encode())
 
     def error(
-        self, spec: ErrorSpec, *, model: str, facts: RequestFacts | None, ids: Ids, now: int
+        self, spec: ErrorSpec, *, model: str, facts: MockRequest | None, ids: Ids, now: int
     ) -> ErrorReply:
         status = spec.status if spec.status is not None else 529
         kind = _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")

@@ -33,7 +33,7 @@ from twmock.answer import (
     FinishKind,
     Headers,
     Ids,
-    RequestFacts,
+    MockRequest,
     Stream,
     error_headers,
     last_text,
@@ -153,7 +153,7 @@ class GeminiWriter:
     dialect = Dialect.GEMINI
     not_json_message = NOT_JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> RequestFacts:
+    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Invalid JSON payload received. Expected an object.")
         contents = body.get("contents")
@@ -176,7 +176,7 @@ class GeminiWriter:
                     break
         config = body.get("generationConfig", body.get("generation_config"))
         max_tokens = config.get("maxOutputTokens") if isinstance(config, dict) else None
-        return RequestFacts(
+        return MockRequest(
             model=route.model or "unknown",
             stream=route.stream,
             sse=route.sse,
@@ -297,7 +297,7 @@ class GeminiWriter:
         return (_ARRAY_NEXT if position else b"[") + pretty(obj) + b"\n]"
 
     def error(
-        self, spec: ErrorSpec, *, model: str, facts: RequestFacts | None, ids: Ids, now: int
+        self, spec: ErrorSpec, *, model: str, facts: MockRequest | None, ids: Ids, now: int
     ) -> ErrorReply:
         status = spec.status if spec.status is not None else 503
         message = spec.message

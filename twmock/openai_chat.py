@@ -26,7 +26,7 @@ from twmock.answer import (
     FinishKind,
     Headers,
     Ids,
-    RequestFacts,
+    MockRequest,
     Stream,
     error_headers,
     last_text,
@@ -136,7 +136,7 @@ class OpenAIChatWriter:
     dialect = Dialect.OPENAI_CHAT
     not_json_message = NOT_JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> RequestFacts:
+    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Invalid type for request body: expected an object.")
         model = body.get("model")
@@ -168,7 +168,7 @@ class OpenAIChatWriter:
                     break
         options = body.get("stream_options")
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        return RequestFacts(
+        return MockRequest(
             model=model if isinstance(model, str) else "unknown",
             stream=body.get("stream") is True,
             messages=len(messages) if isinstance(messages, list) else 0,
@@ -304,7 +304,7 @@ class OpenAIChatWriter:
         return b"data: " + _spaced(error) + b"\n\n"
 
     def error(
-        self, spec: ErrorSpec, *, model: str, facts: RequestFacts | None, ids: Ids, now: int
+        self, spec: ErrorSpec, *, model: str, facts: MockRequest | None, ids: Ids, now: int
     ) -> ErrorReply:
         status = spec.status if spec.status is not None else 503
         return openai_error(

@@ -30,7 +30,7 @@ from twmock.answer import (
     FinishKind,
     Headers,
     Ids,
-    RequestFacts,
+    MockRequest,
     Stream,
     error_headers,
     last_text,
@@ -173,7 +173,7 @@ class OpenAIResponsesWriter:
     dialect = Dialect.OPENAI_RESPONSES
     not_json_message = NOT_JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> RequestFacts:
+    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Invalid type for request body: expected an object.")
         model = body.get("model")
@@ -206,7 +206,7 @@ class OpenAIResponsesWriter:
         include = body.get("include")
         options = body.get("stream_options")
         max_tokens = body.get("max_output_tokens")
-        return RequestFacts(
+        return MockRequest(
             model=model if isinstance(model, str) else "unknown",
             stream=body.get("stream") is True,
             messages=messages,
@@ -374,7 +374,7 @@ class OpenAIResponsesWriter:
         return first + second
 
     def error(
-        self, spec: ErrorSpec, *, model: str, facts: RequestFacts | None, ids: Ids, now: int
+        self, spec: ErrorSpec, *, model: str, facts: MockRequest | None, ids: Ids, now: int
     ) -> ErrorReply:
         status = spec.status if spec.status is not None else 503
         return openai_error(

@@ -35,7 +35,7 @@ from twmock.answer import (
     ErrorReply,
     Event,
     Ids,
-    RequestFacts,
+    MockRequest,
     Writer,
     build_answer,
     json_object,
@@ -354,7 +354,7 @@ def _whole_plan(
 
 
 def _error_reply(
-    writer: Writer, spec: ErrorSpec, facts: RequestFacts, ids: Ids, now: int
+    writer: Writer, spec: ErrorSpec, facts: MockRequest, ids: Ids, now: int
 ) -> ErrorReply:
     if spec.shape is not None:
         return named_error(spec.shape, spec, model=facts.model, ids=ids, now=now)
