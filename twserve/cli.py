@@ -227,7 +227,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     """``twserve config history`` and ``twserve config rollback N``; the gateway may be stopped
     or running (then its watcher applies the rolled-back file)."""
     from twserve.configcheck import ConfigRejection
-    from twserve.confighistory import ConfigHistory, write_atomic
+    from twserve.confighistory import ConfigHistory
     from twserve.liveconfig import check_bytes
 
     path = _config_path(args)
@@ -266,7 +266,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         for f in err.findings:
             print(f"  [{f.stage}] {f.code} line {f.line}: {f.message}", file=sys.stderr)
         return 1
-    write_atomic(path, data)
+    write_private(path, data, through_link=True)
     history.record(data, "cli")
     print(f"{path}: rolled back to entry {entry.number} ({entry.version})")
     return 0

@@ -77,22 +77,26 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     return parse_config_text(path.read_text(encoding="utf-8"), env)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` readable by the owner only (0600), atomically.
+def write_private(path: Path, data: str | bytes, *, through_link: bool = False) -> None:
+    """Write `data` to `path` readable by the owner only (0600), atomically: a reader sees the
+    old file or the new one, never a part.
 
     The temporary file is made by `tempfile.mkstemp` (O_CREAT|O_EXCL, mode 0600, a random
     name) in the same directory: a fixed name such as ``config.yaml.tmp`` could be a symlink
     planted by someone else, and opening it would write the config, keys and all, wherever it
     points. `os.replace` then swaps the new file in; it replaces a symlink at `path` itself
-    rather than following it.
+    rather than following it, unless `through_link` asks to write the link's target (a config
+    file the operator linked into place stays a link when the gateway rewrites it).
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    target = path.resolve() if through_link and path.is_symlink() else path
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

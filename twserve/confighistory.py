@@ -20,15 +20,15 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from twserve.configcheck import config_version
+from twserve.configfile import write_private
 
-__all__ = ["KEEP", "ORIGINS", "ConfigHistory", "HistoryEntry", "write_atomic"]
+__all__ = ["KEEP", "ORIGINS", "ConfigHistory", "HistoryEntry"]
 
 KEEP = 50
 ORIGINS = ("file", "control", "cli")
@@ -41,25 +41,6 @@ class HistoryEntry:
     origin: str
     applied_at: float
     size: int
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a private temporary file in the same directory and a
-    rename, so a reader sees the old file or the new one and never a part; mode 0600. A
-    symlinked `path` is written through to its target, so the link stays a link."""
-    target = path.resolve() if path.is_symlink() else path
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 class ConfigHistory:
@@ -116,14 +97,14 @@ class ConfigHistory:
                 applied_at=round(time.time() if now is None else now, 3),
                 size=len(data),
             )
-            write_atomic(self._file(number), data)
+            write_private(self._file(number), data)
             entries.append(entry)
             for old in entries[: -self.keep]:
                 with contextlib.suppress(FileNotFoundError):
                     self._file(old.number).unlink()
             entries = entries[-self.keep :]
             index = json.dumps([asdict(e) for e in entries], indent=1).encode()
-            write_atomic(self.dir / "index.json", index)
+            write_private(self.dir / "index.json", index)
             return entry
 
     def read(self, number: int) -> tuple[HistoryEntry, bytes]:

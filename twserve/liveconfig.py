@@ -47,7 +47,8 @@ from twserve.configcheck import (
     check_config_text,
     config_version,
 )
-from twserve.confighistory import ConfigHistory, write_atomic
+from twserve.configfile import write_private
+from twserve.confighistory import ConfigHistory
 from twserve.events import ConfigProblem, EventBus
 
 __all__ = ["POLL_SECS", "Applied", "LiveConfig", "Staged", "StaleVersion", "check_bytes"]
@@ -171,7 +172,7 @@ class LiveConfig:
                 raise
             if write:
                 try:
-                    write_atomic(self.path, data)
+                    write_private(self.path, data, through_link=True)
                 except BaseException:
                     staged.discard()
                     raise

@@ -25,7 +25,7 @@ from ruamel.yaml.error import YAMLError
 from twengine.config import Config, ConfigError, build_config
 from twengine.config import defaults as config_defaults
 from twserve.configcheck import load_document, plain
-from twserve.confighistory import write_atomic
+from twserve.configfile import write_private
 
 __all__ = ["SAFE_KEY_FILE", "SafeControl", "control_only_config"]
 
@@ -77,7 +77,7 @@ def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> Sa
             key = ""
         if not key:
             key = "twc-" + secrets.token_urlsafe(24)
-            write_atomic(key_file, key.encode())
+            write_private(key_file, key.encode())
         os.chmod(key_file, 0o600)
     config = build_config(
         {
