@@ -44,6 +44,11 @@ below leads to DISPATCHED (`Send`), WAITING_SLOT, BACKOFF or DONE::
   good. If no attempt ever reached an upstream the client gets 429 with ``Retry-After``
   (``gw.busy_all``, or ``gw.busy_upstream`` when it waited for its conversation's upstream);
   otherwise it gets the last real failure.
+* A **context overflow** (the request does not fit the model's context window) blames nobody:
+  from then on only candidates whose ``context_window`` is known to be larger than the
+  overflowing one's are asked — the others are skipped (``skipped=context_window``), in this
+  round and in retry rounds. With none larger the request ends with the overflow, as any
+  client error would.
 * A **failure** reported before content (`failed`, or the idle timer) is judged by its flags.
   ``effort_refused`` and ``sealed_reasoning`` are first answered with `Resend` to the same
   upstream (once per reason per hop; a second one is an ordinary failure, and as neither fails
@@ -86,6 +91,7 @@ the machine unchanged: it is a bug in the caller, as h11's ``LocalProtocolError`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -141,6 +147,9 @@ class CandidateRef:
 
     name: str
     sticky: bool = False
+    # The model's context window in tokens, where known: after a context overflow only a
+    # candidate with a larger one is asked.
+    context_window: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -223,6 +232,8 @@ class Outcome(StrEnum):
 class SkipReason(StrEnum):
     PAUSED = "paused"
     FULL = "full"
+    # An earlier candidate's context window overflowed and this one's is not known to be larger.
+    CONTEXT_WINDOW = "context_window"
 
 
 class ResendReason(StrEnum):
@@ -350,16 +361,23 @@ class Resend:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RespondError:
-    """Answer the client with `error` (in its format); nothing has been sent to it yet."""
+    """Answer the client with `error` (in its format); nothing has been sent to it yet.
+
+    `provider` is the upstream whose failure `error` reports; None for the gateway's own answer
+    (no upstream, every one busy)."""
 
     error: GatewayError
+    provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndStreamWithError:
-    """The 200 is out: write `error` as an error event in the client's format and end."""
+    """The 200 is out: write `error` as an error event in the client's format and end.
+
+    `provider` as for `RespondError`."""
 
     error: GatewayError
+    provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -496,6 +514,10 @@ class AttemptMachine:
         if len(set(names)) != len(names):
             raise ValueError("a candidate is listed twice")
         self._candidates = tuple(names)
+        self._windows = {c.name: c.context_window for c in candidates}
+        # After a context overflow: a candidate whose window is not known to be larger than this
+        # is not asked (infinite when the overflowing one's window is not known).
+        self._overflowed_at: float | None = None
         sticky = [c.name for c in candidates if c.sticky]
         self._sticky = sticky[0] if sticky else None
         self._client_stream = client_stream
@@ -677,7 +699,8 @@ class AttemptMachine:
                     category=ErrorCategory.UPSTREAM,
                     code="gw.upstream.broken_after_content",
                     message=f"the answer from {provider} broke off",
-                )
+                ),
+                provider=provider,
             )
 
         return self._run(Input.ENDED, step)
@@ -793,7 +816,8 @@ class AttemptMachine:
         failure = idle_timeout()
         if self._state is State.STREAMING:
             cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
-            return [cancel, *self._end_with(self._error_from(failure, after_content=True))]
+            error = self._error_from(failure, after_content=True)
+            return [cancel, *self._end_with(error, provider=cancel.provider)]
         cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
         return [cancel, *self._after_failure(cancel.index, failure, now, free, paused)]
 
@@ -816,7 +840,8 @@ class AttemptMachine:
             # After content there is no failover: the answer is this upstream's, broken.
             index = self._close_current(Outcome.FAILED, now, failure=failure)
             self._last_failure = (index, failure)
-            return self._end_with(self._error_from(failure, after_content=True))
+            error = self._error_from(failure, after_content=True)
+            return self._end_with(error, provider=provider)
         reason = _RESEND_REASONS.get(failure.kind)
         if reason is ResendReason.EFFORT_REFUSED and not self._settings.resend_effort:
             reason = None
@@ -847,9 +872,30 @@ class AttemptMachine:
         self._last_failure = (index, failure)
         if failure.temporary:
             self._temporary[self._records[index].provider] = failure
+        if failure.kind is FailureKind.CONTEXT_OVERFLOW:
+            self._overflowed(self._records[index].provider)
         if not failure.failover:
             return self._fail_request()
         return self._hop(now, free, paused)
+
+    def _overflowed(self, provider: str) -> None:
+        """`provider`'s context window was too small: from now on only a candidate whose window
+        is known to be larger is asked; the others are skipped, and none is blamed."""
+        window = self._windows.get(provider)
+        size = math.inf if window is None else float(window)
+        if self._overflowed_at is None or size > self._overflowed_at:
+            self._overflowed_at = size
+        for name in list(self._pending):
+            if not self._fits(name):
+                self._pending.remove(name)
+                self._add(self._skip(name, SkipReason.CONTEXT_WINDOW))
+
+    def _fits(self, name: str) -> bool:
+        """Whether `name` may be asked after the context overflows so far."""
+        if self._overflowed_at is None:
+            return True
+        window = self._windows.get(name)
+        return window is not None and window > self._overflowed_at
 
     # --- hops --------------------------------------------------------------------------------
 
@@ -950,7 +996,9 @@ class AttemptMachine:
         if self._last_failure is None:
             return self._end_busy()
         _, last = self._last_failure
-        retry = [name for name in self._round_candidates if name in self._temporary]
+        retry = [
+            name for name in self._round_candidates if name in self._temporary and self._fits(name)
+        ]
         if self._sticky is not None:
             retry = [name for name in retry if name == self._sticky]
         if last.temporary and retry and self._settings.wait_secs > 0:
@@ -982,12 +1030,12 @@ class AttemptMachine:
     def _fail_request(self) -> list[Action]:
         assert self._last_failure is not None
         index, failure = self._last_failure
+        provider = self._records[index].provider
         if not self._headers_sent and passes_through(failure):
             self._current = None
             self._state = State.DONE
-            provider = self._records[index].provider
             return [PassThroughUpstreamError(provider=provider, index=index, failure=failure)]
-        return self._end_with(self._error_from(failure, after_content=False))
+        return self._end_with(self._error_from(failure, after_content=False), provider=provider)
 
     def _end_busy(self) -> list[Action]:
         wait = f"{self._settings.wait_secs:g} s"
@@ -1010,12 +1058,12 @@ class AttemptMachine:
     def _error_from(self, failure: Failure, *, after_content: bool) -> GatewayError:
         return error_for_failure(failure, after_content=after_content, tried=self._hops)
 
-    def _end_with(self, error: GatewayError) -> list[Action]:
+    def _end_with(self, error: GatewayError, *, provider: str | None = None) -> list[Action]:
         self._current = None
         self._state = State.DONE
         if self._headers_sent:
-            return [EndStreamWithError(error=error)]
-        return [RespondError(error=error)]
+            return [EndStreamWithError(error=error, provider=provider)]
+        return [RespondError(error=error, provider=provider)]
 
     # --- records -----------------------------------------------------------------------------
 

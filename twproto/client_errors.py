@@ -57,10 +57,18 @@ _BY_KIND: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
     _K.IDLE_TIMEOUT: (504, _C.TIMEOUT, "gw.upstream.idle_timeout"),
     _K.EFFORT_REFUSED: (400, _C.REQUEST, "gw.upstream.error"),
     _K.SEALED_REASONING: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.CONTEXT_OVERFLOW: (400, _C.REQUEST, "gw.upstream.error"),
     _K.CLIENT_ERROR: (400, _C.REQUEST, "gw.upstream.error"),
 }
 _KEEP_UPSTREAM_STATUS = frozenset(
-    {_K.OVERLOADED, _K.SERVER, _K.EFFORT_REFUSED, _K.SEALED_REASONING, _K.CLIENT_ERROR}
+    {
+        _K.OVERLOADED,
+        _K.SERVER,
+        _K.EFFORT_REFUSED,
+        _K.SEALED_REASONING,
+        _K.CONTEXT_OVERFLOW,
+        _K.CLIENT_ERROR,
+    }
 )
 _INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
 # Kinds whose code says more than "an error event opened the stream".

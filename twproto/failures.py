@@ -92,6 +92,7 @@ class FailureKind(StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     EFFORT_REFUSED = "effort_refused"
     SEALED_REASONING = "sealed_reasoning"
+    CONTEXT_OVERFLOW = "context_overflow"
     CLIENT_ERROR = "client_error"
 
 
@@ -182,6 +183,9 @@ KIND_POLICY: Mapping[FailureKind, KindPolicy] = {
     ),
     FailureKind.EFFORT_REFUSED: KindPolicy(failover=False, temporary=False, pause=PauseRule.NONE),
     FailureKind.SEALED_REASONING: KindPolicy(failover=False, temporary=False, pause=PauseRule.NONE),
+    # The request is too long for this model, not the upstream's fault: the engine moves on only
+    # to a candidate with a larger context window (docs/failover.md), and blames nobody.
+    FailureKind.CONTEXT_OVERFLOW: KindPolicy(failover=True, temporary=False, pause=PauseRule.NONE),
     FailureKind.CLIENT_ERROR: KindPolicy(failover=False, temporary=False, pause=PauseRule.NONE),
 }
 
@@ -260,6 +264,25 @@ RULES: tuple[Rule, ...] = (
             r"only works in thinking mode",
         ),
         statuses=_statuses(400, 422),
+    ),
+    # --- the request does not fit the model's context window ---------------------------------
+    Rule(
+        name="context_overflow",
+        kind=K.CONTEXT_OVERFLOW,
+        codes=frozenset({"context_length_exceeded"}),
+        texts=(
+            r"prompt is too long",  # Anthropic
+            r"input length and `?max_tokens`? exceed context limit",  # Anthropic
+            r"input token count.{0,40}exceeds the maximum",  # Gemini
+            r"maximum context length",  # OpenAI, DeepSeek, vLLM, OpenRouter
+            r"context[_ ]length[_ ]exceeded",
+            r"exceeds? the context window",  # OpenAI Responses
+            r"input tokens exceed the configured limit",  # OpenAI
+            r"(?:input|prompt) is too long for (?:the )?requested model",  # Bedrock
+            r"too large for model with \d+ maximum context length",  # Mistral
+            r"maximum prompt length is \d+",  # xAI
+        ),
+        statuses=_statuses(400, 413, 422, None, range(100, 400), _5XX),
     ),
     # --- money and quotas ---------------------------------------------------------------------
     Rule(
@@ -442,13 +465,11 @@ RULES: tuple[Rule, ...] = (
                 "bad_request",
                 "validationexception",
                 "validation_error",
-                "context_length_exceeded",
                 "unsupported_parameter",
                 "unsupported_value",
                 "request_too_large",
             }
         ),
-        texts=(r"prompt is too long", r"maximum context length", r"context[_ ]length"),
         statuses=_NOT_4XX,
     ),
     Rule(

@@ -55,6 +55,7 @@ STATUS: dict[FailureKind, int | None] = {
     K.IDLE_TIMEOUT: None,
     K.EFFORT_REFUSED: 400,
     K.SEALED_REASONING: 400,
+    K.CONTEXT_OVERFLOW: 400,
     K.CLIENT_ERROR: 400,
 }
 TYPICAL = -1  # failure(): the kind's usual status from STATUS
@@ -91,10 +92,14 @@ def make(
     gemini: bool = False,
     arrival: float = 0.0,
     jitter: float = 0.5,
+    windows: dict[str, int] | None = None,
     **figures: float | bool,
 ) -> AttemptMachine:
+    sizes = windows or {}
     return AttemptMachine(
-        candidates=[CandidateRef(name=n, sticky=n in sticky) for n in names],
+        candidates=[
+            CandidateRef(name=n, sticky=n in sticky, context_window=sizes.get(n)) for n in names
+        ],
         client_stream=stream,
         keepalive_comments=not gemini,
         arrival=arrival,
@@ -203,7 +208,8 @@ FAILOVER_KINDS = [k for k in K if KIND_POLICY[k].failover]
 
 @pytest.mark.parametrize("kind", FAILOVER_KINDS)
 def test_a_failover_kind_moves_to_the_next_candidate(kind: FailureKind) -> None:
-    m = make()
+    # A context overflow moves on only to a larger window (its own tests below).
+    m = make(windows={"a": 8_000, "b": 128_000})
     start(m)
     assert fail(m, failure(kind)) == [Send(provider="b", index=1)]
     first = m.attempts[0]
@@ -361,7 +367,7 @@ def test_recorded_error_responses_lead_to_the_action_their_kind_calls_for(
         body.encode(),
         now=1_700_000_000.0,
     )
-    m = make()
+    m = make(windows={"a": 8_000, "b": 128_000})
     start(m)
     action = only(fail(m, f))
     if f.kind in RESEND:
@@ -1148,3 +1154,90 @@ def test_an_upstream_credential_refusal_is_the_gateways_own_words(status: int | 
     assert (err.status, err.code) == (502, "gw.upstream.auth_rejected")
     assert "SECRET" not in err.message and "credentials" in err.message
     assert err.message.endswith("(tried: a → b)")
+
+
+# --- context overflow ----------------------------------------------------------------------------
+
+
+def test_a_context_overflow_moves_on_to_a_larger_window_only() -> None:
+    m = make(
+        ("a", "b", "c", "d"), windows={"a": 128_000, "b": 64_000, "c": 128_000, "d": 1_000_000}
+    )
+    start(m, free={"a", "b", "c", "d"})
+    overflow = failure(K.CONTEXT_OVERFLOW)
+    actions = fail(m, overflow, free={"a", "b", "c", "d"})
+    # b and c are not larger than a: skipped; d is asked.
+    assert actions == [Send(provider="d", index=3)]
+    assert [(r.provider, r.outcome, r.skipped) for r in m.attempts] == [
+        ("a", Outcome.FAILED, None),
+        ("b", Outcome.SKIPPED, SkipReason.CONTEXT_WINDOW),
+        ("c", Outcome.SKIPPED, SkipReason.CONTEXT_WINDOW),
+        ("d", Outcome.IN_FLIGHT, None),
+    ]
+    # Nobody is blamed: the failure carries no pause and is not temporary.
+    assert m.attempts[0].failure == overflow
+    assert overflow.pause.value == "none" and not overflow.temporary
+
+
+def test_a_context_overflow_with_none_larger_is_the_upstreams_error_as_before() -> None:
+    m = make(("a", "b"), windows={"a": 200_000, "b": 128_000})
+    start(m)
+    overflow = failure(K.CONTEXT_OVERFLOW)
+    assert fail(m, overflow) == [PassThroughUpstreamError(provider="a", index=0, failure=overflow)]
+    assert m.attempts[1].skipped is SkipReason.CONTEXT_WINDOW
+
+
+def test_an_unknown_window_is_never_taken_for_a_larger_one() -> None:
+    # The overflowing model's window is not known: nothing is known to be larger.
+    m = make(("a", "b"), windows={"b": 1_000_000})
+    start(m)
+    assert isinstance(only(fail(m, failure(K.CONTEXT_OVERFLOW))), PassThroughUpstreamError)
+    # A candidate whose window is not known is not asked either.
+    m = make(("a", "b", "c"), windows={"a": 8_000, "c": 32_000})
+    start(m)
+    assert fail(m, failure(K.CONTEXT_OVERFLOW)) == [Send(provider="c", index=2)]
+
+
+def test_a_second_overflow_raises_the_bar_again() -> None:
+    m = make(("a", "b", "c"), windows={"a": 8_000, "b": 32_000, "c": 16_000})
+    start(m)
+    assert fail(m, failure(K.CONTEXT_OVERFLOW)) == [Send(provider="b", index=1)]
+    # c (16k) was larger than a but is not larger than b.
+    last = failure(K.CONTEXT_OVERFLOW, message="still too long")
+    assert fail(m, last) == [PassThroughUpstreamError(provider="b", index=1, failure=last)]
+
+
+def test_an_overflow_under_the_early_200_ends_the_stream_naming_its_upstream() -> None:
+    m = make(("a", "b"), windows={"a": 8_000, "b": 4_000})
+    start(m)
+    m.attempt_sent(0.0)
+    m.on_timer(15.0, free=ALL, paused=NONE)  # the early 200
+    action = only(fail(m, failure(K.CONTEXT_OVERFLOW), 16.0))
+    assert isinstance(action, EndStreamWithError) and action.provider == "a"
+    assert action.error.status == 400
+
+
+def test_a_retry_round_leaves_out_windows_known_too_small() -> None:
+    m = make(("a", "b", "c"), windows={"a": 8_000, "b": 16_000, "c": 64_000})
+    start(m)
+    # a fails temporarily, b overflows, c fails temporarily: the retry round holds c alone, as
+    # a's window is smaller than b's.
+    assert fail(m, failure(K.SERVER)) == [Send(provider="b", index=1)]
+    assert fail(m, failure(K.CONTEXT_OVERFLOW)) == [Send(provider="c", index=2)]
+    backoff = only(fail(m, failure(K.SERVER), 2.0))
+    assert isinstance(backoff, Backoff)
+    assert m.on_timer(backoff.until, free=ALL, paused=NONE) == [
+        Send(provider="c", index=3, retry_round=1, backoff_ms=round((backoff.until - 2.0) * 1000))
+    ]
+
+
+def test_errors_name_the_upstream_whose_failure_they_report() -> None:
+    m = make(("a", "b"), wait_secs=0, stream=False)
+    start(m)
+    fail(m, failure(K.SERVER))
+    action = only(fail(m, failure(K.RATE_LIMITED)))
+    assert isinstance(action, RespondError) and action.provider == "b"
+    # The gateway's own answers name none.
+    busy = make(("a",), wait_secs=0)
+    action = only(start(busy, free=NONE))
+    assert isinstance(action, RespondError) and action.provider is None

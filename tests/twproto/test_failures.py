@@ -55,6 +55,7 @@ SPEC_POLICY: dict[FailureKind, tuple[bool, bool]] = {
     K.IDLE_TIMEOUT: (True, False),
     K.EFFORT_REFUSED: (False, False),
     K.SEALED_REASONING: (False, False),
+    K.CONTEXT_OVERFLOW: (True, False),
     K.CLIENT_ERROR: (False, False),
 }
 
@@ -94,7 +95,7 @@ FIXTURES: dict[str, Expect] = {
     "anthropic-400-invalid-thinking-signature": Expect(
         K.SEALED_REASONING, P.NONE, rule="sealed_thinking_signature"
     ),
-    "anthropic-400-prompt-too-long": Expect(K.CLIENT_ERROR, P.NONE),
+    "anthropic-400-prompt-too-long": Expect(K.CONTEXT_OVERFLOW, P.NONE, rule="context_overflow"),
     "anthropic-401-authentication": Expect(K.AUTH_REJECTED, P.UNEXPLAINED),
     "anthropic-404-not-found-model": Expect(K.MODEL_UNAVAILABLE, P.NONE, rule="status_404"),
     "anthropic-429-rate-limit-with-ratelimit-headers": Expect(
@@ -147,7 +148,9 @@ FIXTURES: dict[str, Expect] = {
         pause_secs=_epoch("2026-08-25T07:41:44+08:00") - GLM_1308_NOW,
         now=GLM_1308_NOW,
     ),
-    "openai-400-context-length-exceeded": Expect(K.CLIENT_ERROR, P.NONE),
+    "openai-400-context-length-exceeded": Expect(
+        K.CONTEXT_OVERFLOW, P.NONE, rule="context_overflow"
+    ),
     "openai-400-unsupported-parameter-max-tokens": Expect(K.CLIENT_ERROR, P.NONE),
     "openai-400-unsupported-value-reasoning-effort": Expect(K.EFFORT_REFUSED, P.NONE),
     "openai-400-unsupported-value-role": Expect(K.CLIENT_ERROR, P.NONE),
@@ -864,7 +867,7 @@ STREAM_CASES: list[tuple[str, Dialect, object, Expect]] = [
         "bedrock-validation",
         Dialect.ANTHROPIC,
         {"validationException": {"message": "Input is too long for requested model."}},
-        Expect(K.CLIENT_ERROR, P.NONE, rule="request_error_in_body"),
+        Expect(K.CONTEXT_OVERFLOW, P.NONE, rule="context_overflow"),
     ),
     (
         "json-text-payload",
@@ -1000,3 +1003,157 @@ def test_408_is_not_retried_nor_failed_over() -> None:
 )
 def test_next_pacific_midnight(now: str, midnight: str) -> None:
     assert next_pacific_midnight(_epoch(now)) == _epoch(midnight)
+
+
+# --- context overflow: every provider's spelling ------------------------------------------------
+
+OVERFLOW = Expect(K.CONTEXT_OVERFLOW, P.NONE, rule="context_overflow")
+
+OVERFLOW_RESPONSES: list[tuple[str, int, bytes]] = [
+    (
+        "openai-chat-maximum-context-length",
+        400,
+        _j(
+            {
+                "error": {
+                    "message": "This model's maximum context length is 128000 tokens. However,"
+                    " your messages resulted in 130512 tokens. Please reduce the length of the"
+                    " messages.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
+        ),
+    ),
+    (
+        "openai-responses-context-window",
+        400,
+        _j(
+            {
+                "error": {
+                    "message": "Your input exceeds the context window of this model. Please"
+                    " adjust your input and try again.",
+                    "type": "invalid_request_error",
+                    "param": "input",
+                    "code": "context_length_exceeded",
+                }
+            }
+        ),
+    ),
+    (
+        "anthropic-input-and-max-tokens",
+        400,
+        _j(
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "input length and `max_tokens` exceed context limit: 195000 +"
+                    " 8192 > 200000, decrease input length or `max_tokens` and try again",
+                },
+            }
+        ),
+    ),
+    (
+        "gemini-input-token-count",
+        400,
+        _j(
+            {
+                "error": {
+                    "code": 400,
+                    "message": "The input token count (1231741) exceeds the maximum number of"
+                    " tokens allowed (1048576).",
+                    "status": "INVALID_ARGUMENT",
+                }
+            }
+        ),
+    ),
+    (
+        "gemini-array-wrapped",
+        400,
+        b"["
+        + _j(
+            {
+                "error": {
+                    "code": 400,
+                    "message": "The input token count (40000) exceeds the maximum number of"
+                    " tokens allowed (32768).",
+                    "status": "INVALID_ARGUMENT",
+                }
+            }
+        )
+        + b"]",
+    ),
+    (
+        "mistral",
+        400,
+        _j(
+            {
+                "object": "error",
+                "message": "Prompt contains 40000 tokens and 0 draft tokens, too large for model"
+                " with 32768 maximum context length",
+                "type": "invalid_request_message_error",
+                "code": "3051",
+            }
+        ),
+    ),
+    (
+        "xai",
+        400,
+        _j(
+            {
+                "code": "Client specified an invalid argument",
+                "error": "This model's maximum prompt length is 131072 but the request contains"
+                " 150000 tokens.",
+            }
+        ),
+    ),
+    (
+        "bedrock-validation",
+        400,
+        _j({"message": "Input is too long for requested model."}),
+    ),
+    (
+        "served-as-500",
+        500,
+        _j({"error": {"message": "too long", "code": "context_length_exceeded"}}),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "status", "body"), OVERFLOW_RESPONSES, ids=lambda v: str(v))
+def test_context_overflow_spellings(name: str, status: int, body: bytes) -> None:
+    failure = classify_response(status, [], body, now=NOW)
+    check(failure, OVERFLOW)
+    assert failure.failover and failure.pause is P.NONE, name
+
+
+def test_context_overflow_in_a_stream() -> None:
+    event = {
+        "type": "response.failed",
+        "response": {
+            "error": {
+                "code": "context_length_exceeded",
+                "message": "Your input exceeds the context window of this model.",
+            }
+        },
+    }
+    check(classify_stream_error(Dialect.OPENAI_RESPONSES, event, now=NOW), OVERFLOW)
+
+
+def test_a_token_rate_limit_is_not_a_context_overflow() -> None:
+    body = _j(
+        {
+            "error": {
+                "message": "Request too large for gpt-4o on tokens per min (TPM): Limit 30000,"
+                " Requested 50000.",
+                "type": "tokens",
+                "code": "rate_limit_exceeded",
+            }
+        }
+    )
+    assert classify_response(429, [], body, now=NOW).kind is K.RATE_LIMITED
+    # A body too large in bytes is the client's, whatever window a model has.
+    too_big = _j({"type": "error", "error": {"type": "request_too_large", "message": "big"}})
+    assert classify_response(413, [], too_big, now=NOW).kind is K.CLIENT_ERROR
