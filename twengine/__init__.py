@@ -95,6 +95,7 @@ from twengine.codes import (
 from twengine.config import (
     ALL_UPSTREAMS,
     Alias,
+    AnswerModel,
     BalanceBy,
     Billing,
     Client,
@@ -249,6 +250,7 @@ __all__ = (
     "Admitted",
     "Affinity",
     "Alias",
+    "AnswerModel",
     "AttemptLedger",
     "AttemptMachine",
     "AttemptRecord",

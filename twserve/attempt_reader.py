@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from twengine.attempt import ResendReason
-from twengine.config import Config
+from twengine.attempt import CandidateRef, ResendReason
+from twengine.config import AnswerModel, Config
 from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.pricing import TableCatalog
+from twengine.router import ConfigCatalog
 from twengine.rules import Candidate
 from twproto import json_loads
 from twproto.client_errors import request_failure
@@ -82,6 +83,19 @@ class Destination:
     connect_timeout: float | None = None
     # This upstream refused the conversation's sealed reasoning before: leave it out up front.
     drop_sealed: bool = False
+    # The model's context window (model_specs, else the price table), where known: a context
+    # overflow moves on only to a larger one.
+    context_window: int | None = None
+    # ``answer_model: served``: the answer's body shows `target.model`, not the client's name.
+    show_served: bool = False
+
+    def candidate(self) -> CandidateRef:
+        """This destination as the attempt machine takes it."""
+        return CandidateRef(name=self.name, sticky=self.sticky, context_window=self.context_window)
+
+    def client_model(self, requested: str) -> str:
+        """The model name the client's answer shows: `requested`, or the one sent upstream."""
+        return self.target.model if self.show_served else requested
 
 
 def destination(
@@ -115,6 +129,10 @@ def destination(
             catalog.max_output_tokens(config, cand.provider, cand.model) if catalog else None
         ),
         connect_timeout=provider.connect_timeout_secs,
+        context_window=(catalog or ConfigCatalog()).context_window(
+            config, cand.provider, cand.model
+        ),
+        show_served=config.answer_model is AnswerModel.SERVED,
     )
 
 
@@ -215,16 +233,17 @@ class AttemptRequests:
         request = upstream_request(dest.target, call, translated.body)
         if not call.stream:
             return request, None
+        client_model = dest.client_model(self.model)
         opening = UpstreamStream(
             dest.target.dialect,
             call.dialect,
-            client_model=self.model,
+            client_model=client_model,
             upstream_sse=request.sse,
             client_sse=call.sse,
             tool_names=translated.tool_names,
             created=int(self.wall()),
             # Same format but another model name upstream (an alias): rename it in the answer.
-            relay_unchanged=dest.target.model == self.model,
+            relay_unchanged=dest.target.model == client_model,
         )
         return request, opening
 

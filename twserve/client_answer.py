@@ -4,11 +4,16 @@ The relay decides *what* goes out (from the attempt ledger's actions); this is *
 lines and headers through the `Responder`, and the request row's status and error code noted in
 the `RelayOutcome` as they go. Error bodies and events are written in the client's format by
 `twproto.errors` and the stream translators.
+
+Every answer that comes from an upstream — a whole answer, a stream's head, an error that
+reports an upstream's failure — names it: ``x-twserve-provider`` (the upstream's name in the
+config) and ``x-twserve-model`` (the model it was sent). The gateway's own answers name none.
+A stream whose 200 went out early (keep-alive) has no upstream to name yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
     from twserve.attempt_reader import Attempt, Destination
 
 __all__ = [
+    "MODEL_HEADER",
+    "PROVIDER_HEADER",
     "ClientAnswer",
     "RelayOutcome",
     "answer",
@@ -61,6 +68,16 @@ class RelayOutcome:
     effort_resent: dict[str, str] = field(default_factory=dict)
 
 
+#: The upstream that answered (its name in the config) and the model it was sent.
+PROVIDER_HEADER = b"x-twserve-provider"
+MODEL_HEADER = b"x-twserve-model"
+
+
+def _header_value(text: str) -> bytes:
+    """`text` as a header value: visible ASCII and spaces; anything else becomes ``?``."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text).strip().encode("ascii")
+
+
 def stream_head(sse: bool) -> Headers:
     """The headers of a streamed answer's 200."""
     kind = b"text/event-stream" if sse else b"application/json"
@@ -78,8 +95,10 @@ class ClientAnswer:
         out: RelayOutcome,
         wall: Callable[[], float],
         head_sent_at: float | None = None,
+        dests: Mapping[str, Destination] | None = None,
     ) -> None:
         self.wall = wall
+        self.dests: Mapping[str, Destination] = dests or {}
         self.responder = responder
         self.call = call
         self.model = model
@@ -88,16 +107,29 @@ class ClientAnswer:
         # the request waited for its key's turn).
         self.started = head_sent_at is not None
 
-    async def start_stream(self) -> None:
-        """The 200 and the stream's headers, once."""
+    def served(self, provider: str | None) -> Headers:
+        """The headers naming `provider` and the model it was sent; none for None."""
+        dest = self.dests.get(provider) if provider is not None else None
+        if dest is None:
+            return []
+        return [
+            (PROVIDER_HEADER, _header_value(dest.name)),
+            (MODEL_HEADER, _header_value(dest.target.model)),
+        ]
+
+    async def start_stream(self, provider: str | None = None) -> None:
+        """The 200 and the stream's headers (naming `provider`), once."""
         if not self.started:
             self.started = True
-            await self.responder.start(200, stream_head(self.call.sse))
+            await self.responder.start(200, stream_head(self.call.sse) + self.served(provider))
 
-    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
-        """A whole response: `headers` plus its length, then `body`."""
+    async def whole(
+        self, status: int, headers: Headers, body: bytes, provider: str | None = None
+    ) -> None:
+        """A whole response: `headers` plus its length (and `provider`'s names), then `body`."""
         responder = self.responder
-        await responder.start(status, [*headers, (b"content-length", str(len(body)).encode())])
+        length = (b"content-length", str(len(body)).encode())
+        await responder.start(status, [*headers, *self.served(provider), length])
         await responder.send(body)
         await responder.end()
 
@@ -115,18 +147,19 @@ class ClientAnswer:
         out = self.out
         out.provider, out.status = provider, 200
         same = dialect is self.call.dialect
+        dest = self.dests.get(provider)
         try:
             answer = translate_response(
                 body,
                 dialect,
                 self.call.dialect,
-                client_model=self.model,
+                client_model=dest.client_model(self.model) if dest is not None else self.model,
                 tool_names=tool_names,
                 created=created,
             )
         except UpstreamTranslationError as exc:
             if not same:
-                await self.error(error_for_unreadable_answer(provider, str(exc)))
+                await self.error(error_for_unreadable_answer(provider, str(exc)), provider)
                 return
             answer = None  # a same-format answer goes through as it came
         if answer is not None:
@@ -135,7 +168,7 @@ class ClientAnswer:
         # Same format: the upstream's bytes, with only the model renamed (translate_response).
         payload = body if answer is None else answer.body
         kept = client_headers(headers) if same else [(b"content-type", b"application/json")]
-        await self.whole(200, kept, payload)
+        await self.whole(200, kept, payload, provider)
 
     async def finish(
         self, live: Attempt, dest: Destination, translated: TranslatedRequest | None
@@ -154,29 +187,34 @@ class ClientAnswer:
         )
 
     async def pass_through(
-        self, saved: tuple[int, Headers, bytes, Dialect] | None, failure: Failure
+        self,
+        saved: tuple[int, Headers, bytes, Dialect] | None,
+        failure: Failure,
+        provider: str | None = None,
     ) -> None:
-        """The upstream's own error response as it came, when it was kept and speaks the
+        """`provider`'s own error response as it came, when it was kept and speaks the
         client's format; otherwise the same status, written in the client's format."""
         if saved is None or saved[3] is not self.call.dialect:
-            await self.error(error_for_failure(failure, passed_on=True))
+            await self.error(error_for_failure(failure, passed_on=True), provider)
             return
         status, headers, body, _ = saved
         self.out.status, self.out.error_code = status, "gw.upstream.error"
         # The upstream's own body, marked as the upstream's like every error the gateway relays.
         tag = (ERROR_HEADER, ErrorCategory.UPSTREAM.value.encode())
-        await self.whole(status, [*headers, tag], body)
+        await self.whole(status, [*headers, tag], body, provider)
 
-    async def error(self, err: GatewayError) -> None:
-        """`err` as an error response in the client's format."""
+    async def error(self, err: GatewayError, provider: str | None = None) -> None:
+        """`err` as an error response in the client's format; `provider`: the upstream whose
+        failure it reports."""
         self.out.status = err.status
         self.out.error_code = err.code
-        await self.whole(err.status, error_headers(err), error_body(self.call.dialect, err))
+        body = error_body(self.call.dialect, err)
+        await self.whole(err.status, error_headers(err), body, provider)
 
     async def commit(self, live: Attempt | None, send_headers: bool) -> None:
         """The answer is settled: the stream's head if due; with `live`, its held bytes."""
         if send_headers:
-            await self.start_stream()
+            await self.start_stream(live.provider if live is not None else None)
         if live is not None:
             live.committed = True
             if live.pending:
@@ -197,8 +235,11 @@ class ClientAnswer:
             await self.responder.send(data)
         await self.responder.end()
 
-    async def end_stream_with_error(self, err: GatewayError, live: Attempt | None) -> None:
-        """End the client's stream with `err` as an error event (the 200 may be out already)."""
+    async def end_stream_with_error(
+        self, err: GatewayError, live: Attempt | None, provider: str | None = None
+    ) -> None:
+        """End the client's stream with `err` as an error event (the 200 may be out already);
+        `provider`: the upstream whose failure it reports."""
         self.out.error_code = err.code
         self.out.status = 200 if self.started else err.status
         if live is not None and live.committed:
@@ -213,7 +254,7 @@ class ClientAnswer:
             )
         else:
             self.out.usage = translator.usage
-        await self.start_stream()
+        await self.start_stream(provider)
         await self.responder.send(translator.fail(err))
         await self.responder.end()
 

@@ -44,13 +44,7 @@ from twproto.sse import encode_comment
 from twproto.stream_translate import keepalive_comments
 from twproto.upstream_request import ClientCall
 from twserve.attempt_feed import AttemptFeed
-from twserve.attempt_reader import (
-    Attempt,
-    AttemptItem,
-    AttemptRequests,
-    Destination,
-    read_attempt,
-)
+from twserve.attempt_reader import Attempt, AttemptItem, AttemptRequests, Destination, read_attempt
 from twserve.client_answer import ClientAnswer, RelayOutcome
 from twserve.http1 import ClientGone
 from twserve.httptypes import Responder
@@ -112,7 +106,7 @@ class _Relay:
         self.dests = {d.name: d for d in destinations}
         self.names = list(self.dests)
         self.ledger = AttemptLedger(
-            candidates=[act.CandidateRef(name=d.name, sticky=d.sticky) for d in destinations],
+            candidates=[d.candidate() for d in destinations],
             client_stream=call.stream,
             keepalive_comments=keepalive_comments(call.dialect),
             arrival=clock() if req.arrival is None else req.arrival,
@@ -123,7 +117,9 @@ class _Relay:
             last_keepalive=req.last_keepalive,
         )
         self.requests = AttemptRequests(call, req.body, req.model, wall)
-        self.client = ClientAnswer(responder, call, req.model, out, wall, req.last_keepalive)
+        self.client = ClientAnswer(
+            responder, call, req.model, out, wall, req.last_keepalive, self.dests
+        )
         self.slots = SlotHolds(hooks, req.owner, deliver=self._deliver, clock=clock)
         send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
         self.inbox_send: MemoryObjectSendStream[_Item] = send
@@ -223,13 +219,13 @@ class _Relay:
                     await self.client.responder.send(KEEPALIVE)
                 case act.CancelAttempt(index=index):
                     self.feed.cancel(index, self.out)
-                case act.RespondError(error=error):
-                    await self.client.error(error)
-                case act.EndStreamWithError(error=error):
-                    await self.client.end_stream_with_error(error, self.feed.live)
+                case act.RespondError(error=error, provider=who):
+                    await self.client.error(error, who)
+                case act.EndStreamWithError(error=error, provider=who):
+                    await self.client.end_stream_with_error(error, self.feed.live, who)
                     self.feed.end_attempt()
-                case act.PassThroughUpstreamError(index=index, failure=failure):
-                    await self.client.pass_through(self.feed.errors.get(index), failure)
+                case act.PassThroughUpstreamError(provider=who, index=index, failure=failure):
+                    await self.client.pass_through(self.feed.errors.get(index), failure, who)
                 case act.Finish(cancelled=cancelled):
                     live = self.feed.live
                     if not cancelled and live is not None:

@@ -13,6 +13,7 @@ from twengine.config.build import ConfigError, Problem, build_config
 from twengine.config.model import (
     ALL_UPSTREAMS,
     Alias,
+    AnswerModel,
     BalanceBy,
     Billing,
     Client,
@@ -53,6 +54,7 @@ from twengine.config.template import TemplateError, resolve_template, template_v
 __all__ = [
     "ALL_UPSTREAMS",
     "Alias",
+    "AnswerModel",
     "BalanceBy",
     "Billing",
     "Client",

@@ -40,6 +40,7 @@ from twengine.config.defaults import Bound
 from twengine.config.model import (
     ALL_UPSTREAMS,
     Alias,
+    AnswerModel,
     BalanceBy,
     Billing,
     Client,
@@ -1492,6 +1493,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     routes = _routes(out, top)
     default_route = top.name("default_route", required=False)
     default_key = top.name("default_key", required=False)
+    answer_model = top.choice("answer_model", AnswerModel, AnswerModel.REQUESTED)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -1541,6 +1543,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         default_route=default_route,
         default_key=default_key,
         failover=failover,
+        answer_model=answer_model,
         retention=retention,
         pricing=Pricing(sheets=tuple(s.value for s in sheets)),
         warnings=tuple(out.warnings),

@@ -32,6 +32,7 @@ from twproto.ir import ReasoningLevel
 __all__ = [
     "ALL_UPSTREAMS",
     "Alias",
+    "AnswerModel",
     "BalanceBy",
     "Billing",
     "Client",
@@ -112,6 +113,14 @@ class GroupType(StrEnum):
     LOAD_BALANCE = "load-balance"
     URL_TEST = "url-test"
     CHEAPEST = "cheapest"
+
+
+class AnswerModel(StrEnum):
+    """Which model name an answer's body shows: the one the client asked for, or the one the
+    upstream that answered was sent."""
+
+    REQUESTED = "requested"
+    SERVED = "served"
 
 
 class BalanceBy(StrEnum):
@@ -576,6 +585,7 @@ class Config:
     default_route: str | None = None
     default_key: str | None = None
     failover: Failover = field(default_factory=Failover)
+    answer_model: AnswerModel = AnswerModel.REQUESTED
     retention: Retention = field(default_factory=Retention)
     pricing: Pricing = field(default_factory=Pricing)
     # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses both

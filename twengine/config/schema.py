@@ -42,6 +42,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "default_route",
             "default_key",
             "failover",
+            "answer_model",
             "retention",
             "pricing",
             "state",
@@ -206,6 +207,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "routes[].rules[].set.reasoning": _reads("twserve.attempt_reader", "reasoning"),
         "default_route": _reads("twengine.rules", "default_route"),
         "default_key": _reads("twserve.callers", "client_for"),
+        "answer_model": _reads("twserve.attempt_reader", "answer_model"),
         # The cheapest group type orders by input price; costs themselves are not computed yet.
         "pricing": _SECTION,
         "pricing.sheets": _reads("twengine.router", "price_sheet"),
