@@ -45,7 +45,7 @@ from twmock.gemini import GeminiWriter
 from twmock.openai_chat import OpenAIChatWriter
 from twmock.openai_responses import OpenAIResponsesWriter
 from twmock.script import DEFAULT_MODELS, ErrorSpec, Script, ScriptError, SilenceMode
-from twmock.shapes import SHAPES, named_error
+from twmock.shapes import SHAPES, known_shape, named_error, shape_for
 from twproto.dialect import Dialect
 from twproto.paths import Operation, Route, match_path
 
@@ -226,7 +226,7 @@ def plan(
     elif not script.has_failure:
         script = replace(script, error=ErrorSpec())
     shape = script.error.shape if script.error is not None else None
-    if shape is not None and shape not in SHAPES:
+    if shape is not None and not known_shape(shape):
         message = f"x-mock-script: unknown error shape {shape!r} (known: {', '.join(SHAPES)})"
         return _error_plan(writer.bad_request(message, route=route, ids=ids), "bad_request")
 
@@ -357,7 +357,8 @@ def _error_reply(
     writer: Writer, spec: ErrorSpec, facts: MockRequest, ids: Ids, now: int
 ) -> ErrorReply:
     if spec.shape is not None:
-        return named_error(spec.shape, spec, model=facts.model, ids=ids, now=now)
+        name = shape_for(spec.shape, writer.dialect)
+        return named_error(name, spec, model=facts.model, ids=ids, now=now)
     return writer.error(spec, model=facts.model, facts=facts, ids=ids, now=now)
 
 

@@ -42,7 +42,7 @@ from twmock.plan import (
 )
 from twmock.realtime import RealtimeLog, realtime_switch
 from twmock.script import MockSettings, Script, ScriptError
-from twmock.shapes import SHAPES
+from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
 from twproto.paths import Operation, match_path
 from twserve.httptypes import Request, Responder
@@ -166,7 +166,7 @@ class MockHandler:
 
 def _check_shapes(script: Script, where: str) -> None:
     shape = script.error.shape if script.error is not None else None
-    if shape is not None and shape not in SHAPES:
+    if shape is not None and not known_shape(shape):
         known = ", ".join(SHAPES)
         raise ScriptError(f"{where}: unknown error shape {shape!r} (known: {known})")
 

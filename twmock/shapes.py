@@ -10,6 +10,10 @@ Placeholders in bodies and header values: ``{model}``, ``{request_id}``, ``{rese
 (seconds), ``{resets_at}`` (epoch seconds), ``{reset_iso}`` (UTC, ISO 8601), ``{reset_cn}``
 (``YYYY-MM-DD HH:MM:SS`` in China time, as GLM writes it), ``{retry_delay}`` (Gemini's
 ``"5s"`` form).
+
+A few names stand for one situation rather than one provider (`BY_FORMAT`): ``error:
+"context-overflow"`` answers the request's own format's "the prompt does not fit the context
+window" error.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from twmock._wire import pretty
 from twmock.answer import ErrorReply, Ids, error_headers
 from twmock.script import ErrorSpec
 from twproto import json_dumps, json_loads
+from twproto.dialect import Dialect
 
-__all__ = ["SHAPES", "Shape", "named_error"]
+__all__ = ["BY_FORMAT", "SHAPES", "Shape", "known_shape", "named_error", "shape_for"]
 
 _JSON = "application/json"
 _GOOGLE_JSON = "application/json; charset=UTF-8"
@@ -175,6 +180,14 @@ SHAPES: dict[str, Shape] = {
         'the messages.",\n    "type": "invalid_request_error",\n    "param": "messages",\n    '
         '"code": "context_length_exceeded"\n  }\n}\n',
     ),
+    # The Responses API's wording for the same code.
+    "openai-responses-context-length": Shape(
+        status=400,
+        body='{\n  "error": {\n    "message": "Your input exceeds the context window of this '
+        'model. Please adjust your input and try again.",\n    "type": '
+        '"invalid_request_error",\n    "param": "input",\n    "code": '
+        '"context_length_exceeded"\n  }\n}',
+    ),
     "openai-invalid-encrypted-content": Shape(
         status=400,
         body='{\n  "error": {\n    "message": "The encrypted content gAAA...c90= could not be '
@@ -310,6 +323,16 @@ SHAPES: dict[str, Shape] = {
         content_type=_GOOGLE_JSON,
         body=_google(503, "The model is overloaded. Please try again later.", "UNAVAILABLE"),
     ),
+    "gemini-context-length": Shape(
+        status=400,
+        content_type=_GOOGLE_JSON,
+        body=_google(
+            400,
+            "The input token count (1231741) exceeds the maximum number of tokens allowed "
+            "(1048576).",
+            "INVALID_ARGUMENT",
+        ),
+    ),
     "gemini-invalid-argument": Shape(
         status=400,
         content_type=_GOOGLE_JSON,
@@ -393,6 +416,28 @@ def _error_object(body: bytes, status: int) -> dict[str, Any]:
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         return dict(parsed["error"])
     return {"type": "server_error" if status >= 500 else "error", "message": f"HTTP {status}"}
+
+
+# A situation's shape in each request format.
+BY_FORMAT: dict[str, dict[Dialect, str]] = {
+    "context-overflow": {
+        Dialect.ANTHROPIC: "anthropic-prompt-too-long",
+        Dialect.OPENAI_CHAT: "openai-context-length",
+        Dialect.OPENAI_RESPONSES: "openai-responses-context-length",
+        Dialect.GEMINI: "gemini-context-length",
+    },
+}
+
+
+def known_shape(name: str) -> bool:
+    """Whether `name` is a shape or a situation of `BY_FORMAT`."""
+    return name in SHAPES or name in BY_FORMAT
+
+
+def shape_for(name: str, dialect: Dialect) -> str:
+    """The shape `name` stands for in a request of format `dialect`."""
+    by_format = BY_FORMAT.get(name)
+    return by_format[dialect] if by_format is not None else name
 
 
 def named_error(name: str, spec: ErrorSpec, *, model: str, ids: Ids, now: int) -> ErrorReply:

@@ -21,6 +21,7 @@ from tests.twmock.test_formats import (
     sse_json,
 )
 from twmock import SHAPES, Break, Chunk, End, Head, ResetBeforeHead, Silence
+from twproto.failures import FailureKind, classify_response
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
 
@@ -506,3 +507,21 @@ def test_many_chunks_plan_whole() -> None:
     path, body, query = stream_route("responses")
     p = run(path, body, {"chunks": 5000}, query=query)
     assert sum(1 for s in p.steps if isinstance(s, Chunk)) >= 5000
+
+
+@pytest.mark.parametrize(
+    ("fmt", "shape"),
+    [
+        ("anthropic", "anthropic-prompt-too-long"),
+        ("chat", "openai-context-length"),
+        ("responses", "openai-responses-context-length"),
+        ("gemini", "gemini-context-length"),
+    ],
+)
+def test_context_overflow_answers_each_formats_own_error(fmt: str, shape: str) -> None:
+    path, body, _ = ROUTES[fmt]
+    p = run(path, body, {"error": "context-overflow"})
+    assert p.status == 400
+    assert p.body == run(path, body, {"error": shape}).body
+    failure = classify_response(p.status, [], p.body, now=0.0)
+    assert failure.kind is FailureKind.CONTEXT_OVERFLOW
