@@ -1114,7 +1114,9 @@ class AttemptMachine:
     def _cancel_current(
         self, outcome: Outcome, now: float, *, failure: Failure | None = None
     ) -> CancelAttempt:
-        index = self._close_current(outcome, now, failure=failure)
+        # A slow start is no failure, but the request row says why the attempt was dropped.
+        error = "gw.slow_start" if outcome is Outcome.SLOW_START else None
+        index = self._close_current(outcome, now, failure=failure, error=error)
         return CancelAttempt(
             provider=self._records[index].provider, index=index, outcome=outcome, failure=failure
         )

@@ -787,6 +787,7 @@ def test_slow_start_moves_to_a_candidate_that_can_take_the_request() -> None:
     assert cancel == CancelAttempt(provider="a", index=0, outcome=Outcome.SLOW_START)
     assert send == Send(provider="b", index=1)
     assert m.attempts[0].outcome is Outcome.SLOW_START
+    assert m.attempts[0].error == "gw.slow_start"  # the request row's reason, not a failure
 
 
 def test_slow_start_keeps_streaming_when_nobody_can_take_it() -> None:

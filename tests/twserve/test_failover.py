@@ -307,9 +307,9 @@ def test_silent_upstream_is_left_on_slow_start(stack: StackFactory, sdks: Sdks) 
 
     assert 4.5 < time.monotonic() - started < 5 + 3
     (row,) = st.wait_rows(1)
-    assert [(a["provider"], a["outcome"]) for a in attempts(row)] == [
-        ("a", "slow_start"),
-        ("b", "ok"),
+    assert [(a["provider"], a["outcome"], a["error"]) for a in attempts(row)] == [
+        ("a", "slow_start", "gw.slow_start"),
+        ("b", "ok", None),
     ]
 
 
