@@ -10,6 +10,9 @@ commonly send ``Content-Length``; the gateway writes its own framing).
 
 The list applies where an upstream's head reaches a client as it came: same-format whole
 answers and passed-through errors. Streams and converted answers get headers the gateway writes.
+The gateway's own ``x-twserve-provider`` and ``x-twserve-model`` (who answered) are never on the
+list: an upstream that sends headers of those names (another gateway in front of it) cannot
+speak for this one.
 """
 
 from __future__ import annotations

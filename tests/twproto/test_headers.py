@@ -27,3 +27,8 @@ def test_framing_and_hop_headers_are_never_listed() -> None:
     for name in (b"content-length", b"transfer-encoding", b"connection", b"keep-alive"):
         assert name not in CLIENT_RESPONSE_HEADERS
     assert all(name == name.lower() for name in CLIENT_RESPONSE_HEADERS)
+
+
+def test_an_upstreams_who_answered_headers_never_pass() -> None:
+    upstream = [(b"X-Twserve-Provider", b"elsewhere"), (b"x-twserve-model", b"other")]
+    assert client_response_headers(upstream) == []
