@@ -1140,6 +1140,22 @@ def test_context_overflow_in_a_stream() -> None:
         },
     }
     check(classify_stream_error(Dialect.OPENAI_RESPONSES, event, now=NOW), OVERFLOW)
+    # The Responses stream's own ``error`` event, as OpenAI sends it before any output.
+    opening = {
+        "type": "error",
+        "sequence_number": 2,
+        "error": {
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+            "message": "Your input exceeds the context window of this model. Please adjust your"
+            " input and try again.",
+            "param": "input",
+        },
+    }
+    check(classify_stream_error(Dialect.OPENAI_RESPONSES, opening, now=NOW), OVERFLOW)
+    # OpenRouter's wording for an endpoint's window.
+    relay = {"error": {"code": 400, "message": "This endpoint's maximum context length is 32768"}}
+    check(classify_stream_error(Dialect.OPENAI_CHAT, relay, now=NOW), OVERFLOW)
 
 
 def test_a_token_rate_limit_is_not_a_context_overflow() -> None:

@@ -195,6 +195,27 @@ def test_by_default_the_answer_shows_the_requested_model(
     assert model.removeprefix("models/") == MODELS[fmt]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_overflow_that_opens_the_stream_moves_on_too(
+    stack: StackFactory, sdks: Sdks, fmt: str
+) -> None:
+    # The small upstream answers 200 and opens its stream with the overflow as an error event
+    # (the Responses API does exactly this), before any content.
+    opening = MockSettings(
+        script=parse_script({"error": "context-overflow", "stream_error_after": 0}), seed=3
+    )
+    spec = {"model_specs": {"small-model": {"context_window": 8_000}}}
+    big = {"model_specs": {"big-model": {"context_window": 200_000}}}
+    st = stack(
+        {"small": Upstream(fmt, opening, extra=spec), "big": Upstream(fmt, ANSWER, extra=big)},
+        config=_config("served"),
+    )
+    headers, text, model = _ask(sdks, st, fmt, stream=True)
+    assert (text, headers["x-twserve-provider"], model) == (TEXT, "big", "big-model")
+    assert len(st.mock("small").received) == 1
+    _not_paused(st)
+
+
 def test_the_request_row_records_the_overflow_and_the_skip(stack: StackFactory) -> None:
     # Three candidates: the middle one's window is no larger than the first's, so it is
     # skipped without being asked.
