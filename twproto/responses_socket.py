@@ -14,6 +14,14 @@ adds the turn's ``stream_id`` to each (`ws_tag_stream_id`). What the gateway wri
   carries the same error object an HTTP client would have got;
 * `ws_steer_failed_event` — ``response.steer.failed`` with ``steering_not_supported``.
 
+The gateway is also a client of this socket, towards an OpenAI Responses upstream configured with
+``responses_transport: websocket``. `ws_upstream_url` is where that socket is opened (the HTTP
+request's URL with a ``ws``/``wss`` scheme); `ws_upstream_create` turns a streamed Responses
+create (the HTTP request the relay built) into the ``response.create`` event sent for a turn;
+`read_ws_upstream_event` says what one upstream message is to the turn (does it end it, is it an
+error); `ws_upstream_error_answer` makes the HTTP error answer an ``error`` event stands for, so
+the failover rules read it exactly as they read an HTTP error.
+
 Text in, values and text out: no IO.
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from twproto._json import dumps, loads
 from twproto.dialect import Dialect
@@ -34,8 +43,10 @@ __all__ = [
     "EventRejected",
     "SteerRequested",
     "TurnRequested",
+    "UpstreamSocketEvent",
     "WsClientEvent",
     "read_ws_client_event",
+    "read_ws_upstream_event",
     "ws_answer_error_event",
     "ws_completed_event",
     "ws_error_event",
@@ -43,6 +54,9 @@ __all__ = [
     "ws_steer_failed_event",
     "ws_stream_message",
     "ws_tag_stream_id",
+    "ws_upstream_create",
+    "ws_upstream_error_answer",
+    "ws_upstream_url",
 ]
 
 # Where a Responses socket is opened (``GET`` with ``Upgrade: websocket``): the Responses API's
@@ -222,3 +236,88 @@ def ws_tag_stream_id(data: str, stream_id: str) -> str:
         return data
     event["stream_id"] = stream_id
     return dumps(event).decode()
+
+
+# --- the gateway as a client of an upstream's Responses socket ----------------------------------
+
+# Fields of an HTTP Responses request that only describe the HTTP transport: a socket always
+# streams, and a background response has no socket to stream on.
+_TRANSPORT_ONLY = ("stream", "stream_options", "background")
+# The events that end a response on the socket (as the end of the body ends it over HTTP).
+_TURN_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def ws_upstream_url(url: str) -> str:
+    """The socket URL for an HTTP request URL: ``http`` becomes ``ws``, ``https`` ``wss``."""
+    if url.startswith("https://"):
+        return "wss://" + url[len("https://") :]
+    if url.startswith("http://"):
+        return "ws://" + url[len("http://") :]
+    raise ValueError(f"not an http(s) URL: {url!r}")
+
+
+def ws_upstream_create(url: str, body: bytes) -> str | None:
+    """The ``response.create`` event standing for an HTTP request to `url` with `body`, when
+    that request is a streamed Responses create (``POST <base>/responses``, ``stream: true``):
+    its fields, less those of the HTTP transport. None for any other request (a whole answer,
+    token counting, compaction), which stays on HTTP."""
+    path = urlsplit(url).path
+    if not path.endswith("/responses"):
+        return None
+    try:
+        obj = loads(body)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("stream") is not True:
+        return None
+    fields = {k: v for k, v in obj.items() if k not in _TRANSPORT_ONLY and k != "type"}
+    return dumps({"type": "response.create", **fields}).decode()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamSocketEvent:
+    """One upstream message, as far as the turn is concerned: its event `type` (empty when it
+    has none), whether it `ends` the turn, and whether it is an ``error`` event."""
+
+    type: str
+    ends: bool
+    error: bool
+
+
+def read_ws_upstream_event(text: str) -> UpstreamSocketEvent:
+    """What upstream message `text` is to the turn. A response ends with
+    ``response.completed``, ``response.failed`` or ``response.incomplete``; an ``error`` event
+    ends the turn too (whether the response had begun or not)."""
+    try:
+        event = loads(text)
+    except ValueError:
+        return UpstreamSocketEvent(type="", ends=False, error=False)
+    kind = event.get("type") if isinstance(event, dict) else None
+    if not isinstance(kind, str):
+        return UpstreamSocketEvent(type="", ends=False, error=False)
+    is_error = kind == "error"
+    return UpstreamSocketEvent(type=kind, ends=is_error or kind in _TURN_ENDS, error=is_error)
+
+
+def ws_upstream_error_answer(text: str) -> tuple[int, bytes]:
+    """The HTTP status and error body an upstream ``error`` event stands for: the event's
+    ``status`` (500 when it has none) and ``{"error": <its error object>}``."""
+    try:
+        event = loads(text)
+    except ValueError:
+        event = None
+    status = 500
+    error: object = None
+    if isinstance(event, dict):
+        raw = event.get("status")
+        if isinstance(raw, int) and not isinstance(raw, bool) and 400 <= raw <= 599:
+            status = raw
+        error = event.get("error")
+    if not isinstance(error, dict):
+        error = {
+            "type": "server_error",
+            "code": None,
+            "message": "the upstream sent an error event without an error object",
+            "param": None,
+        }
+    return status, dumps({"error": error})
