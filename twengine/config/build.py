@@ -64,6 +64,7 @@ from twengine.config.model import (
     PriceSheet,
     Pricing,
     Provider,
+    ResponsesTransport,
     Retention,
     Route,
     Rule,
@@ -783,10 +784,30 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             forward_mock_headers=f.boolean("forward_mock_headers", False),
             http2=f.boolean("http2", False),
             realtime=f.boolean("realtime", False),
+            responses_transport=_responses_transport(out, f, protocol),
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))
     return placed
+
+
+def _responses_transport(
+    out: _Problems, f: _Fields, protocol: Dialect | None
+) -> ResponsesTransport:
+    """``responses_transport``: a Responses upstream's own WebSocket exists only for the
+    ``openai-responses`` protocol."""
+    transport = f.choice("responses_transport", ResponsesTransport, ResponsesTransport.HTTP)
+    if transport is ResponsesTransport.WEBSOCKET and protocol not in (
+        None,
+        Dialect.OPENAI_RESPONSES,
+    ):
+        out.add(
+            "config.responses_transport_protocol",
+            f.at("responses_transport"),
+            f"responses_transport: websocket needs protocol openai-responses, not {protocol}",
+        )
+        return ResponsesTransport.HTTP
+    return transport
 
 
 def _aliases(out: _Problems, top: _Fields) -> list[_Placed]:

@@ -57,6 +57,7 @@ __all__ = [
     "PriceSheet",
     "Pricing",
     "Provider",
+    "ResponsesTransport",
     "Retention",
     "Route",
     "Rule",
@@ -100,6 +101,13 @@ class LimitMeasure(StrEnum):
     REQUESTS = "requests"
     TOKENS = "tokens"
     COST = "cost"
+
+
+class ResponsesTransport(StrEnum):
+    """How an OpenAI Responses upstream is called for a client's Responses WebSocket turns."""
+
+    HTTP = "http"
+    WEBSOCKET = "websocket"
 
 
 class Billing(StrEnum):
@@ -269,6 +277,9 @@ class Provider:
     http2: bool = False
     # Takes Realtime WebSockets (``/v1/realtime``) at its base URL (docs/transports.md).
     realtime: bool = False
+    # ``websocket``: a client's Responses WebSocket turns reach this (openai-responses)
+    # upstream over its own Responses WebSocket, one kept per client socket (docs/transports.md).
+    responses_transport: ResponsesTransport = ResponsesTransport.HTTP
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""
