@@ -85,6 +85,11 @@ async def read_prefix(answer: UpstreamAnswer, limit: int) -> bytes:
     return b"".join(parts)[:limit]
 
 
+# Given a request and its connect timeout: the answer's context manager when the request goes
+# another way than HTTP, else None.
+SocketRoute = Callable[[UpstreamRequest, float], AbstractAsyncContextManager[UpstreamAnswer] | None]
+
+
 class UpstreamUnreachable(Exception):
     """No response head arrived: the request may not have reached the upstream at all."""
 
@@ -146,9 +151,12 @@ class UpstreamClient:
         keepalive_expiry: float = 60.0,
         connect_timeout: float = 10.0,
         http2_for: Callable[[str], bool] | None = None,
+        socket_route: SocketRoute | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.http2_for = http2_for
+        # Another way to an upstream for some requests (twserve.upstream_socket): asked first.
+        self.socket_route = socket_route
 
         def pool(*, http1: bool = True, http2: bool = False) -> httpcore.AsyncConnectionPool:
             return httpcore.AsyncConnectionPool(
@@ -174,16 +182,27 @@ class UpstreamClient:
             return self.pool
         return self.h2_pool if url.startswith("https:") else self.h2c_pool
 
-    @asynccontextmanager
-    async def open(
+    def open(
         self, request: UpstreamRequest, *, connect_timeout: float | None = None
-    ) -> AsyncIterator[UpstreamAnswer]:
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
         """Send `request` and yield the answer once its head has arrived. `connect_timeout` is
-        the upstream's own (``providers[].connect_timeout_secs``); None takes the pool's."""
+        the upstream's own (``providers[].connect_timeout_secs``); None takes the pool's. A
+        request `socket_route` takes goes its way instead of over HTTP."""
+        timeout = self.connect_timeout if connect_timeout is None else connect_timeout
+        if self.socket_route is not None:
+            routed = self.socket_route(request, timeout)
+            if routed is not None:
+                return routed
+        return self._open_http(request, timeout)
+
+    @asynccontextmanager
+    async def _open_http(
+        self, request: UpstreamRequest, connect_timeout: float
+    ) -> AsyncIterator[UpstreamAnswer]:
         # No read timeout here: the attempt machine's idle timer decides when silence is too
         # long, and cancelling the attempt closes the connection.
         timeouts: dict[str, float | None] = {
-            "connect": self.connect_timeout if connect_timeout is None else connect_timeout,
+            "connect": connect_timeout,
             "read": None,
             "write": 60.0,
             "pool": None,
