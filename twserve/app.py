@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config
-from twengine.config.model import GroupType, Provider
+from twengine.config.model import GroupType, Provider, ResponsesTransport
 from twserve import control, http1, http2, realtime, websocket
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
@@ -38,6 +38,7 @@ from twserve.metrics import Metrics
 from twserve.prices import load_price_table
 from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
+from twserve.upstream_socket import socket_route
 from twserve.usage import UsageKeeper
 
 __all__ = ["FD_RESERVE", "GatewayApp", "raise_fd_limit"]
@@ -109,7 +110,9 @@ class GatewayApp:
         self.port = port if port is not None else config.listen.gateway.port
         self.limits = limits
         self.store = RequestStore(data_dir / "requests.sqlite3")
-        self.upstream = UpstreamClient(http2_for=self._speaks_http2)
+        self.upstream = UpstreamClient(
+            http2_for=self._speaks_http2, socket_route=socket_route(self._responses_socket_of)
+        )
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
         # (the machine's local one when None).
         self.usage = UsageKeeper(config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz)
@@ -207,6 +210,17 @@ class GatewayApp:
             if url == base or url.startswith((base + "/", base + "?")):
                 return provider.http2
         return False
+
+    def _responses_socket_of(self, url: str) -> str | None:
+        """The provider `url` belongs to when it is configured with ``responses_transport:
+        websocket`` (its Responses turns from a client socket go over its own socket)."""
+        for provider in self.gateway.config.providers:
+            base = provider.base_url
+            if url == base or url.startswith((base + "/", base + "?")):
+                if provider.responses_transport is ResponsesTransport.WEBSOCKET:
+                    return provider.name
+                return None
+        return None
 
     async def _test_connections(self) -> None:
         """Time a connection to each member of a url-test group once at startup: the group ranks

@@ -36,6 +36,10 @@ wsproto's code (1002, 1007). Once a close frame is out, the session stops and wa
 time for the client's close before the TCP connection is closed. A client that goes away (close
 frame or lost socket) cancels the running turn's scope: the upstream call is closed, its slot
 freed and its row marked cancelled, as over HTTP.
+
+A turn routed to an OpenAI Responses upstream configured with ``responses_transport: websocket``
+reaches it over that upstream's own socket, kept for the client socket's later turns
+(twserve/upstream_socket.py); the socket's `UpstreamSockets` is made current around each turn.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ from twserve.http1 import (
     Switch,
 )
 from twserve.httptypes import Handler, Headers, Request
+from twserve.upstream_socket import UpstreamSockets
 
 log = logging.getLogger("twserve.websocket")
 
@@ -295,6 +300,9 @@ class _Session:
             limits.max_queued_turns
         )
         self.upgrade = handoff.request
+        # The upstream sockets this client socket's turns keep (an OpenAI Responses upstream
+        # configured with ``responses_transport: websocket``), closed with it.
+        self.upstreams = UpstreamSockets()
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -404,6 +412,7 @@ class _Session:
         finally:
             self.queue_in.close()
             self.queue_out.close()
+            await self.upstreams.aclose()
             await self._end_socket()
 
     async def _end_socket(self) -> None:
@@ -446,7 +455,7 @@ class _Session:
             self.running = turn
             self.turn_scope = anyio.CancelScope()
             try:
-                with self.turn_scope:
+                with self.turn_scope, self.upstreams.turn():
                     await self.handler(turn.request, responder)
                     if not responder.started:
                         await responder.start(500, [])
