@@ -19,6 +19,7 @@ from twengine.config.credentials import CredentialFault
 from twserve.client_answer import RelayOutcome
 from twserve.events import EventBus
 from twserve.store import RequestRow
+from twserve.upstream_socket import current_sockets
 
 __all__ = [
     "credential_skip_view",
@@ -83,6 +84,7 @@ def fill_row(
             for a in outcome.attempts
         ),
     ]
+    _note_transport(routing, outcome)
     row.routing = routing
     usage = outcome.usage
     if usage is not None:
@@ -91,6 +93,20 @@ def fill_row(
         row.cache_read_tokens = usage.cache_read_tokens
         row.cache_write_tokens = usage.cache_write_tokens
         row.reasoning_tokens = usage.reasoning_tokens
+
+
+def _note_transport(routing: dict[str, Any], outcome: RelayOutcome) -> None:
+    """On a client WebSocket's turn: which upstream transport each attempt and the answer used
+    (an upstream's own Responses socket, twserve.upstream_socket, or HTTP)."""
+    sockets = current_sockets()
+    if sockets is None:
+        return
+    for view in routing["attempts"]:
+        if view.get("provider") in sockets.used:
+            view["transport"] = "websocket"
+    if outcome.provider is not None:
+        used = outcome.provider in sockets.used
+        routing["upstream_transport"] = "websocket" if used else "http"
 
 
 def retry_observer(
