@@ -10,8 +10,8 @@ out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.http1, its HTTP/2 switch (h2c) and the Realtime
-WebSocket (twmock.realtime); `run_mock` does
+`serve_mock` serves a handler over twserve.http1, its HTTP/2 switch (h2c), the Realtime
+WebSocket (twmock.realtime) and the Responses WebSocket (twmock.responses_socket); `run_mock` does
 the same as an async context manager and yields the bound port and the handler, which is what
 tests want.
 """
@@ -41,10 +41,12 @@ from twmock.plan import (
     plan,
 )
 from twmock.realtime import RealtimeLog, realtime_switch
+from twmock.responses_socket import SocketLog, responses_socket_switch
 from twmock.script import MockSettings, Script, ScriptError
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
 from twproto.paths import Operation, match_path
+from twserve.http1 import Switch
 from twserve.httptypes import Request, Responder
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "Received",
     "carry_out",
     "make_handler",
+    "mock_switches",
     "run_mock",
     "serve_mock",
 ]
@@ -99,6 +102,8 @@ class MockHandler:
         self._rng = random.Random(settings.seed)
         # The Realtime endpoint's record (twmock.realtime).
         self.realtime = RealtimeLog()
+        # The Responses WebSocket's record (twmock.responses_socket).
+        self.sockets = SocketLog()
 
     def count(self, profile: str = "") -> int:
         """How many scripted requests (generate, count tokens) `profile` has received."""
@@ -108,6 +113,11 @@ class MockHandler:
         """Forget the counters and the request log (the random sequence goes on)."""
         self._counts.clear()
         self.received.clear()
+
+    def profile_of(self, path: str) -> tuple[str, Script, str]:
+        """The profile `path` names (its first segment, when that is a profile), the profile's
+        script, and the path without that segment."""
+        return self._profile(path)
 
     def _profile(self, path: str) -> tuple[str, Script, str]:
         profiles = self.settings.profiles
@@ -171,6 +181,18 @@ def _check_shapes(script: Script, where: str) -> None:
         raise ScriptError(f"{where}: unknown error shape {shape!r} (known: {known})")
 
 
+def mock_switches(handler: MockHandler) -> tuple[Switch, ...]:
+    """The mock server's protocol switches: h2c, the Realtime WebSocket (twmock.realtime) and
+    the Responses WebSocket (twmock.responses_socket)."""
+    from twserve import http2
+
+    return (
+        http2.switch,
+        realtime_switch(handler.realtime),
+        responses_socket_switch(handler),
+    )
+
+
 def make_handler(settings: MockSettings | None = None) -> MockHandler:
     """A new mock instance (own counters, log and random sequence)."""
     settings = settings if settings is not None else MockSettings()
@@ -213,10 +235,10 @@ async def serve_mock(
 ) -> None:
     """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
     HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
-    from twserve import http1, http2
+    from twserve import http1
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=(http2.switch, realtime_switch(handler.realtime)))
+    server = http1.Server(handler, switches=mock_switches(handler))
     await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
 
@@ -241,10 +263,10 @@ async def run_mock(
 ) -> AsyncIterator[MockServer]:
     """Run a mock instance on loopback for the duration of the block (port 0: any free one),
     speaking HTTP/1.1 and h2c."""
-    from twserve import http1, http2
+    from twserve import http1
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=(http2.switch, realtime_switch(handler.realtime)))
+    server = http1.Server(handler, switches=mock_switches(handler))
 
     async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
         await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)

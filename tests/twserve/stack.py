@@ -19,10 +19,9 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from twengine.config import build_config
-from twmock.realtime import realtime_switch
 from twmock.script import MockSettings
-from twmock.server import MockHandler, make_handler
-from twserve import http1, http2
+from twmock.server import MockHandler, make_handler, mock_switches
+from twserve import http1
 from twserve.app import GatewayApp
 
 KEY = "test-key"
@@ -97,10 +96,8 @@ def running_stack(
         for name, up in upstreams.items():
             handler = make_handler(up.settings)
             # The mocks speak h2c too, for upstreams configured with ``http2: true``, and
-            # take Realtime sockets (twmock.realtime).
-            server = http1.Server(
-                handler, switches=(http2.switch, realtime_switch(handler.realtime))
-            )
+            # take Realtime and Responses sockets (twmock.realtime, twmock.responses_socket).
+            server = http1.Server(handler, switches=mock_switches(handler))
             fut, port = portal.start_task(
                 partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
             )
