@@ -53,8 +53,16 @@ TWMOCK_IO = {
     "twmock/server.py",
     "twmock/cli.py",
     "twmock/realtime.py",
+    "twmock/responses_socket.py",
 }
-TWMOCK_IO_MODULES = {"twmock", "twmock.__main__", "twmock.server", "twmock.cli", "twmock.realtime"}
+TWMOCK_IO_MODULES = {
+    "twmock",
+    "twmock.__main__",
+    "twmock.server",
+    "twmock.cli",
+    "twmock.realtime",
+    "twmock.responses_socket",
+}
 
 
 def _modules(package: str) -> list[Path]:

@@ -53,6 +53,9 @@ _CODES = {
     "config.default_key_unknown": "default_key names no gateway key.",
     "config.provider_duplicate_name": "Two upstreams have the same name.",
     "config.provider_concurrency_range": "providers[].max_concurrent is outside 1–1000.",
+    "config.responses_transport_protocol": (
+        "responses_transport: websocket on an upstream whose protocol is not openai-responses."
+    ),
     "config.header_invalid": (
         "An upstream header has a bad name or value, is repeated, or is one the gateway sets."
     ),

@@ -14,7 +14,8 @@ is how the answer travels:
 
 Turns on one socket run one after another. ``{"type": "mock.close", "code": N}`` makes the mock
 close the socket with code N. Pings are answered. `SocketLog` keeps what tests assert on: each
-upgrade (its headers) and how many turns each socket carried.
+upgrade (its headers) and how many turns each socket carried; and two knobs tests set: an HTTP
+status to refuse upgrades with, and a close code to end each socket with after a turn.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class SocketLog:
     upgrades: list[Request] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     open: int = 0
+    # Test knobs: answer upgrades with this HTTP status instead of switching (an upstream
+    # without the socket, or one refusing it); close each socket with this code after its turn.
+    refuse_status: int | None = None
+    close_after_turn: int | None = None
 
 
 def responses_socket_switch(handler: MockHandler) -> Switch:
@@ -74,11 +79,28 @@ def responses_socket_switch(handler: MockHandler) -> Switch:
             return None
 
         async def take(handoff: Handoff) -> None:
+            if handler.sockets.refuse_status is not None:
+                await _refuse(handoff, handler.sockets.refuse_status)
+                return
             await _Socket(handoff, handler).run()
 
         return take
 
     return switch
+
+
+async def _refuse(handoff: Handoff, status: int) -> None:
+    body = json.dumps(
+        {"error": {"type": "server_error", "code": None, "message": "no socket", "param": None}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    with suppress(Exception):
+        await handoff.stream.send(head.encode() + body)
+    with suppress(Exception):
+        await handoff.stream.aclose()
 
 
 class _Dropped(Exception):
@@ -176,6 +198,11 @@ class _Socket:
                             text, parts = "".join(parts), []
                             self.log.turns[number] += 1
                             if not await self._turn(text):
+                                return
+                            code = self.log.close_after_turn
+                            if code is not None:
+                                close = CloseConnection(code=code, reason="mock closes")
+                                await self.stream.send(self.ws.send(close))
                                 return
                     elif isinstance(event, CloseConnection):
                         with suppress(Exception):

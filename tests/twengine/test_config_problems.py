@@ -317,6 +317,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "providers[0].max_concurrent",
     ),
     (
+        "websocket transport on a chat upstream",
+        provider(protocol="openai-chat", responses_transport="websocket"),
+        "config.responses_transport_protocol",
+        "providers[0].responses_transport",
+    ),
+    (
         "header name",
         provider(headers={"Bad Header": "x"}),
         "config.header_invalid",
