@@ -212,6 +212,9 @@ _CODES = {
     ),
     "gw.realtime.model_required": "A Realtime upgrade without `?model=` (400).",
     "gw.realtime.busy": "Every Realtime upstream for the model is at its `max_concurrent` (429).",
+    "gw.realtime.upstream_too_big": (
+        "A Realtime upstream sent a message over the size limit; both sides were closed 1009."
+    ),
     "gw.realtime.upstream_failed": (
         "No Realtime upstream for the model accepted the WebSocket (502)."
     ),

@@ -10,7 +10,8 @@ the openai SDK's ``types/realtime`` has them):
   `REALTIME_USAGE`;
 * a binary message is sent back as it came (audio frames pass both ways on a real upstream);
 * ``{"type": "mock.close", "code": N}`` makes the mock close the socket with code N, which is how
-  tests have an upstream close on them;
+  tests have an upstream close on them; ``{"type": "mock.big", "bytes": N}`` is answered with
+  one message of about N bytes; `RealtimeLog.refuse_status` set, upgrades are refused with it;
 * pings are answered; other events are ignored.
 
 `RealtimeLog` keeps what tests assert on: the upgrades seen (with their headers) and how each
@@ -63,6 +64,8 @@ class RealtimeLog:
     open: int = 0
     ended: list[int | None] = field(default_factory=list)
     changed: anyio.Event = field(default_factory=anyio.Event)
+    # A test knob: answer upgrades with this HTTP status instead of switching.
+    refuse_status: int | None = None
 
     def _changed(self) -> None:
         self.changed.set()
@@ -85,11 +88,28 @@ def realtime_switch(log: RealtimeLog) -> Switch:
             return None
 
         async def take(handoff: Handoff) -> None:
+            if log.refuse_status is not None:
+                await _refuse(handoff, log.refuse_status)
+                return
             await _serve(handoff, log)
 
         return take
 
     return switch
+
+
+async def _refuse(handoff: Handoff, status: int) -> None:
+    body = json.dumps(
+        {"error": {"type": "server_error", "code": None, "message": "refused", "param": None}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    with suppress(Exception):
+        await handoff.stream.send(head.encode() + body)
+    with suppress(Exception):
+        await handoff.stream.aclose()
 
 
 async def _serve(handoff: Handoff, log: RealtimeLog) -> None:
@@ -203,6 +223,10 @@ async def _answer(text: str, send: Callable[..., Awaitable[None]], ws: WSConnect
             },
             {"type": "response.done", "response": done},
         )
+    elif kind == "mock.big":
+        # One text message of about `bytes` bytes (a size limit's test).
+        size = int(event.get("bytes") or 0)
+        await send({"type": "mock.big", "padding": "x" * size})
     elif kind == "mock.close":
         code = int(event.get("code") or 1000)
         await send(CloseConnection(code=code, reason="mock closes"))

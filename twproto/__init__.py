@@ -144,6 +144,7 @@ from twproto.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
     add_usage,
+    realtime_error_event,
     realtime_upstream_url,
     realtime_usage,
 )
@@ -374,6 +375,7 @@ __all__ = (
     "passes_through",
     "read_ws_client_event",
     "read_ws_upstream_event",
+    "realtime_error_event",
     "realtime_upstream_url",
     "realtime_usage",
     "reported_usage",

@@ -3,7 +3,9 @@
 The gateway proxies a Realtime socket frame by frame and does not take its events apart, with
 one exception: the upstream's ``response.done`` events carry each response's usage, which the
 connection's row sums. `realtime_usage` reads that usage from one upstream text message;
-`realtime_upstream_url` is where a provider takes Realtime sockets, next to its HTTP API.
+`realtime_upstream_url` is where a provider takes Realtime sockets, next to its HTTP API;
+`realtime_error_event` is the API's ``error`` server event, for what the gateway itself has to
+tell a client before it closes the connection.
 
 Text in, values out: no IO.
 """
@@ -13,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from twproto._json import loads
+from twproto._json import dumps, loads
 from twproto.ir import Usage
 
 __all__ = [
     "REALTIME_CHECKED_AS",
     "REALTIME_PATH",
     "add_usage",
+    "realtime_error_event",
     "realtime_upstream_url",
     "realtime_usage",
 ]
@@ -87,3 +90,20 @@ def add_usage(total: Usage | None, more: Usage) -> Usage:
         reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
         cache_write_1h_tokens=total.cache_write_1h_tokens + more.cache_write_1h_tokens,
     )
+
+
+def realtime_error_event(code: str, message: str) -> str:
+    """A Realtime ``error`` server event (JSON text) with the gateway's `code` and `message`."""
+    return dumps(
+        {
+            "type": "error",
+            "event_id": f"event_gw_{code}",
+            "error": {
+                "type": "server_error",
+                "code": code,
+                "message": message,
+                "param": None,
+                "event_id": None,
+            },
+        }
+    ).decode()

@@ -92,6 +92,7 @@ class GatewayApp:
         host: str | None = None,
         port: int | None = None,
         limits: http1.ServerLimits | None = None,
+        ws_limits: websocket.WebSocketLimits | None = None,
         control_port: int | None = None,
         shutdown_grace: float = 30.0,
         config_path: Path | None = None,
@@ -109,6 +110,8 @@ class GatewayApp:
         self.host = host if host is not None else config.listen.gateway.bind
         self.port = port if port is not None else config.listen.gateway.port
         self.limits = limits
+        # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
+        self.ws_limits = ws_limits or websocket.WebSocketLimits()
         self.store = RequestStore(data_dir / "requests.sqlite3")
         self.upstream = UpstreamClient(
             http2_for=self._speaks_http2, socket_route=socket_route(self._responses_socket_of)
@@ -294,8 +297,8 @@ class GatewayApp:
             errors=transport_error,
             switches=(
                 http2.switch,
-                websocket.switch_for(self.gateway.check_head),
-                realtime.switch_for(self.gateway),
+                websocket.switch_for(self.gateway.check_head, self.ws_limits),
+                realtime.switch_for(self.gateway, self.ws_limits.idle_timeout),
             ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),

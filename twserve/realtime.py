@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
@@ -63,11 +62,13 @@ from twengine.rules import RequestFacts
 from twengine.slots import Permit
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
+from twproto.failures import Failure, classify_response, classify_transport
 from twproto.ir import Usage
 from twproto.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
     add_usage,
+    realtime_error_event,
     realtime_upstream_url,
     realtime_usage,
 )
@@ -78,6 +79,7 @@ from twserve.httptypes import Request
 from twserve.key_turn import key_turn
 from twserve.request_row import fill_row
 from twserve.store import RequestRow
+from twserve.ws_client import DialFailed, Refused, dial
 
 if TYPE_CHECKING:
     from twserve.gateway import Gateway
@@ -86,6 +88,7 @@ log = logging.getLogger("twserve.realtime")
 
 __all__ = ["switch_for"]
 
+UPSTREAM_TOO_BIG = "gw.realtime.upstream_too_big"
 NORMAL = 1000
 GOING_AWAY = 1001
 TOO_BIG = 1009
@@ -94,12 +97,15 @@ INTERNAL = 1011
 # close.
 _NOT_SENT = frozenset({1005, 1006, 1015})
 _REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
+# The Responses WebSocket's idle timeout (twserve.websocket.WebSocketLimits), the default here.
+IDLE_TIMEOUT = 300.0
 # A response.done repeats its whole output; one larger than this is passed on unread (no usage).
 _MAX_READ_MESSAGE = 16 * 1024 * 1024
 
 
-def switch_for(gateway: Gateway) -> Switch:
-    """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``)."""
+def switch_for(gateway: Gateway, idle_timeout: float = IDLE_TIMEOUT) -> Switch:
+    """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``); a connection
+    on which neither side sends anything (pings included) for `idle_timeout` seconds is closed."""
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or request.path != REALTIME_PATH:
@@ -110,7 +116,7 @@ def switch_for(gateway: Gateway) -> Switch:
             return None
 
         async def take(handoff: Handoff) -> None:
-            await _Proxy(handoff, gateway).run()
+            await _Proxy(handoff, gateway, idle_timeout).run()
 
         return take
 
@@ -195,9 +201,11 @@ class _Refused(Exception):
 class _Proxy:
     """One Realtime connection: the checks, the upstream socket, the two pumps, the row."""
 
-    def __init__(self, handoff: Handoff, gateway: Gateway) -> None:
+    def __init__(self, handoff: Handoff, gateway: Gateway, idle_timeout: float) -> None:
         self.handoff = handoff
         self.gateway = gateway
+        self.idle_timeout = idle_timeout
+        self.active_at = anyio.current_time()  # when either side last sent anything
         self.upgrade = handoff.request
         self.client = _Hop(handoff.stream, WSConnection(ConnectionType.SERVER))
         self.max_message = handoff.limits.max_body_bytes
@@ -347,19 +355,25 @@ class _Proxy:
     async def _open_upstream(
         self, usable: list[Destination], owner: str
     ) -> tuple[Permit, _Hop, Destination]:
-        hooks = self.gateway.hooks
+        gw = self.gateway
+        hooks = gw.hooks
         full = 0
         for dest in usable:
             permit = hooks.acquire(dest.name, owner)
             if permit is None:
                 full += 1
                 continue
+            # Each socket opened or not is a health sample of the upstream, as an HTTP attempt
+            # is: a refusal is classified as its HTTP answer, a connection that fails as its
+            # transport fault.
             try:
                 hop = await _dial(dest, dest.connect_timeout or 10.0)
-            except Exception as exc:  # refused, unreachable, TLS: the next candidate
+            except _NotOpened as exc:
                 log.info("Realtime upstream %s not opened: %s", dest.name, exc)
                 hooks.release(permit)
+                hooks.failed(dest.name, exc.failure(gw.wall()), gw.clock())
                 continue
+            hooks.succeeded(dest.name, gw.clock(), None)
             return permit, hop, dest
         if full == len(usable):
             raise _Refused(
@@ -434,9 +448,20 @@ class _Proxy:
                 await self.client.close(GOING_AWAY, "server draining")
                 await upstream.close(GOING_AWAY, "server draining")
 
+            async def idle() -> None:
+                # Nothing either way for idle_timeout: both sides are closed; the pumps end on
+                # their answers, or after a bounded wait for them.
+                while (left := self.active_at + self.idle_timeout - anyio.current_time()) > 0:
+                    await anyio.sleep(left)
+                await self.client.close(NORMAL, "idle timeout")
+                await upstream.close(NORMAL, "idle timeout")
+                await anyio.sleep(LINGER_SECS)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(client_side)
             tg.start_soon(upstream_side)
             tg.start_soon(drain)
+            tg.start_soon(idle)
         with anyio.CancelScope(shield=True):
             await self.client.finish()
 
@@ -449,8 +474,12 @@ class _Proxy:
             while True:
                 for event in src.ws.events():
                     if isinstance(event, TextMessage | BytesMessage):
+                        begun = size > 0  # pieces of this message have been passed on
                         size += len(event.data)
-                        if not from_upstream and size > self.max_message:
+                        if size > self.max_message:
+                            if from_upstream:
+                                await self._upstream_too_big(src, dst, event, begun)
+                                return
                             await src.close(TOO_BIG, f"message over {self.max_message} bytes")
                             await dst.close(GOING_AWAY, "the client's message was too big")
                             return
@@ -482,6 +511,7 @@ class _Proxy:
                         await dst.close(event.code, event.reason or "")
                         return
                 await src.receive()
+                self.active_at = anyio.current_time()
         except _Lost:
             if src.lost:
                 # The side we read from went away without a close frame.
@@ -497,51 +527,62 @@ class _Proxy:
         except ClientGone:
             await src.close(GOING_AWAY, "the other side is gone")
 
+    async def _upstream_too_big(
+        self, upstream: _Hop, client: _Hop, event: TextMessage | BytesMessage, begun: bool
+    ) -> None:
+        """An upstream message over the limit: the client is told why, both sides close 1009.
+        The part of the message already passed on is ended where it was cut, so the error
+        event that follows is a message of its own."""
+        if begun:
+            end: TextMessage | BytesMessage = (
+                TextMessage(data="", message_finished=True)
+                if isinstance(event, TextMessage)
+                else BytesMessage(data=b"", message_finished=True)
+            )
+            await client.send(end)
+        message = f"the upstream sent a message over {self.max_message} bytes"
+        await client.send(TextMessage(data=realtime_error_event(UPSTREAM_TOO_BIG, message)))
+        await client.close(TOO_BIG, "upstream message too big")
+        await upstream.close(TOO_BIG, f"message over {self.max_message} bytes")
+
     def _note_usage(self, text: str) -> None:
         usage = realtime_usage(text)
         if usage is not None:
             self.usage = add_usage(self.usage, usage)
 
 
+class _NotOpened(Exception):
+    """The upstream's socket did not open: it refused the upgrade, or could not be reached."""
+
+    def __init__(self, refused: Refused | None, failed: DialFailed | None) -> None:
+        super().__init__(
+            f"refused the upgrade with {refused.status}" if refused else str(failed or "")
+        )
+        self.refused = refused
+        self.failed = failed
+
+    def failure(self, wall_now: float) -> Failure:
+        if self.refused is not None:
+            r = self.refused
+            return classify_response(r.status, r.headers, r.body, now=wall_now)
+        assert self.failed is not None
+        return classify_transport(self.failed.fault)
+
+
 async def _dial(dest: Destination, timeout: float) -> _Hop:
-    """Open the upstream's Realtime socket; raises when it cannot be opened or refuses."""
+    """Open the upstream's Realtime socket; raises `_NotOpened` when it cannot be opened or
+    refuses."""
     target = dest.target
-    url = urlsplit(realtime_upstream_url(target.base_url, target.model))
-    tls = url.scheme == "wss"
-    host = url.hostname or ""
-    port = url.port or (443 if tls else 80)
-    with anyio.fail_after(timeout):
-        if tls:
-            stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                host,
-                port,
-                tls=True,
-                ssl_context=ssl.create_default_context(),
-                tls_standard_compatible=False,
-            )
-        else:
-            stream = await anyio.connect_tcp(host, port)
-        try:
-            ws = WSConnection(ConnectionType.CLIENT)
-            headers = list(target.headers)
-            if target.key:
-                headers.append((b"authorization", b"Bearer " + target.key.encode()))
-            request = WSRequest(
-                host=url.netloc, target=f"{url.path}?{url.query}", extra_headers=headers
-            )
-            hop = _Hop(stream, ws)
-            await hop.write(ws.send(request))
-            while True:
-                await hop.receive()
-                for event in ws.events():
-                    if isinstance(event, AcceptConnection):
-                        return hop
-                    if isinstance(event, RejectConnection):
-                        raise OSError(f"upstream refused the upgrade with {event.status_code}")
-        except BaseException:
-            with anyio.CancelScope(shield=True), suppress(Exception):
-                await stream.aclose()
-            raise
+    headers = list(target.headers)
+    if target.key:
+        headers.append((b"authorization", b"Bearer " + target.key.encode()))
+    try:
+        opened = await dial(realtime_upstream_url(target.base_url, target.model), headers, timeout)
+    except DialFailed as exc:
+        raise _NotOpened(None, exc) from exc
+    if isinstance(opened, Refused):
+        raise _NotOpened(opened, None)
+    return _Hop(opened.stream, opened.ws)
 
 
 def _model_of(query: str) -> str:

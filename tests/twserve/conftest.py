@@ -35,6 +35,7 @@ from google.genai import types as gtypes
 import twmock.server
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twserve import http1
+from twserve.websocket import WebSocketLimits
 
 __all__ = [
     "ERRORS",
@@ -103,11 +104,14 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
             config: Mapping[str, Any] | None = None,
             limits: http1.ServerLimits | None = None,
             env: Mapping[str, str] | None = None,
+            ws_limits: WebSocketLimits | None = None,
         ) -> Stack:
             data_dir = tmp_path / f"stack-{next(numbers)}"
             data_dir.mkdir()
             return exits.enter_context(
-                running_stack(data_dir, upstreams, config=config, limits=limits, env=env)
+                running_stack(
+                    data_dir, upstreams, config=config, limits=limits, env=env, ws_limits=ws_limits
+                )
             )
 
         yield start

@@ -23,6 +23,7 @@ from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
 from twserve import http1
 from twserve.app import GatewayApp
+from twserve.websocket import WebSocketLimits
 
 KEY = "test-key"
 CONTROL_KEY = "control-key-for-tests-0123456789"
@@ -82,6 +83,7 @@ def running_stack(
     *,
     config: Mapping[str, Any] | None = None,
     limits: http1.ServerLimits | None = None,
+    ws_limits: WebSocketLimits | None = None,
     control: bool = False,
     wall: Callable[[], float] | None = None,
     tz: dt.tzinfo | None = None,
@@ -127,6 +129,7 @@ def running_stack(
             env=dict(env or {}),
             port=0,
             limits=limits,
+            ws_limits=ws_limits,
             control_port=0 if control else None,
             **({"wall": wall} if wall is not None else {}),
             tz=tz,

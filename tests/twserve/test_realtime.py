@@ -7,6 +7,7 @@ The ``websockets`` library is the client, the mock upstream's Realtime endpoint
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from tests.twserve.stack import Stack, Upstream
 from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
 from twproto.realtime import realtime_upstream_url, realtime_usage
 from twserve import http1
+from twserve.websocket import WebSocketLimits
 
 pytestmark = pytest.mark.anyio
 
@@ -312,3 +314,75 @@ async def test_a_client_message_over_the_body_limit_is_closed_1009(stack: StackF
     assert ws.close_code == 1009
     await log.wait_ended(1)
     assert log.ended == [1001]
+
+
+async def test_an_idle_connection_is_closed_on_both_sides(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()}, ws_limits=WebSocketLimits(idle_timeout=0.3))
+    log = st.mock("rt").realtime
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        # Nothing more either way: the gateway closes both sides.
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            while True:
+                await ws.recv()
+    assert (ws.close_code, ws.close_reason) == (1000, "idle timeout")
+    await log.wait_ended(1)
+    assert log.ended == [1000]
+    (row,) = st.wait_rows(1)
+    assert row["status"] == 101
+
+
+async def test_an_upstream_message_over_the_limit_closes_both_1009(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()}, limits=http1.ServerLimits(max_body_bytes=4096))
+    log = st.mock("rt").realtime
+    got: list[str | bytes] = []
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "mock.big", "bytes": 1000}))  # under: passes
+        assert json.loads(await ws.recv())["type"] == "mock.big"
+        await ws.send(json.dumps({"type": "mock.big", "bytes": 5000}))
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            while True:
+                got.append(await ws.recv())
+    error = json.loads(got[-1])
+    assert error["type"] == "error"
+    assert error["error"]["code"] == "gw.realtime.upstream_too_big"
+    assert "4096" in error["error"]["message"]
+    assert ws.close_code == 1009
+    await log.wait_ended(1)
+    assert log.ended == [1009]
+
+
+@pytest.mark.parametrize("status", [503, 401])
+async def test_a_refused_upgrade_is_a_health_failure_and_an_open_one_a_success(
+    stack: StackFactory, status: int
+) -> None:
+    st = stack({"bad": _rt(), "good": _rt()}, config=fallback("bad", "good"))
+    st.mock("bad").realtime.refuse_status = status
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    assert st.mock("good").realtime.upgrades and not st.mock("bad").realtime.upgrades
+    _assert_failed_once(st, "bad")
+    good = st.app.gateway.router.health.snapshot("good", st.app.gateway.clock())
+    assert (good.attempts, good.failures_in_row, good.paused_until) == (1, 0, None)
+    assert (st.wait_rows(1)[0])["provider"] == "good"
+
+
+def _assert_failed_once(st: Stack, name: str) -> None:
+    """`name` has one health sample, a failure (counted in a row, or a pause it started)."""
+    snap = st.app.gateway.router.health.snapshot(name, st.app.gateway.clock())
+    assert snap.attempts == 1
+    assert snap.failures_in_row == 1 or snap.paused_until is not None
+
+
+async def test_an_unreachable_upstream_is_a_health_failure(stack: StackFactory) -> None:
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        closed_port = spare.getsockname()[1]
+    st = stack(
+        {"gone": _rt(base_url=f"http://127.0.0.1:{closed_port}/v1"), "good": _rt()},
+        config=fallback("gone", "good"),
+    )
+    async with _connect(st) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    _assert_failed_once(st, "gone")
