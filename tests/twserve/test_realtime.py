@@ -10,6 +10,7 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
 from tests.twserve.stack import Stack, Upstream
+from tests.twserve.tls_front import certificates, tls_front
 from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
 from twproto.realtime import realtime_upstream_url, realtime_usage
 from twserve import http1
@@ -386,3 +388,38 @@ async def test_an_unreachable_upstream_is_a_health_failure(stack: StackFactory) 
     async with _connect(st) as ws:
         assert json.loads(await ws.recv())["type"] == "session.created"
     _assert_failed_once(st, "gone")
+
+
+async def test_a_wss_upstream_is_reached_over_tls(
+    stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_file, context = certificates(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    ports: dict[str, int] = {}
+    async with tls_front(context, lambda: ports["rt"]) as tls_port:
+        st = stack({"rt": _rt(base_url=f"https://127.0.0.1:{tls_port}/v1")})
+        ports["rt"] = st.mocks["rt"][1]
+        async with _connect(st) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            await ws.send(json.dumps({"type": "response.create"}))
+            events = await _until_type(ws, "response.done")
+    assert events[-1]["response"]["usage"] == REALTIME_USAGE
+    (upgrade,) = st.mock("rt").realtime.upgrades
+    assert upgrade.header(b"authorization") == b"Bearer upstream-key-rt"
+    (row,) = st.wait_rows(1)
+    assert (row["status"], row["provider"]) == (101, "rt")
+
+
+async def test_a_wss_upstream_with_an_untrusted_certificate_is_not_used(
+    stack: StackFactory, tmp_path: Path
+) -> None:
+    # The default store does not know the test authority: TLS fails, a health failure.
+    _, context = certificates(tmp_path)
+    ports: dict[str, int] = {}
+    async with tls_front(context, lambda: ports["rt"]) as tls_port:
+        st = stack({"rt": _rt(base_url=f"https://127.0.0.1:{tls_port}/v1")})
+        ports["rt"] = st.mocks["rt"][1]
+        refusal = await _status_of_refusal(st)
+    assert refusal.response.status_code == 502
+    assert not st.mock("rt").realtime.upgrades
+    _assert_failed_once(st, "rt")

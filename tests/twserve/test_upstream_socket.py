@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ import pytest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.stack import Stack, Upstream
+from tests.twserve.tls_front import certificates, tls_front
 from twengine.config import ConfigError, build_config
 from twmock.script import MockSettings, parse_script
 
@@ -244,12 +246,12 @@ async def test_an_upstream_socket_closed_between_turns_is_opened_again(
 @pytest.mark.sdk
 async def test_plain_http_requests_stay_on_http(stack: StackFactory) -> None:
     st = stack({"a": _up({"text": TEXT}, **WS)}, config=fallback("a"))
-    client = _client(st)
-    answer = await client.responses.create(model=MODEL, input="hi")
-    assert answer.output_text == TEXT
-    stream = await client.responses.create(model=MODEL, input="hi", stream=True)
-    async for _ in stream:
-        pass
+    async with _client(st) as client:
+        answer = await client.responses.create(model=MODEL, input="hi")
+        assert answer.output_text == TEXT
+        stream = await client.responses.create(model=MODEL, input="hi", stream=True)
+        async for _ in stream:
+            pass
     assert st.mock("a").sockets.upgrades == []
     (row, _) = st.wait_rows(2)
     assert "upstream_transport" not in _routing(row)
@@ -279,3 +281,24 @@ def test_websocket_transport_needs_the_responses_protocol() -> None:
             {**base, "providers": [{**provider, "responses_transport": "carrier-pigeon"}]}, {}
         )
     assert "config.invalid_choice" in str(bad.value)
+
+
+@pytest.mark.sdk
+async def test_a_wss_upstream_socket(
+    stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_file, context = certificates(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    ports: dict[str, int] = {}
+    async with tls_front(context, lambda: ports["a"]) as tls_port:
+        st = stack(
+            {"a": _up({"text": TEXT}, base_url=f"https://127.0.0.1:{tls_port}/v1", **WS)},
+            config=fallback("a"),
+        )
+        ports["a"] = st.mocks["a"][1]
+        async with _client(st).responses.connect() as conn:
+            first = await _turn(conn)
+            second = await _turn(conn)
+    assert _text(first) == _text(second) == TEXT
+    assert st.mock("a").sockets.turns == [2]
+    assert _routing(st.wait_rows(2)[1])["upstream_transport"] == "websocket"
