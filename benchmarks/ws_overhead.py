@@ -4,13 +4,17 @@ The gateway and a mock upstream (OpenAI Responses) run in processes of their own
 the client asks for the same short streamed Responses answer either as ``POST /v1/responses``
 on one kept-alive HTTP/1.1 connection or as a ``response.create`` on one open WebSocket, one
 turn after another, reading each to its ``response.completed``. The gateway talks HTTP/1.1 to
-the mock either way, so only the client side's transport differs. The two are alternated in
-one run so that drift in the machine's load hits both.
+the mock either way, so only the client side's transport differs — unless
+``--upstream-transport websocket``, which configures the mock as ``responses_transport:
+websocket``: then the socket's turns reach the mock over its own Responses WebSocket (the HTTP
+requests still over HTTP). The two are alternated in one run so that drift in the machine's
+load hits both.
 
 Reported as medians over `--runs` of wall time and gateway CPU time per turn, with the ratio
 WebSocket ÷ HTTP (below 1: the WebSocket is cheaper). Machines are noisy: read the ratios.
 
-    python benchmarks/ws_overhead.py [--turns 200] [--runs 5] [--chunks 20] [--json F]
+    python benchmarks/ws_overhead.py [--turns 200] [--runs 5] [--chunks 20]
+        [--upstream-transport http|websocket] [--json F]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ KEY = "bench-key"
 TURN = {"model": "bench", "input": "benchmark", "max_output_tokens": 64}
 
 
-def config(mock_port: int, port: int) -> str:
+def config(mock_port: int, port: int, transport: str = "http") -> str:
     return f"""version: 1
 listen:
   gateway: {{bind: 127.0.0.1, port: {port}}}
@@ -47,6 +51,7 @@ providers:
     protocol: openai-responses
     base_url: 'http://127.0.0.1:{mock_port}/v1'
     key: k
+    responses_transport: {transport}
 """
 
 
@@ -106,13 +111,19 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--chunks", type=int, default=20, help="chunks per answer")
+    ap.add_argument(
+        "--upstream-transport",
+        choices=("http", "websocket"),
+        default="http",
+        help="how the socket's turns reach the mock (responses_transport)",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="twserve-ws-bench-"))
     mock_port, gw_port = free_port(), free_port()
     cfg = tmp / "config.yaml"
-    cfg.write_text(config(mock_port, gw_port))
+    cfg.write_text(config(mock_port, gw_port, args.upstream_transport))
     env = {**os.environ, "TWSERVE_HOME": str(tmp)}
     py = sys.executable
     script = json.dumps({"chunks": args.chunks, "chunk_size": 8})
@@ -150,6 +161,7 @@ def main() -> None:
 
     figures: dict[str, object] = {
         "chunks_per_answer": args.chunks,
+        "upstream_transport": args.upstream_transport,
         "turns_per_run": args.turns,
         "runs": args.runs,
         "wall_ms_per_turn": med(wall),
