@@ -299,9 +299,10 @@ def read_ws_upstream_event(text: str) -> UpstreamSocketEvent:
     return UpstreamSocketEvent(type=kind, ends=is_error or kind in _TURN_ENDS, error=is_error)
 
 
-def ws_upstream_error_answer(text: str) -> tuple[int, bytes]:
-    """The HTTP status and error body an upstream ``error`` event stands for: the event's
-    ``status`` (500 when it has none) and ``{"error": <its error object>}``."""
+def ws_upstream_error_answer(text: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The HTTP answer an upstream ``error`` event stands for: the event's ``status`` (500 when
+    it has none), the response headers its error object carries (``error.headers``: a
+    ``retry-after``, rate-limit windows) and ``{"error": <its error object>}`` as the body."""
     try:
         event = loads(text)
     except ValueError:
@@ -320,4 +321,21 @@ def ws_upstream_error_answer(text: str) -> tuple[int, bytes]:
             "message": "the upstream sent an error event without an error object",
             "param": None,
         }
-    return status, dumps({"error": error})
+    return status, _error_headers(error.get("headers")), dumps({"error": error})
+
+
+def _error_headers(raw: object) -> list[tuple[bytes, bytes]]:
+    """``error.headers`` as HTTP headers: string names that are tokens, string values on one
+    line; anything else is left out."""
+    if not isinstance(raw, dict):
+        return []
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in raw.items():
+        if not (isinstance(name, str) and isinstance(value, str)):
+            continue
+        if not name or not all(c.isalnum() or c in "-_" for c in name) or not name.isascii():
+            continue
+        if "\r" in value or "\n" in value:
+            continue
+        out.append((name.lower().encode(), value.encode()))
+    return out

@@ -18,6 +18,7 @@ from twproto import (
     TurnRequested,
     match_path,
     read_ws_client_event,
+    read_ws_upstream_event,
     ws_answer_error_event,
     ws_completed_event,
     ws_error_event,
@@ -25,6 +26,9 @@ from twproto import (
     ws_steer_failed_event,
     ws_stream_message,
     ws_tag_stream_id,
+    ws_upstream_create,
+    ws_upstream_error_answer,
+    ws_upstream_url,
 )
 
 
@@ -165,3 +169,76 @@ def test_the_socket_paths_are_responses_generate_paths() -> None:
     for path in WS_RESPONSES_PATHS:
         route = match_path("POST", path)
         assert route is not None and route.dialect is Dialect.OPENAI_RESPONSES
+
+
+# --- the gateway as a client of an upstream's socket ----------------------------------------
+
+
+def test_the_upstream_socket_url_follows_the_request_url() -> None:
+    assert ws_upstream_url("https://api.openai.com/v1/responses") == (
+        "wss://api.openai.com/v1/responses"
+    )
+    assert ws_upstream_url("http://127.0.0.1:9/p/v1/responses?x=1") == (
+        "ws://127.0.0.1:9/p/v1/responses?x=1"
+    )
+    with pytest.raises(ValueError):
+        ws_upstream_url("ftp://example.com/responses")
+
+
+def test_only_a_streamed_create_becomes_a_socket_event() -> None:
+    body = {"model": "m", "input": "hi", "stream": True, "stream_options": {}, "store": False}
+    event = ws_upstream_create("http://h/v1/responses", json.dumps(body).encode())
+    assert event is not None
+    assert json.loads(event) == {
+        "type": "response.create",
+        "model": "m",
+        "input": "hi",
+        "store": False,
+    }
+    whole = json.dumps({"model": "m", "input": "hi"}).encode()
+    assert ws_upstream_create("http://h/v1/responses", whole) is None
+    streamed = json.dumps(body).encode()
+    assert ws_upstream_create("http://h/v1/responses/input_tokens", streamed) is None
+    assert ws_upstream_create("http://h/v1/responses/compact", streamed) is None
+    assert ws_upstream_create("http://h/v1/responses", b"[1]") is None
+    assert ws_upstream_create("http://h/v1/responses", b"{not json") is None
+
+
+@pytest.mark.parametrize(
+    ("event", "kind", "ends", "error"),
+    [
+        ({"type": "response.created"}, "response.created", False, False),
+        ({"type": "response.output_text.delta"}, "response.output_text.delta", False, False),
+        ({"type": "response.completed"}, "response.completed", True, False),
+        ({"type": "response.failed"}, "response.failed", True, False),
+        ({"type": "response.incomplete"}, "response.incomplete", True, False),
+        ({"type": "error", "status": 429}, "error", True, True),
+        ({"no": "type"}, "", False, False),
+    ],
+)
+def test_what_an_upstream_message_is_to_the_turn(
+    event: dict[str, object], kind: str, ends: bool, error: bool
+) -> None:
+    got = read_ws_upstream_event(json.dumps(event))
+    assert (got.type, got.ends, got.error) == (kind, ends, error)
+    assert read_ws_upstream_event("not json").type == ""
+
+
+def test_an_upstream_error_event_is_the_http_answer_it_stands_for() -> None:
+    error = {
+        "type": "rate_limit_error",
+        "code": "rate_limit_exceeded",
+        "message": "slow down",
+        "param": None,
+        "headers": {"Retry-After": "7", "bad name": "x", "x-ok": "a\nb", "x-n": 3},
+    }
+    status, headers, body = ws_upstream_error_answer(
+        json.dumps({"type": "error", "status": 429, "error": error})
+    )
+    assert status == 429
+    assert headers == [(b"retry-after", b"7")]
+    assert json.loads(body) == {"error": error}
+    # No status, or one that is not an HTTP error: 500; no error object: one is made.
+    status, headers, body = ws_upstream_error_answer(json.dumps({"type": "error", "status": 200}))
+    assert (status, headers) == (500, [])
+    assert json.loads(body)["error"]["message"]
