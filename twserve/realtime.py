@@ -23,7 +23,14 @@ Pings are answered on the hop they arrive on. A close from either side is passed
 upstream that vanishes closes the client with 1011, and a server that drains closes both with
 1001. A frame that breaks the protocol closes its hop with wsproto's code and the other with
 1001; a client message over the server's ``max_body_bytes`` closes the client with 1009 and the
-upstream with 1001.
+upstream with 1001; an upstream message over it is told to the client as an ``error`` event
+(``gw.realtime.upstream_too_big``) and both sides close with 1009. A connection on which neither
+side sends anything (pings included) for the idle timeout (the Responses socket's, 300 s) is
+closed on both sides with 1000.
+
+Every upstream socket opened (a success) or not (its refusal classified as an HTTP answer, or
+its transport fault) is a health sample of that upstream, as an HTTP attempt is. The socket is
+opened by twserve/ws_client.py.
 
 The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
 the summed usage of the upstream's ``response.done`` events (`twproto.realtime.realtime_usage`),
