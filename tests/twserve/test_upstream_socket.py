@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
+import websockets
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.stack import Stack, Upstream
@@ -302,3 +303,50 @@ async def test_a_wss_upstream_socket(
     assert _text(first) == _text(second) == TEXT
     assert st.mock("a").sockets.turns == [2]
     assert _routing(st.wait_rows(2)[1])["upstream_transport"] == "websocket"
+
+
+async def test_a_client_that_leaves_mid_turn_closes_the_upstream_socket(
+    stack: StackFactory,
+) -> None:
+    st = stack(
+        {"a": _up({"chunks": 300, "chunk_delay": 0.02}, max_concurrent=1, **WS)},
+        config=fallback("a"),
+    )
+    mock = st.mock("a")
+    async with websockets.connect(
+        f"ws://127.0.0.1:{st.port}/v1/responses",
+        additional_headers={"authorization": f"Bearer {KEY}"},
+        open_timeout=5,
+        close_timeout=2,
+    ) as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+        with anyio.fail_after(TIMEOUT):
+            while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+                pass
+        assert st.app.gateway.router.slots.in_flight("a") == 1
+        assert mock.sockets.open == 1
+    # The turn was cancelled: its upstream socket, left mid-response, is closed, the slot freed.
+    with anyio.fail_after(TIMEOUT):
+        while mock.sockets.open or st.app.gateway.router.slots.in_flight("a"):
+            await anyio.sleep(0.02)
+    (row,) = st.wait_rows(1)
+    assert row["cancelled"] == 1
+    assert _routing(row)["upstream_transport"] == "websocket"
+
+
+@pytest.mark.sdk
+async def test_a_stream_broken_mid_answer_leaves_a_new_socket_for_the_next_turn(
+    stack: StackFactory,
+) -> None:
+    st = stack({"a": _up({"chunks": 5, "break_after": 2}, **WS)}, config=fallback("a"))
+    mock = st.mock("a")
+    async with _client(st).responses.connect() as conn:
+        broken = await _turn(conn)
+        assert broken[-1].type in ("error", "response.failed")
+        mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
+        good = await _turn(conn)
+    assert _text(good) == TEXT
+    # The first socket dropped mid-response; the next turn opened another.
+    assert mock.sockets.turns == [1, 1]
+    rows = st.wait_rows(2)
+    assert rows[1]["status"] == 200
