@@ -43,6 +43,7 @@ __all__ = [
     "EventRejected",
     "SteerRequested",
     "TurnRequested",
+    "UpstreamErrorAnswer",
     "UpstreamSocketEvent",
     "WsClientEvent",
     "read_ws_client_event",
@@ -299,7 +300,16 @@ def read_ws_upstream_event(text: str) -> UpstreamSocketEvent:
     return UpstreamSocketEvent(type=kind, ends=is_error or kind in _TURN_ENDS, error=is_error)
 
 
-def ws_upstream_error_answer(text: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamErrorAnswer:
+    """The HTTP error answer an upstream's ``error`` event stands for."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def ws_upstream_error_answer(text: str) -> UpstreamErrorAnswer:
     """The HTTP answer an upstream ``error`` event stands for: the event's ``status`` (500 when
     it has none), the response headers its error object carries (``error.headers``: a
     ``retry-after``, rate-limit windows) and ``{"error": <its error object>}`` as the body."""
@@ -321,7 +331,9 @@ def ws_upstream_error_answer(text: str) -> tuple[int, list[tuple[bytes, bytes]],
             "message": "the upstream sent an error event without an error object",
             "param": None,
         }
-    return status, _error_headers(error.get("headers")), dumps({"error": error})
+    return UpstreamErrorAnswer(
+        status=status, headers=_error_headers(error.get("headers")), body=dumps({"error": error})
+    )
 
 
 def _error_headers(raw: object) -> list[tuple[bytes, bytes]]:

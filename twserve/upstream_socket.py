@@ -283,8 +283,8 @@ class UpstreamSockets:
                     raise UpstreamUnreachable(TransportFault.RESET_BEFORE_HEAD, str(exc)) from exc
                 head = read_ws_upstream_event(first[0])
                 if head.error:
-                    status, headers, body = ws_upstream_error_answer(first[0])
-                    answer = _Whole(status, [*_ERROR_HEAD, *headers], body)
+                    err = ws_upstream_error_answer(first[0])
+                    answer = _Whole(err.status, [*_ERROR_HEAD, *err.headers], err.body)
                     if len(first) > 1:
                         sock.lost = True  # more than the turn's end in one read
                 else:

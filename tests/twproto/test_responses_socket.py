@@ -232,13 +232,11 @@ def test_an_upstream_error_event_is_the_http_answer_it_stands_for() -> None:
         "param": None,
         "headers": {"Retry-After": "7", "bad name": "x", "x-ok": "a\nb", "x-n": 3},
     }
-    status, headers, body = ws_upstream_error_answer(
-        json.dumps({"type": "error", "status": 429, "error": error})
-    )
-    assert status == 429
-    assert headers == [(b"retry-after", b"7")]
-    assert json.loads(body) == {"error": error}
+    answer = ws_upstream_error_answer(json.dumps({"type": "error", "status": 429, "error": error}))
+    assert answer.status == 429
+    assert answer.headers == [(b"retry-after", b"7")]
+    assert json.loads(answer.body) == {"error": error}
     # No status, or one that is not an HTTP error: 500; no error object: one is made.
-    status, headers, body = ws_upstream_error_answer(json.dumps({"type": "error", "status": 200}))
-    assert (status, headers) == (500, [])
-    assert json.loads(body)["error"]["message"]
+    answer = ws_upstream_error_answer(json.dumps({"type": "error", "status": 200}))
+    assert (answer.status, answer.headers) == (500, [])
+    assert json.loads(answer.body)["error"]["message"]
