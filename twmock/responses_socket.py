@@ -9,7 +9,8 @@ is how the answer travels:
 
 * each Server-Sent Event of a streamed answer is sent as one text message (its data);
 * an error answer (any status ≥ 400) is one ``error`` event carrying that ``status`` and the
-  body's error object, and the socket stays open, as the API does for a turn it refuses;
+  body's error object, with the answer's headers as ``error.headers`` (a ``Retry-After``), and
+  the socket stays open, as the API does for a turn it refuses;
 * a broken or reset answer drops the TCP connection without a close frame.
 
 Turns on one socket run one after another. ``{"type": "mock.close", "code": N}`` makes the mock
@@ -47,6 +48,7 @@ __all__ = ["SocketLog", "responses_socket_switch"]
 
 _MAX_EVENT = 256 * 1024 * 1024
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type"})
+_BODY_HEADERS = frozenset({b"content-length", b"content-type", b"connection"})
 
 
 @dataclass(slots=True)
@@ -115,6 +117,7 @@ class _TurnResponder:
         self._status = 0
         self._decoder: SSEDecoder | None = None
         self._body = bytearray()
+        self._headers: Headers = []
         self._started = False
 
     @property
@@ -124,6 +127,7 @@ class _TurnResponder:
     async def start(self, status: int, headers: Headers) -> None:
         self._started = True
         self._status = status
+        self._headers = headers
         kind = next((v for k, v in headers if k == b"content-type"), b"")
         if status < 400 and kind.startswith(b"text/event-stream"):
             self._decoder = SSEDecoder(max_event_size=_MAX_EVENT)
@@ -142,13 +146,13 @@ class _TurnResponder:
         if self._decoder is not None:
             await self._send([e.data for e in self._decoder.end() if e.data])
             return
-        await self._send([_error_event(self._status, bytes(self._body))])
+        await self._send([_error_event(self._status, self._headers, bytes(self._body))])
 
     async def abort(self) -> None:
         raise _Dropped()
 
 
-def _error_event(status: int, body: bytes) -> str:
+def _error_event(status: int, headers: Headers, body: bytes) -> str:
     error: Any = None
     with suppress(ValueError):
         parsed = json.loads(body)
@@ -156,6 +160,11 @@ def _error_event(status: int, body: bytes) -> str:
             error = parsed.get("error")
     if not isinstance(error, dict):
         error = {"type": "server_error", "code": None, "message": body.decode(errors="replace")}
+    # The answer's own headers (a Retry-After, rate-limit windows) ride along, as the API's
+    # error event carries them.
+    kept = {k.decode(): v.decode() for k, v in headers if k not in _BODY_HEADERS}
+    if kept:
+        error = {**error, "headers": kept}
     return json.dumps({"type": "error", "status": status if status >= 400 else 500, "error": error})
 
 

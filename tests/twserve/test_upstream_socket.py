@@ -350,3 +350,26 @@ async def test_a_stream_broken_mid_answer_leaves_a_new_socket_for_the_next_turn(
     assert mock.sockets.turns == [1, 1]
     rows = st.wait_rows(2)
     assert rows[1]["status"] == 200
+
+
+@pytest.mark.sdk
+async def test_a_rate_limit_event_pauses_the_upstream_for_its_retry_after(
+    stack: StackFactory,
+) -> None:
+    # The 429 comes as an error event whose error.headers carry Retry-After: the upstream is
+    # paused for it, as for an HTTP 429 with the header.
+    st = stack(
+        {
+            "a": _up({"error": {"status": 429, "retry_after": 30}}, **WS),
+            "b": _up({"text": TEXT}),
+        },
+        config=fallback("a", "b"),
+    )
+    async with _client(st).responses.connect() as conn:
+        events = await _turn(conn)
+    assert _text(events) == TEXT
+    gw = st.app.gateway
+    snap = gw.router.health.snapshot("a", gw.clock())
+    # A rate limit pauses only for the wait it names: the Retry-After reached the classifier.
+    assert snap.paused_until is not None
+    assert snap.pause_reason is not None and snap.pause_reason.value == "rate_limit"
