@@ -154,10 +154,17 @@ class _Hop:
             raise _Lost() from exc
 
     async def send(self, event: Event) -> None:
+        await self.send_all([event])
+
+    async def send_all(self, events: list[Event]) -> None:
+        """`events` in one socket write (what one read of the other hop brought)."""
+        if not events:
+            return
         async with self.lock:
             if self.ws.state is not ConnectionState.OPEN:
                 return
-            await self.write(self.ws.send(event))
+            send = self.ws.send
+            await self.write(b"".join([send(event) for event in events]))
 
     async def close(self, code: int, reason: str = "") -> None:
         """Send a close frame once (or answer the peer's), if the socket can still take one."""
@@ -477,6 +484,7 @@ class _Proxy:
         parts: list[str] = []
         size = 0
         reading = True  # the message is small enough to be read for its usage
+        out: list[Event] = []  # what one read brought, passed on in one write
         try:
             while True:
                 for event in src.ws.events():
@@ -484,6 +492,7 @@ class _Proxy:
                         begun = size > 0  # pieces of this message have been passed on
                         size += len(event.data)
                         if size > self.max_message:
+                            await dst.send_all(out)
                             if from_upstream:
                                 await self._upstream_too_big(src, dst, event, begun)
                                 return
@@ -491,7 +500,7 @@ class _Proxy:
                             await dst.close(GOING_AWAY, "the client's message was too big")
                             return
                         # Passed on as it came: a fragment stays a fragment.
-                        await dst.send(event)
+                        out.append(event)
                         if isinstance(event, TextMessage) and from_upstream and reading:
                             parts.append(event.data)
                             reading = size <= _MAX_READ_MESSAGE
@@ -502,6 +511,8 @@ class _Proxy:
                     elif isinstance(event, Ping):
                         await src.send(event.response())
                     elif isinstance(event, CloseConnection):
+                        await dst.send_all(out)
+                        out = []
                         if src.ws.state is ConnectionState.OPEN:
                             # Not a close from the peer but wsproto's verdict on a frame that
                             # broke the protocol: that hop is closed with its code, the other
@@ -517,6 +528,8 @@ class _Proxy:
                                     await src.write(src.ws.send(event.response()))
                         await dst.close(event.code, event.reason or "")
                         return
+                await dst.send_all(out)
+                out = []
                 await src.receive()
                 self.active_at = anyio.current_time()
         except _Lost:
