@@ -221,6 +221,11 @@ _CODES = {
     "gw.not_supported": "The request asks for something the gateway does not support.",
     "gw.all_failed": "Every candidate upstream failed; the message lists what was tried.",
     "gw.internal": "An unexpected fault inside the gateway (500).",
+    # --- gw: state shared across instances (events, not answers) ----------------------------
+    "gw.shared_state.lost": (
+        "Redis (`state.redis_url`) failed or is unreachable: this instance counts alone."
+    ),
+    "gw.shared_state.back": "Redis answers again: limits, slots, pauses and affinity are shared.",
 }
 
 CODES: Mapping[str, str] = MappingProxyType(_CODES)

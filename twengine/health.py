@@ -319,28 +319,36 @@ class Health:
             upstream=name, paused=False, reason=why, at=now, failures_in_row=state.failures
         )
 
-    def pause(self, name: str, now: float, until: float) -> list[PauseChanged]:
-        """An operator's pause of `name` until `until`; answers succeeding do not end it."""
+    def pause(
+        self, name: str, now: float, until: float, reason: HealthReason = HealthReason.MANUAL
+    ) -> list[PauseChanged]:
+        """An operator's pause of `name` until `until`; answers succeeding do not end it.
+
+        With another `reason`, a pause decided elsewhere (another instance sharing its pauses)
+        taken as it is: it ends as a pause of that kind would, and counts no failure here."""
         state = self._state(name)
         state.until = until
-        state.reason = HealthReason.MANUAL
+        state.reason = reason
         return [
             PauseChanged(
                 upstream=name,
                 paused=True,
-                reason=HealthReason.MANUAL,
+                reason=reason,
                 at=now,
                 until=until,
                 failures_in_row=state.failures,
             )
         ]
 
-    def resume(self, name: str, now: float) -> list[PauseChanged]:
-        """End any pause of `name` now (an operator's resume)."""
+    def resume(
+        self, name: str, now: float, reason: HealthReason = HealthReason.MANUAL
+    ) -> list[PauseChanged]:
+        """End any pause of `name` now (an operator's resume; with another `reason`, a pause
+        ended elsewhere, such as by a success on another instance)."""
         state = self._upstreams.get(name)
         if state is None or state.until is None:
             return []
-        return [self._end(name, state, now, HealthReason.MANUAL)]
+        return [self._end(name, state, now, reason)]
 
     def is_paused(self, name: str, now: float) -> bool:
         state = self._upstreams.get(name)

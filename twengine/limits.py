@@ -371,6 +371,17 @@ class KeyLimits:
             ledger.add(now, spend)
         return self._alerts(reservation.key, state, now)
 
+    def shared_alerts(self, key: str, used: Sequence[int], now: float) -> list[LimitAlert]:
+        """The alerts for usage counted outside this object (several instances sharing their
+        totals): `used` is each limit's settled usage, in declared order. Each level is raised
+        once per window here, as `settle` does for its own totals."""
+        state = self._keys.get(key)
+        if state is None or len(used) != len(state.limits):
+            return []
+        for ledger in state.ledgers.values():
+            ledger.roll(now)
+        return self._alerts(key, state, now, used=used)
+
     def refused_alert(self, key: str, refusal: Refused | Wait, now: float) -> list[LimitAlert]:
         """The 100 % alert for a limit that just turned a request away, once per window."""
         state = self._keys.get(key)
@@ -452,24 +463,31 @@ class KeyLimits:
         return ledger.start if isinstance(ledger, _Calendar) else 0.0
 
     def _alerts(
-        self, key: str, state: _Key, now: float, *, publish: bool = True
+        self,
+        key: str,
+        state: _Key,
+        now: float,
+        *,
+        publish: bool = True,
+        used: Sequence[int] | None = None,
     ) -> list[LimitAlert]:
         out: list[LimitAlert] = []
+        counted = used
         for i, lim in enumerate(state.limits):
             ledger = state.ledgers[lim.per]
-            used = ledger.total.measure(lim)
+            used_now = ledger.total.measure(lim) if counted is None else counted[i]
             window = self._window(ledger)
             if state.alerted_window[i] != window:
                 state.alerted_window[i] = window
                 state.alerted[i] = 0
-            if isinstance(ledger, _Rolling) and used * 100 < ALERT_LEVELS[0] * lim.amount:
+            if isinstance(ledger, _Rolling) and used_now * 100 < ALERT_LEVELS[0] * lim.amount:
                 state.alerted[i] = 0  # fallen below the first level: alert again next time
             level = 0
             for percent in ALERT_LEVELS:
-                if used * 100 >= percent * lim.amount:
+                if used_now * 100 >= percent * lim.amount:
                     level = percent
             if level:
-                found = self._raise(key, state, i, level, used, window, ledger.reset())
+                found = self._raise(key, state, i, level, used_now, window, ledger.reset())
                 if publish:
                     out.extend(found)
         return out

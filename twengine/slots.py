@@ -82,17 +82,19 @@ class Grant:
 class _Pool:
     """The limits, counts and queue of one scope."""
 
-    __slots__ = ("in_flight", "limits", "queue")
+    __slots__ = ("in_flight", "limits", "outside", "queue")
 
     def __init__(self, limits: Mapping[str, int]) -> None:
         self.limits = _checked(limits)
         self.in_flight: dict[str, int] = {}
+        # Slots held elsewhere (other instances sharing the limits), by name.
+        self.outside: dict[str, int] = {}
         # Insertion order is arrival order: the queue is FIFO.
         self.queue: dict[int, Ticket] = {}
 
     def has_room(self, name: str) -> bool:
         limit = self.limits.get(name)
-        return limit is None or self.in_flight.get(name, 0) < limit
+        return limit is None or self.in_flight.get(name, 0) + self.outside.get(name, 0) < limit
 
 
 def _checked(limits: Mapping[str, int]) -> dict[str, int]:
@@ -143,6 +145,25 @@ class Slots:
                 while (grant := self._grant_one(pool, name)) is not None:
                     grants.append(grant)
         return grants
+
+    def set_outside(
+        self, counts: Mapping[str, int], scope: SlotScope = SlotScope.UPSTREAM
+    ) -> list[Grant]:
+        """The slots of `scope` that other holders of the same limits (other instances) have in
+        flight now, replacing the last counts given; names left out hold none elsewhere. A name
+        with fewer held elsewhere than before grants waiting tickets the room that made."""
+        pool = self._pools[scope]
+        pool.outside = {name: n for name, n in counts.items() if n > 0}
+        grants: list[Grant] = []
+        waited_for = dict.fromkeys(name for t in pool.queue.values() for name in t.names)
+        for name in waited_for:
+            while (grant := self._grant_one(pool, name)) is not None:
+                grants.append(grant)
+        return grants
+
+    def outside(self, name: str, scope: SlotScope = SlotScope.UPSTREAM) -> int:
+        """The slots of `name` held elsewhere, as last given to `set_outside`."""
+        return self._pools[scope].outside.get(name, 0)
 
     def limit(self, name: str, scope: SlotScope = SlotScope.UPSTREAM) -> int | None:
         return self._pools[scope].limits.get(name)

@@ -36,6 +36,7 @@ from twserve.liveconfig import LiveConfig
 from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
 from twserve.prices import load_price_table
+from twserve.shared.sharing import Sharing
 from twserve.store import RequestStore
 from twserve.upstream import UpstreamClient
 from twserve.upstream_socket import socket_route
@@ -138,6 +139,13 @@ class GatewayApp:
         gw.row_listeners.append(self.metrics.observe_row)
         gw.hooks.listeners.append(self.events.health_changed)
         self.usage.alert_listeners.append(self.events.key_limit_alert)
+        # With state.redis_url: limits, slots, pauses and affinity shared with other instances.
+        self.sharing: Sharing | None = None
+        if config.state is not None and config.state.redis_url is not None:
+            self.sharing = Sharing(
+                config.state.redis_url, gw.hooks, self.usage, wall=gw.wall, clock=gw.clock
+            )
+            self.sharing.state.listeners.append(self.events.shared_state_changed)
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # One budget for request bodies held in memory, whichever listener they came in on.
         self.body_budget = http1.BodyBudget((limits or http1.ServerLimits()).body_budget_bytes)
@@ -173,8 +181,12 @@ class GatewayApp:
         try:
             # Limits' day/week/month totals come back from the stored rows before serving.
             await self.maintenance.rebuild()
+            if self.sharing is not None:
+                await self.sharing.connect()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._write_rows)
+                if self.sharing is not None:
+                    tg.start_soon(self.sharing.run)
                 tg.start_soon(self.maintenance.run)
                 tg.start_soon(self._end_pauses)
                 tg.start_soon(self._test_connections)

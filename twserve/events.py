@@ -54,6 +54,7 @@ __all__ = [
     "RequestFinished",
     "RequestRouted",
     "RequestStarted",
+    "SharedStateChanged",
     "Subscription",
     "event_json",
     "event_name",
@@ -179,6 +180,18 @@ class KeyLimitAlert:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SharedStateChanged:
+    """The state shared across instances (``state.redis_url``) was lost — `shared` false: this
+    instance counts limits, slots, pauses and affinity alone — or is in use again. `code` is
+    ``gw.shared_state.lost`` or ``gw.shared_state.back``; `detail` says what failed."""
+
+    ts: float
+    shared: bool
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigReloaded:
     """A new config is serving; `generation` counts the configs applied since start (1 first),
     `version` is the config schema's version, `config_version` names the file's bytes
@@ -225,6 +238,7 @@ Event = (
     | RequestFailed
     | HealthChanged
     | KeyLimitAlert
+    | SharedStateChanged
     | ConfigReloaded
     | ConfigRejected
 )
@@ -238,6 +252,7 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     RequestFailed,
     HealthChanged,
     KeyLimitAlert,
+    SharedStateChanged,
     ConfigReloaded,
     ConfigRejected,
 )
@@ -484,6 +499,11 @@ class EventBus:
                 reset=round(alert.reset, 3) if alert.reset is not None else None,
             )
         )
+
+    def shared_state_changed(self, shared: bool, detail: str) -> None:
+        """A `RedisState` listener."""
+        code = "gw.shared_state.back" if shared else "gw.shared_state.lost"
+        self.publish(SharedStateChanged(ts=self.wall(), shared=shared, code=code, detail=detail))
 
     def config_reloaded(
         self, *, generation: int, version: int, config_version: str = "", origin: str = "file"

@@ -149,6 +149,8 @@ class RouterHooks:
         self.clock = clock
         self._deliver: dict[int, Callable[[Permit], bool]] = {}
         self.listeners: list[Callable[[PauseChanged], None]] = []
+        # Told (conversation, upstream, cached tokens) whenever a conversation got its answer.
+        self.answer_listeners: list[Callable[[str, str, int], None]] = []
 
     # -- slots ---------------------------------------------------------------------------------
 
@@ -198,6 +200,8 @@ class RouterHooks:
             self.router.record_answer(
                 conversation, provider, cached_tokens=cached, now=self.clock()
             )
+            for listener in self.answer_listeners:
+                listener(conversation, provider, cached)
 
     async def key_permit(self, key: str, owner: str, deadline: float) -> Permit | None:
         """A permit of gateway key `key` (``clients[].max_concurrent``), waiting in line until
@@ -236,19 +240,19 @@ class RouterHooks:
         return self.router.health.paused(names, now)
 
     def failed(self, provider: str, failure: Failure, now: float) -> None:
-        self._publish(self.router.record_failure(provider, failure, now=now, wall_now=self.wall()))
+        self.publish(self.router.record_failure(provider, failure, now=now, wall_now=self.wall()))
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None:
         if first_content_secs is not None:
             self.router.record_first_content(provider, first_content_secs, now=now)
-        self._publish(self.router.record_success(provider, now=now))
+        self.publish(self.router.record_success(provider, now=now))
 
     def tick(self) -> float | None:
         """End the pauses that have run out; returns when the next one does."""
-        self._publish(self.router.on_timer(self.clock()))
+        self.publish(self.router.on_timer(self.clock()))
         return self.router.next_deadline()
 
-    def _publish(self, changes: list[PauseChanged]) -> None:
+    def publish(self, changes: list[PauseChanged]) -> None:
         for change in changes:
             log.info("health: %s", change)
             for listener in self.listeners:

@@ -47,6 +47,8 @@ from twengine.limits import (
 from twengine.pricing import Cost, CostState, Pricer, PriceTable
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.ir import Usage
+from twserve.shared.redis_state import RedisDown
+from twserve.shared.shared_limits import SharedLimits
 from twserve.store import RequestRow
 
 __all__ = ["Admission", "UsageKeeper", "describe_amount", "local_tz", "spend_of"]
@@ -73,6 +75,8 @@ class Admission:
     estimate: Spend
     # False for token counts: priced at nothing and booked against no limit.
     counts: bool = True
+    # The reservation's id in Redis when the key's limits were shared ones at admission.
+    shared_id: str | None = None
 
     @classmethod
     def uncounted(cls, key: str) -> Admission:
@@ -147,6 +151,9 @@ class UsageKeeper:
         self.rebuild_needed = False
         self.db_path: Path | None = None
         self._rebuild_lock: anyio.Lock | None = None
+        # Set with ``state.redis_url``: limits checked across instances while Redis answers;
+        # `limits` (this process's own totals) while it does not.
+        self.shared: SharedLimits | None = None
 
     def apply_config(self, config: Config) -> bool:
         """Take a new config; True when the limits changed and need a `rebuild`."""
@@ -201,9 +208,11 @@ class UsageKeeper:
             )
         while True:
             now = self.wall()
-            verdict = limits.admit(key, estimate, now)
+            verdict, shared_id = await self._admit_once(key, estimate, now)
             if isinstance(verdict, Admitted):
-                return Admission(reservation=verdict.reservation, estimate=estimate)
+                return Admission(
+                    reservation=verdict.reservation, estimate=estimate, shared_id=shared_id
+                )
             left = deadline - self.clock()
             if (
                 isinstance(verdict, Refused)
@@ -220,6 +229,20 @@ class UsageKeeper:
             settled = self._settled
             with anyio.move_on_after(min(pause, left, RECHECK_SECS)):
                 await settled.wait()
+
+    async def _admit_once(
+        self, key: str, estimate: Spend, now: float
+    ) -> tuple[Admitted | Wait | Refused, str | None]:
+        """One look at the key's limits: the shared ones while Redis answers, else this
+        process's own."""
+        shared = self.shared
+        if shared is not None and shared.state.up:
+            limits = self.config.client(key).limits
+            try:
+                return await shared.admit(key, limits, estimate, now, self.tz)
+            except RedisDown:
+                pass  # counted from here on by this process alone, until Redis is back
+        return self.limits.admit(key, estimate, now), None
 
     def _refusal(self, key: str, verdict: Refused | Wait, now: float) -> GatewayError:
         limit = verdict.limit
@@ -376,13 +399,36 @@ class UsageKeeper:
         if admission is None:
             return
         reservation = admission.reservation
-        if spend is None:
+        if admission.shared_id is not None and self.shared is not None:
+            self._settle_shared(admission, spend)
+        elif spend is None:
             self.limits.release(reservation)
         else:
             self._alert(self.limits.settle(reservation, spend, self.wall()))
         settled, self._settled = self._settled, None
         if settled is not None:
             settled.set()
+
+    def _settle_shared(self, admission: Admission, spend: Spend | None) -> None:
+        """Settle a reservation made in Redis, in the background. The spend is booked in this
+        process's own totals as well, which count alone while Redis is lost."""
+        shared, rid = self.shared, admission.shared_id
+        assert shared is not None and rid is not None
+        key, now, tz = admission.reservation.key, self.wall(), self.tz
+        if spend is not None:
+            self.limits.settle(Reservation(key=key, estimate=spend, held=False), spend, now)
+        limits = self.config.client(key).limits if self.config.has_client(key) else ()
+
+        async def job(_client: object) -> None:
+            try:
+                used = await shared.settle(key, rid, limits, spend, now, tz)
+            except RedisDown:
+                return  # the reservation lapses on its own
+            if used is not None:
+                self._alert(self.limits.shared_alerts(key, used, now))
+
+        shared.held.pop(rid, None)
+        shared.state.later(job)
 
     def _alert(self, alerts: list[LimitAlert]) -> None:
         for alert in alerts:

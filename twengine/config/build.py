@@ -69,6 +69,7 @@ from twengine.config.model import (
     Route,
     Rule,
     SetOverrides,
+    State,
     Target,
     TargetKind,
     When,
@@ -1210,6 +1211,28 @@ def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
+_REDIS_URL = re.compile(r"rediss?://[^\s/?#]*(?:/\d{0,5})?(?:\?[^\s#]*)?")
+
+
+def _state(out: _Problems, top: _Fields) -> State | None:
+    sf = top.fields("state", SECTIONS["state"])
+    if sf is None:
+        return None
+    url = sf.text("redis_url")
+    if url is None:
+        return State()
+    if _REDIS_URL.fullmatch(url.strip()) is None:
+        # A Redis URL may carry a password: describe it without quoting it.
+        shown = "the value" if "@" in url else repr(url)
+        out.add(
+            "config.url_invalid",
+            sf.at("redis_url"),
+            f"{shown} is not a redis:// or rediss:// URL (host, port, database number)",
+        )
+        return None
+    return State(redis_url=url.strip())
+
+
 def _not_built(out: _Problems, data: Mapping[str, object]) -> None:
     """Refuse every field whose behaviour is not built, rather than accept and ignore it."""
     for path, what in NOT_BUILT.items():
@@ -1515,6 +1538,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     default_route = top.name("default_route", required=False)
     default_key = top.name("default_key", required=False)
     answer_model = top.choice("answer_model", AnswerModel, AnswerModel.REQUESTED)
+    state = _state(out, top)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -1567,5 +1591,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         answer_model=answer_model,
         retention=retention,
         pricing=Pricing(sheets=tuple(s.value for s in sheets)),
+        state=state,
         warnings=tuple(out.warnings),
     )

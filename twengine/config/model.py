@@ -552,7 +552,7 @@ class Pricing:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class State:
-    """``state`` (docs/configuration.md, not built yet): shared state across instances."""
+    """``state`` (docs/configuration.md): state shared across instances through Redis."""
 
     redis_url: str | None = None
 
@@ -599,9 +599,10 @@ class Config:
     answer_model: AnswerModel = AnswerModel.REQUESTED
     retention: Retention = field(default_factory=Retention)
     pricing: Pricing = field(default_factory=Pricing)
-    # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses both
-    # sections, so these stay None.
+    # None without a ``state`` section: limits, slots, pauses and affinity are in-process.
     state: State | None = None
+    # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses the section,
+    # so this stays None.
     store: Store | None = None
     # Problems worth telling the operator that do not stop the config from serving (an upstream
     # key's variable not set yet).

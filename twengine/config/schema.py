@@ -233,6 +233,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "pricing.sheets[].models.*.output": _reads("twengine.pricing", "output"),
         "pricing.sheets[].models.*.cache_read": _reads("twengine.pricing", "cache_read"),
         "pricing.sheets[].models.*.cache_write": _reads("twengine.pricing", "cache_write"),
+        "state": _SECTION,
+        "state.redis_url": _reads("twserve.shared.redis_state", "redis_url"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),
@@ -252,8 +254,6 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
 # Behaviour nobody builds yet: the validator refuses these with ``config.not_built``.
 NOT_BUILT: Mapping[str, str] = MappingProxyType(
     {
-        "state": "sharing state across instances through Redis",
-        "state.redis_url": "sharing state across instances through Redis",
         "store": "writing the request store to PostgreSQL",
         "store.postgres_dsn": "writing the request store to PostgreSQL",
     }
