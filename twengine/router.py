@@ -320,6 +320,11 @@ class Router:
         """Upstream slots and key permits: the relay claims and releases them here."""
         return self._slots
 
+    @property
+    def conversations(self) -> int:
+        """How many conversations are remembered now (affinity), for views."""
+        return len(self._affinity)
+
     def balancer(self, group: str) -> SmoothWeightedRoundRobin | None:
         """The balancer of ``load-balance`` group `group` (None for other groups)."""
         return self._balancers.get(group)

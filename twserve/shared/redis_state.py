@@ -57,7 +57,7 @@ class RedisState:
         self,
         redis_url: str,
         *,
-        timeout: float = 0.5,
+        timeout: float = 1.0,
         retry_secs: float = 1.0,
         prefix: str = "twserve:",
     ) -> None:
@@ -70,7 +70,8 @@ class RedisState:
             redis_url,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
+            # One more try on a fresh connection: a pooled one may be stale after a restart.
+            retry=Retry(NoBackoff(), 1),
             health_check_interval=0,
         )
         # False until the first answer: requests before it use the in-process state.
@@ -129,6 +130,8 @@ class RedisState:
         """Try Redis once (at startup); True when it answered."""
         try:
             with anyio.fail_after(self.timeout):
+                # Connections pooled before a loss lead to the old server: start afresh.
+                await self.client.connection_pool.disconnect()
                 await self.client.ping()
         except (RedisError, OSError, TimeoutError) as exc:
             if not self._announced:

@@ -35,7 +35,7 @@ class Sharing:
         wall: Callable[[], float],
         clock: Callable[[], float],
         prefix: str = "twserve:",
-        timeout: float = 0.5,
+        timeout: float = 1.0,
         retry_secs: float = 1.0,
     ) -> None:
         self.instance = uuid.uuid4().hex[:16]

@@ -1,0 +1,201 @@
+"""Two in-process gateways sharing pauses, affinity, slots and limits through a real Redis, and
+losing it: requests keep flowing, the loss and the return are told as events."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import openai
+import pytest
+import redis
+
+from tests.servers import RedisServer, start_redis
+from tests.twserve.stack import KEY, Stack, Upstream, running_stack
+from twmock.script import ErrorSpec, MockSettings, Script
+from twserve.events import HealthChanged, RequestRouted, SharedStateChanged
+
+pytestmark = pytest.mark.anyio
+
+
+def until(check: Callable[[], bool], what: str, secs: float = 20.0) -> None:
+    deadline = time.monotonic() + secs
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def two_gateways(
+    tmp: Path,
+    server: RedisServer,
+    *,
+    config: dict[str, Any] | None = None,
+    scripts: tuple[Script, Script] = (Script(), Script()),
+    upstream: dict[str, Any] | None = None,
+) -> Iterator[tuple[Stack, Stack, list[Any], list[Any]]]:
+    """Gateways A and B sharing `server`, each over its own mock upstream named ``mock``
+    (played by `scripts`); with the events each published."""
+    shared = {"state": {"redis_url": server.url}} | (config or {})
+    seen: tuple[list[Any], list[Any]] = ([], [])
+    with ExitStack() as exits:
+        stacks = []
+        for i in range(2):
+            up = Upstream("openai-chat", MockSettings(script=scripts[i]), extra=upstream or {})
+            stack = exits.enter_context(running_stack(tmp / f"g{i}", {"mock": up}, config=shared))
+            stack.app.events.listeners.append(lambda e, i=i: seen[i].append(e))
+            stacks.append(stack)
+        for stack in stacks:
+            sharing = stack.app.sharing
+            assert sharing is not None
+            until(lambda s=sharing: s.state.up, "connected to Redis")
+        yield stacks[0], stacks[1], seen[0], seen[1]
+
+
+def chat(stack: Stack, messages: list[dict[str, Any]], session: str) -> str:
+    client = openai.OpenAI(
+        base_url=stack.url + "/v1", api_key=KEY, max_retries=0, timeout=10,
+        default_headers={"session_id": session},
+    )  # fmt: skip
+    # With usage: an answer that reports none leaves no affinity behind.
+    stream = client.chat.completions.create(
+        model="gpt-e2e-1",
+        messages=messages,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def routed(events: list[Any]) -> list[RequestRouted]:
+    return [e for e in events if isinstance(e, RequestRouted)]
+
+
+def paused(stack: Stack) -> bool:
+    return stack.app.gateway.router.health.is_paused("mock", stack.app.gateway.clock())
+
+
+def health_changes(events: list[Any]) -> list[tuple[bool, str]]:
+    return [(e.paused, e.reason) for e in events if isinstance(e, HealthChanged)]
+
+
+def test_a_pause_decided_on_one_instance_holds_on_the_other(tmp_path: Path) -> None:
+    # A's upstream asks for 30 s of rest; B's answers.
+    limited = Script(error=ErrorSpec(status=429, retry_after=30))
+    with (
+        start_redis() as server,
+        two_gateways(tmp_path, server, scripts=(limited, Script())) as (a, b, seen_a, seen_b),
+    ):
+        with pytest.raises(openai.APIError):
+            chat(a, [{"role": "user", "content": "hi"}], "s1")
+        assert paused(a)
+        until(lambda: paused(b), "B paused")
+        left = b.app.gateway.router.health.paused_until("mock")
+        assert left is not None and 25 < left - b.app.gateway.clock() <= 30
+        assert health_changes(seen_b) == [(True, "rate_limit")]
+        # Paused, but the only candidate: B tries it, it answers, and the pause ends for both.
+        assert chat(b, [{"role": "user", "content": "hi"}], "s2")
+        assert not paused(b)
+        until(lambda: not paused(a), "A's pause ended")
+        assert health_changes(seen_a) == [(True, "rate_limit"), (False, "success")]
+
+
+def test_a_conversation_continues_on_its_upstream_at_the_other_instance(tmp_path: Path) -> None:
+    with start_redis() as server, two_gateways(tmp_path, server) as (a, b, _, seen_b):
+        # A conversation answered by A continues on the same upstream at B, within its turn.
+        first = [{"role": "user", "content": "look something up"}]
+        assert chat(a, first, "conv-1")
+        call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        turn = [
+            *first,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "found"},
+        ]
+        until(lambda: b.app.gateway.router.conversations == 1, "B knows the conversation")
+        assert chat(b, turn, "conv-1")
+        assert chat(b, turn, "conv-2")  # a conversation nobody answered yet
+        assert [e.sticky for e in routed(seen_b)] == ["mock", None]
+
+
+async def _load(stacks: tuple[Stack, ...], total: int, server: RedisServer) -> Counter[str]:
+    """`total` streamed requests over `stacks`, 12 at a time; Redis stops after 80 have been
+    answered and starts again after 180."""
+    clients = [
+        openai.AsyncOpenAI(base_url=s.url + "/v1", api_key=KEY, max_retries=0, timeout=20)
+        for s in stacks
+    ]
+    outcomes: Counter[str] = Counter()
+    lock = anyio.Semaphore(12)
+    answered = 0
+
+    async def one(n: int) -> None:
+        nonlocal answered
+        async with lock:
+            try:
+                stream = await clients[n % len(clients)].chat.completions.create(
+                    model="gpt-e2e-1", messages=[{"role": "user", "content": f"n{n}"}], stream=True
+                )
+                text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+                outcomes["ok" if text else "empty"] += 1
+            except openai.APIError as exc:
+                outcomes[f"error {exc.code or exc.message}"] += 1
+            answered += 1
+
+    async def restart() -> None:
+        while answered < 80:
+            await anyio.sleep(0.01)
+        await anyio.to_thread.run_sync(server.stop)
+        while answered < 180:
+            await anyio.sleep(0.01)
+        await anyio.to_thread.run_sync(server.start)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(restart)
+        for n in range(total):
+            tg.start_soon(one, n)
+    for client in clients:
+        await client.close()
+    return outcomes
+
+
+def test_redis_restarted_mid_load_requests_keep_flowing(tmp_path: Path) -> None:
+    config = {
+        "clients": [
+            {"name": "tester", "key": KEY, "limits": [{"per": "hour", "requests": 100_000}]}
+        ]
+    }
+    with (
+        start_redis() as server,
+        two_gateways(tmp_path, server, config=config, upstream={"max_concurrent": 8}) as (
+            a,
+            b,
+            seen_a,
+            seen_b,
+        ),
+    ):
+        outcomes = anyio.run(_load, (a, b), 300, server)
+        assert outcomes == {"ok": 300}
+        for stack, seen in ((a, seen_a), (b, seen_b)):
+            sharing = stack.app.sharing
+            assert sharing is not None
+            until(lambda s=sharing: s.state.up, "Redis back")
+            changes = [(e.shared, e.code) for e in seen if isinstance(e, SharedStateChanged)]
+            assert changes[:2] == [
+                (False, "gw.shared_state.lost"),
+                (True, "gw.shared_state.back"),
+            ], changes
+        # Back on Redis: the restarted server (which kept nothing) counts the requests again.
+        db = redis.Redis(port=server.port)
+        window = "twserve:lim:{tester}:roll:3600"
+        before = db.zcard(window)
+        assert before < 300  # what was admitted while Redis was away is not in it
+        assert chat(a, [{"role": "user", "content": "again"}], "s1")
+        assert chat(b, [{"role": "user", "content": "again"}], "s2")
+        until(lambda: db.zcard(window) == before + 2, "both counted in Redis")
+        db.close()
