@@ -30,6 +30,7 @@ from twengine.config import (
     PinnedTarget,
     Retention,
     SetOverrides,
+    State,
     TargetKind,
     build_config,
     parse_comparison,
@@ -427,18 +428,21 @@ def test_pricing() -> None:
     assert sheet.price("other") is None
 
 
-def test_state_and_store_are_refused_until_built() -> None:
-    # Redis and PostgreSQL are not built: accepting the sections would silently do nothing.
+def test_state_is_built_and_store_refused_until_built() -> None:
+    config = build(state={"redis_url": " rediss://:secret@cache.internal:6380/2 "})
+    assert config.state is not None
+    assert config.state.redis_url == "rediss://:secret@cache.internal:6380/2"
+    assert build(state={}).state == State()
+    # PostgreSQL is not built: accepting the section would silently do nothing.
     with pytest.raises(ConfigError) as info:
-        build(
-            state={"redis_url": "redis://localhost:6379/0"},
-            store={"postgres_dsn": "postgresql://tw@db/tw"},
-        )
-    assert [(p.code, p.path) for p in info.value.problems] == [
-        ("config.not_built", "state"),
-        ("config.not_built", "store"),
-    ]
+        build(store={"postgres_dsn": "postgresql://tw@db/tw"})
+    assert [(p.code, p.path) for p in info.value.problems] == [("config.not_built", "store")]
     assert "not built yet" in info.value.problems[0].message
+    # A password in a bad URL is not quoted back.
+    with pytest.raises(ConfigError) as info:
+        build(state={"redis_url": "redis://:secret@cache:notaport/x"})
+    assert info.value.problems[0].code == "config.url_invalid"
+    assert "secret" not in info.value.problems[0].message
 
 
 def test_lookups() -> None:

@@ -170,8 +170,19 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "config.url_invalid",
         "providers[0].base_url",
     ),
+    (
+        "redis url of another scheme",
+        with_(state={"redis_url": "http://localhost:6379"}),
+        "config.url_invalid",
+        "state.redis_url",
+    ),
+    (
+        "redis url with spaces",
+        with_(state={"redis_url": "redis://local host"}),
+        "config.url_invalid",
+        "state.redis_url",
+    ),
     # Sections whose behaviour is not built are refused, not accepted and ignored.
-    ("redis state", with_(state={"redis_url": "redis://localhost"}), "config.not_built", "state"),
     (
         "postgres store",
         with_(store={"postgres_dsn": "postgresql://db"}),

@@ -291,3 +291,17 @@ def test_configure_keeps_state() -> None:
     health.configure(HealthSettings(samples=4))
     assert health.sample_count("up") == 4
     assert health.first_content_median("up") == 7.5
+
+
+def test_a_pause_decided_elsewhere_keeps_its_reason_and_ends_as_such() -> None:
+    h = Health()
+    (start,) = h.pause("a", 10.0, 40.0, HealthReason.RATE_LIMIT)
+    assert (start.paused, start.reason, start.until) == (True, HealthReason.RATE_LIMIT, 40.0)
+    assert h.is_paused("a", 20.0) and h.snapshot("a", 20.0).failures_in_row == 0
+    # Unlike an operator's pause, a success here ends it.
+    (end,) = h.record_success("a", 21.0)
+    assert (end.paused, end.reason) == (False, HealthReason.SUCCESS)
+    h.pause("a", 30.0, 90.0, HealthReason.UNEXPLAINED)
+    (ended,) = h.resume("a", 31.0, HealthReason.SUCCESS)
+    assert (ended.paused, ended.reason) == (False, HealthReason.SUCCESS)
+    assert not h.is_paused("a", 32.0) and h.resume("a", 33.0) == []

@@ -216,3 +216,16 @@ def test_calendar_moves_with_the_time_zone() -> None:
     (day,) = kl.status("k", later)
     assert day.window_start == dt.datetime(2026, 12, 3, tzinfo=PARIS).timestamp()
     assert day.used == 0 and isinstance(kl.admit("k", one(), later), Admitted)
+
+
+def test_alerts_for_usage_counted_elsewhere_are_raised_once_per_window() -> None:
+    kl = limits(lim("day", "requests", 10), lim("minute", "tokens", 100))
+    assert kl.shared_alerts("k", [7, 10], T0) == []
+    assert [(a.limit.per.value, a.percent, a.used) for a in kl.shared_alerts("k", [8, 50], T0)] == [
+        ("day", 80, 8)
+    ]
+    assert kl.shared_alerts("k", [9, 60], T0 + 1) == []  # 80 % of the day was told already
+    both = kl.shared_alerts("k", [10, 100], T0 + 2)
+    assert [(a.limit.per.value, a.percent) for a in both] == [("day", 100), ("minute", 100)]
+    assert kl.shared_alerts("k", [10], T0 + 3) == []  # not one figure per limit: ignored
+    assert kl.shared_alerts("nobody", [1], T0) == []

@@ -208,3 +208,18 @@ def test_limits_are_never_exceeded_and_nobody_waits_beside_a_free_slot(
         assert slots.in_flight("b") <= limits[1]
         for ticket in slots.waiting():
             assert all(slots.is_full(name) for name in ticket.names)
+
+
+def test_slots_held_elsewhere_count_against_the_limit() -> None:
+    slots = Slots(upstream_limits={"a": 3})
+    take(slots, "a", "r1")
+    assert slots.set_outside({"a": 2}) == []
+    assert slots.outside("a") == 2 and slots.is_full("a")
+    assert slots.try_acquire("a", owner="r2") is None
+    ticket = slots.wait(["a"], owner="r2", deadline=10.0)
+    # Another instance let one go: the room goes to the waiting ticket.
+    (grant,) = slots.set_outside({"a": 1})
+    assert grant.ticket == ticket and grant.permit.owner == "r2"
+    assert slots.in_flight("a") == 2 and slots.is_full("a")
+    # Names left out hold nothing elsewhere.
+    assert slots.set_outside({}) == [] and slots.outside("a") == 0 and not slots.is_full("a")

@@ -141,7 +141,9 @@ async def _load(stacks: tuple[Stack, ...], total: int, server: RedisServer) -> C
                 stream = await clients[n % len(clients)].chat.completions.create(
                     model="gpt-e2e-1", messages=[{"role": "user", "content": f"n{n}"}], stream=True
                 )
-                text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+                text = "".join(
+                    [c.choices[0].delta.content or "" async for c in stream if c.choices]
+                )
                 outcomes["ok" if text else "empty"] += 1
             except openai.APIError as exc:
                 outcomes[f"error {exc.code or exc.message}"] += 1

@@ -1211,7 +1211,10 @@ def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
-_REDIS_URL = re.compile(r"rediss?://[^\s/?#]*(?:/\d{0,5})?(?:\?[^\s#]*)?")
+_REDIS_URL = re.compile(
+    r"rediss?://(?:[^\s/?#@]*@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?"
+    r"(?:/\d{1,5})?(?:\?[^\s#]*)?"
+)
 
 
 def _state(out: _Problems, top: _Fields) -> State | None:
