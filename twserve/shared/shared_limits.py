@@ -18,7 +18,9 @@ The semantics are `twengine.limits`'s, with the totals in Redis instead of in th
 
 Keys (``{key}`` is the gateway key's name, in braces so a cluster keeps them on one slot):
 ``<prefix>lim:{key}:res`` (reservation → expiry, ms), ``<prefix>lim:{key}:resv`` (reservation →
-its estimate), ``<prefix>lim:{key}:roll:<secs>`` (rolling window events, by time) and
+its estimate), ``<prefix>lim:{key}:roll:<secs>`` (a rolling window's events, by time) with
+``…:roll:<secs>:sum`` (their running sum, so an admission reads totals without walking the
+window; only a refusal reads the oldest events, to say when enough rolls off) and
 ``<prefix>lim:{key}:cal:<period>:<start>`` (a calendar period's totals, kept a day past its end).
 Spends are four integers: requests, tokens (uncached input, cache writes, output), cache reads,
 cost in micro-dollars.
@@ -52,6 +54,7 @@ _SPANS = {LimitPeriod.MINUTE: 60, LimitPeriod.HOUR: 3600}
 _MEASURE = {LimitMeasure.REQUESTS: "r", LimitMeasure.TOKENS: "t", LimitMeasure.COST: "m"}
 
 _COMMON = """
+local NAMES = {'r', 't', 'c', 'm'}
 local function spend_of(text, skip)
   local s = {0, 0, 0, 0}
   local i = 1 - skip
@@ -68,26 +71,49 @@ local function measure(s, m, reads)
   end
   return s[4]
 end
-local function settled(key, kind, a, now)
-  local total = {0, 0, 0, 0}
-  local events = {}
+local function totals(key)
+  local got = redis.call('HMGET', key, 'r', 't', 'c', 'm')
+  local s = {0, 0, 0, 0}
+  for k = 1, 4 do s[k] = tonumber(got[k]) or 0 end
+  return s
+end
+-- The settled totals of one limit's window. A rolling window (events in the zset `key`, their
+-- running sum in the hash `sums`) first drops what rolled off, from both.
+local function settled(key, sums, kind, a, now)
   if kind == 'r' then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
-    local found = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    for j = 1, #found, 2 do
-      local s = spend_of(found[j], 1)
-      for k = 1, 4 do total[k] = total[k] + s[k] end
-      events[#events + 1] = {tonumber(found[j + 1]), s}
+    local gone = redis.call('ZRANGEBYSCORE', key, '-inf', now - a)
+    if #gone > 0 then
+      local drop = {0, 0, 0, 0}
+      for _, member in ipairs(gone) do
+        local s = spend_of(member, 1)
+        for k = 1, 4 do drop[k] = drop[k] + s[k] end
+      end
+      for k = 1, 4 do redis.call('HINCRBY', sums, NAMES[k], -drop[k]) end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
     end
-  else
-    local got = redis.call('HMGET', key, 'r', 't', 'c', 'm')
-    for k = 1, 4 do total[k] = tonumber(got[k]) or 0 end
+    return totals(sums)
   end
-  return total, events
+  return totals(key)
+end
+-- When `need` of the measure will have rolled off a rolling window: its oldest events first,
+-- read a hundred at a time.
+local function frees_at(key, a, need, m, reads)
+  local freed = 0
+  local start = 0
+  while true do
+    local found = redis.call('ZRANGE', key, start, start + 99, 'WITHSCORES')
+    if #found == 0 then return 'none' end
+    for j = 1, #found, 2 do
+      freed = freed + measure(spend_of(found[j], 1), m, reads)
+      if freed >= need then return string.format('%.6f', tonumber(found[j + 1]) + a) end
+    end
+    start = start + 100
+  end
 end
 """
 
-#: KEYS: reservations (zset), their estimates (hash), then one ledger per limit.
+#: KEYS: reservations (zset), their estimates (hash), then two per limit: its ledger (a rolling
+#: window's events, or a calendar period's totals) and a rolling window's running sum.
 #: ARGV: now, reservation id, expiry (ms), the estimate's four figures, reservation ttl (ms),
 #: then per limit: kind (r/c), span or period start, period end, measure (r/t/m), reads, amount.
 ADMIT = (
@@ -112,7 +138,8 @@ for i = 1, n do
   local b = 8 + (i - 1) * 6
   local kind, a, m, reads = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 4], ARGV[b + 5]
   local amount = tonumber(ARGV[b + 6])
-  local total, events = settled(KEYS[2 + i], kind, a, now)
+  local key = KEYS[1 + 2 * i]
+  local total = settled(key, KEYS[2 + 2 * i], kind, a, now)
   local held = measure(reserved, m, reads)
   local used = measure(total, m, reads) + held
   local want = measure(est, m, reads)
@@ -120,14 +147,7 @@ for i = 1, n do
     if kind == 'c' then return {'refused', i, used, ''} end
     if want > amount then return {'refused', i, used, 'none'} end
     local untl = 'none'
-    if held + want <= amount then
-      local need = used + want - amount
-      local freed = 0
-      for _, e in ipairs(events) do
-        freed = freed + measure(e[2], m, reads)
-        if freed >= need then untl = string.format('%.6f', e[1] + a) break end
-      end
-    end
+    if held + want <= amount then untl = frees_at(key, a, used + want - amount, m, reads) end
     blocked[#blocked + 1] = {i, used, untl}
   end
 end
@@ -147,8 +167,7 @@ return {'admitted', 0, 0, ''}
 """
 )
 
-#: KEYS: reservations, estimates, then one ledger per limit (as ADMIT).
-#: ARGV: now, reservation id ('' for none), the spend's four figures, then per limit: kind,
+#: KEYS: as ADMIT's. ARGV: now, reservation id, the spend's four figures, then per limit: kind,
 #: span or period start, period end.
 SETTLE = (
     _COMMON
@@ -156,29 +175,31 @@ SETTLE = (
 local now = tonumber(ARGV[1])
 local rid = ARGV[2]
 local spend = {ARGV[3], ARGV[4], ARGV[5], ARGV[6]}
-if rid ~= '' then
-  redis.call('ZREM', KEYS[1], rid)
-  redis.call('HDEL', KEYS[2], rid)
-end
+redis.call('ZREM', KEYS[1], rid)
+redis.call('HDEL', KEYS[2], rid)
 local booked = {}
 local out = {}
 local n = (#ARGV - 6) / 3
 for i = 1, n do
   local b = 6 + (i - 1) * 3
-  local key, kind = KEYS[2 + i], ARGV[b + 1]
+  local key, sums, kind = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[b + 1]
   local a, z = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local total = settled(key, sums, kind, a, now)
   if not booked[key] then
     booked[key] = true
+    local target = key
     if kind == 'r' then
       redis.call('ZADD', key, now, rid .. ' ' .. table.concat(spend, ' '))
       redis.call('PEXPIRE', key, math.floor(a * 1000) + 60000)
-    elseif a <= now and now < z then
-      local names = {'r', 't', 'c', 'm'}
-      for k = 1, 4 do redis.call('HINCRBY', key, names[k], spend[k]) end
-      redis.call('PEXPIREAT', key, math.floor(z * 1000) + 86400000)
+      redis.call('PEXPIRE', sums, math.floor(a * 1000) + 60000)
+      target = sums
     end
+    if kind == 'r' or (a <= now and now < z) then
+      for k = 1, 4 do redis.call('HINCRBY', target, NAMES[k], spend[k]) end
+      if kind == 'c' then redis.call('PEXPIREAT', key, math.floor(z * 1000) + 86400000) end
+    end
+    total = totals(target)
   end
-  local total = settled(key, kind, a, now)
   out[#out + 1] = table.concat(total, ' ')
 end
 return out
@@ -193,6 +214,8 @@ class Window:
 
     key: str
     rolling: bool
+    # A rolling window's running sum (a calendar period's ledger is its own sum).
+    sums: str = ""
     span: float = 0.0
     start: float = 0.0
     end: float = 0.0
@@ -215,11 +238,12 @@ def windows(
     for lim in limits:
         if lim.per.rolling:
             span = _SPANS[lim.per]
-            out.append(Window(key=f"{prefix}lim:{{{key}}}:roll:{span}", rolling=True, span=span))
+            name = f"{prefix}lim:{{{key}}}:roll:{span}"
+            out.append(Window(key=name, rolling=True, sums=name + ":sum", span=span))
         else:
             start, end = period_bounds(lim.per, now, tz)
             name = f"{prefix}lim:{{{key}}}:cal:{lim.per.value}:{int(start)}"
-            out.append(Window(key=name, rolling=False, start=start, end=end))
+            out.append(Window(key=name, rolling=False, sums=name, start=start, end=end))
     return out
 
 
@@ -282,6 +306,10 @@ def read_totals(answer: Sequence[object], limits: Sequence[KeyLimit]) -> list[in
     return used
 
 
+def _ledger_keys(wins: Sequence[Window]) -> list[str]:
+    return [name for w in wins for name in (w.key, w.sums)]
+
+
 def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode()
@@ -307,7 +335,7 @@ class SharedLimits:
         """The verdict for one request of `key`, and its reservation id when admitted."""
         wins = windows(self.prefix, key, limits, now, tz)
         rid = uuid.uuid4().hex
-        keys = [*reservation_keys(self.prefix, key), *(w.key for w in wins)]
+        keys = [*reservation_keys(self.prefix, key), *_ledger_keys(wins)]
         args = admit_args(limits, wins, estimate, now, rid, self.reservation_secs)
 
         async def run(client: Redis) -> list[object]:
@@ -340,7 +368,7 @@ class SharedLimits:
             await self.state.call(drop)
             return None
         wins = windows(self.prefix, key, limits, now, tz)
-        keys = [*res_keys, *(w.key for w in wins)]
+        keys = [*res_keys, *_ledger_keys(wins)]
         args = settle_args(wins, spend, now, rid)
 
         async def run(client: Redis) -> list[object]:
