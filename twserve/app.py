@@ -441,6 +441,10 @@ class GatewayApp:
 
     def _commit_config(self, staged: _StagedConfig) -> None:
         config = staged.config
+        redis_url = config.state.redis_url if config.state is not None else None
+        running = self.sharing.state.redis_url if self.sharing is not None else None
+        if redis_url != running:
+            log.warning("state.redis_url changed: it takes effect when twserve restarts")
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)

@@ -3,6 +3,7 @@ losing it: requests keep flowing, the loss and the return are told as events."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ import pytest
 import redis
 
 from tests.servers import RedisServer, start_redis
+from tests.twserve.live import config_yaml, live_gateway, wait_for
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twmock.script import ErrorSpec, MockSettings, Script
 from twserve.events import HealthChanged, RequestRouted, SharedStateChanged
@@ -201,3 +203,19 @@ def test_redis_restarted_mid_load_requests_keep_flowing(tmp_path: Path) -> None:
         assert chat(b, [{"role": "user", "content": "again"}], "s2")
         until(lambda: db.zcard(window) == before + 2, "both counted in Redis")
         db.close()
+
+
+def test_a_reload_that_changes_the_redis_url_says_it_needs_a_restart(
+    tmp_path: Path, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = f"\nstate:\n  redis_url: {redis_server.url}\n"
+    with live_gateway(
+        tmp_path, {"a": MockSettings()}, lambda p, c: config_yaml(p, c) + state
+    ) as live:
+        sharing = live.app.sharing
+        assert sharing is not None and sharing.state.redis_url == redis_server.url
+        caplog.set_level(logging.WARNING, logger="twserve")
+        live.write(config_yaml(live.mock_ports, live.control_port))  # no state: not applied
+        wait_for(lambda: live.events_of("ConfigReloaded"))
+        assert "state.redis_url changed: it takes effect when twserve restarts" in caplog.text
+        assert live.app.sharing is sharing and live.app.config.state is None
