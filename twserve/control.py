@@ -545,8 +545,9 @@ class ControlPlane:
                     "route": c.route,
                     "max_concurrent": c.max_concurrent,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),
-                    # Each limit with its usage (reservations included) and reset time.
-                    "limits": self.gateway.usage.key_view(c.name),
+                    # Each limit with its usage (reservations included) and reset time; with
+                    # shared state, across instances.
+                    "limits": await self.gateway.usage.current_key_view(c.name),
                     "unpriced_models": self.gateway.usage.unpriced_models(c.name),
                 }
             )

@@ -39,6 +39,7 @@ from twengine.limits import (
     Admitted,
     KeyLimits,
     LimitAlert,
+    LimitStatus,
     Refused,
     Reservation,
     Spend,
@@ -498,11 +499,27 @@ class UsageKeeper:
 
     # -- views --------------------------------------------------------------------------------
 
+    async def current_key_view(self, key: str) -> list[dict[str, Any]]:
+        """`key_view`, with the usage of every instance while the limits are shared (Redis
+        answering); this process's own otherwise."""
+        shared = self.shared
+        if shared is not None and shared.state.up and self.limits.has_limits(key):
+            now = self.wall()
+            try:
+                statuses = await shared.status(key, self.config.client(key).limits, now, self.tz)
+            except RedisDown:
+                pass
+            else:
+                return self._view(statuses)
+        return self.key_view(key)
+
     def key_view(self, key: str) -> list[dict[str, Any]]:
         """Each limit of `key` with usage and reset, for the control plane's keys view."""
-        now = self.wall()
+        return self._view(self.limits.status(key, self.wall()))
+
+    def _view(self, statuses: Sequence[LimitStatus]) -> list[dict[str, Any]]:
         out = []
-        for st in self.limits.status(key, now):
+        for st in statuses:
             lim = st.limit
             out.append(
                 {

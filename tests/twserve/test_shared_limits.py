@@ -164,8 +164,21 @@ async def test_the_scripts_answer_as_the_in_process_limits_do(
     now = time.time()
     held: list[tuple[Reservation, str]] = []
     seen: set[type] = set()
-    for _ in range(150):
+    for step in range(150):
         now += rng.uniform(0, 9)
+        if step % 10 == 0:
+            # The usage views agree too (the control plane's /keys).
+            theirs = await shared.status("k", lims, now, UTC)
+            for got_status, want_status in zip(theirs, local.status("k", now), strict=True):
+                assert (got_status.used, got_status.reserved) == (
+                    want_status.used,
+                    want_status.reserved,
+                )
+                assert got_status.window_start == pytest.approx(want_status.window_start)
+                if want_status.reset is None:
+                    assert got_status.reset is None
+                else:
+                    assert got_status.reset == pytest.approx(want_status.reset, abs=1e-3)
         if held and rng.random() < 0.45:
             reservation, rid = held.pop(rng.randrange(len(held)))
             if rng.random() < 0.2:

@@ -203,6 +203,10 @@ def test_redis_restarted_mid_load_requests_keep_flowing(tmp_path: Path) -> None:
         assert chat(b, [{"role": "user", "content": "again"}], "s2")
         until(lambda: db.zcard(window) == before + 2, "both counted in Redis")
         db.close()
+        # Each instance's keys view shows what Redis counted, both instances' requests.
+        for stack in (a, b):
+            (view,) = stack.portal.call(stack.app.usage.current_key_view, "tester")
+            assert (view["used"], view["reserved"]) == (before + 2, 0)
 
 
 def test_a_reload_that_changes_the_redis_url_says_it_needs_a_restart(

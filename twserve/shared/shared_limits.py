@@ -36,12 +36,21 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from twengine.config.model import KeyLimit, LimitMeasure, LimitPeriod
-from twengine.limits import Admitted, Refused, Reservation, Spend, Wait, period_bounds
+from twengine.limits import (
+    Admitted,
+    LimitStatus,
+    Refused,
+    Reservation,
+    Spend,
+    Wait,
+    period_bounds,
+)
 from twserve.shared.redis_state import RedisState
 
 __all__ = [
     "ADMIT",
     "SETTLE",
+    "STATUS",
     "SharedLimits",
     "Window",
     "admit_args",
@@ -207,6 +216,40 @@ return out
 )
 
 
+#: KEYS: as ADMIT's. ARGV: now, then per limit: kind, span or period start, period end,
+#: measure, reads. Per limit: settled usage, reserved usage, when the oldest counted spend of a
+#: rolling window rolls off ('' for none, or a calendar period).
+STATUS = (
+    _COMMON
+    + """
+local now = tonumber(ARGV[1])
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 1000)
+for _, id in ipairs(lapsed) do redis.call('HDEL', KEYS[2], id) end
+if #lapsed > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now * 1000) end
+local reserved = {0, 0, 0, 0}
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+  local s = spend_of(v, 0)
+  for k = 1, 4 do reserved[k] = reserved[k] + s[k] end
+end
+local out = {}
+local n = (#ARGV - 1) / 5
+for i = 1, n do
+  local b = 1 + (i - 1) * 5
+  local kind, a, m, reads = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 4], ARGV[b + 5]
+  local key = KEYS[1 + 2 * i]
+  local total = settled(key, KEYS[2 + 2 * i], kind, a, now)
+  local oldest = ''
+  if kind == 'r' then
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #first > 0 then oldest = string.format('%.6f', tonumber(first[2]) + a) end
+  end
+  out[#out + 1] = {measure(total, m, reads), measure(reserved, m, reads), oldest}
+end
+return out
+"""
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Window:
     """Where one limit's settled spends live now: a rolling window of `span` seconds, or the
@@ -328,6 +371,7 @@ class SharedLimits:
         self.held: dict[str, str] = {}
         self._admit = state.client.register_script(ADMIT)
         self._settle = state.client.register_script(SETTLE)
+        self._status = state.client.register_script(STATUS)
 
     async def admit(
         self, key: str, limits: Sequence[KeyLimit], estimate: Spend, now: float, tz: dt.tzinfo
@@ -375,6 +419,36 @@ class SharedLimits:
             return list(await self._settle(keys=keys, args=args, client=client))
 
         return read_totals(await self.state.call(run), limits)
+
+    async def status(
+        self, key: str, limits: Sequence[KeyLimit], now: float, tz: dt.tzinfo
+    ) -> list[LimitStatus]:
+        """Every limit of `key` with its usage across instances (reservations included), as
+        `KeyLimits.status` reports a process's own."""
+        wins = windows(self.prefix, key, limits, now, tz)
+        keys = [*reservation_keys(self.prefix, key), *_ledger_keys(wins)]
+        args = [repr(now)]
+        for lim, win in zip(limits, wins, strict=True):
+            args += [*win.args(), _MEASURE[lim.measure], "1" if lim.cache_reads else "0"]
+
+        async def run(client: Redis) -> list[tuple[int, int, str]]:
+            rows = await self._status(keys=keys, args=args, client=client)
+            return [(int(a), int(b), _text(c)) for a, b, c in rows]
+
+        out = []
+        for lim, win, row in zip(limits, wins, await self.state.call(run), strict=True):
+            settled, reserved, oldest = row
+            rolling_reset = float(oldest) if oldest else None
+            out.append(
+                LimitStatus(
+                    limit=lim,
+                    used=settled + reserved,
+                    reserved=reserved,
+                    reset=rolling_reset if win.rolling else win.end,
+                    window_start=now - win.span if win.rolling else win.start,
+                )
+            )
+        return out
 
     async def renew(self, now: float) -> None:
         """Push the expiry of every reservation this instance holds `reservation_secs` on."""
