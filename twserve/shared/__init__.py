@@ -8,7 +8,8 @@ stay in-process (twengine's objects, driven by twserve.usage and twserve.relay_h
 * `shared_limits.SharedLimits` — key limits checked and reserved atomically by Lua scripts;
 * `shared_slots.SharedSlots` — upstream slots counted across instances under expiring leases;
 * `shared_router.SharedRouter` — pauses and conversation affinity, kept in keys with a TTL and
-  announced on a pub/sub channel.
+  announced on a pub/sub channel;
+* `sharing.Sharing` — all of the above for one instance, wired to its gateway by twserve.app.
 
 docs/deployment.md ("Several instances: Redis") says what is exact and what is approximate.
 """
