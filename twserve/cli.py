@@ -132,16 +132,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
     async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            bound = await tg.start(app.run)
-            if bound.gateway_port is not None:
-                print(f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True)
-            if bound.control_port is not None:
-                where = f"http://{app.control_host}:{bound.control_port}"
-                print(f"control plane on {where}", flush=True)
-            # SIGHUP reads the config again. The first SIGTERM / Ctrl-C drains requests in
-            # flight; a second one stops at once.
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+        # The signal handlers go in before the app starts listening, so a SIGTERM sent as soon
+        # as the port answers already drains rather than kills. SIGHUP reads the config again.
+        # The first SIGTERM / Ctrl-C drains requests in flight; a second one stops at once.
+        sigs_wanted = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        with anyio.open_signal_receiver(*sigs_wanted) as sigs:
+            async with anyio.create_task_group() as tg:
+                bound = await tg.start(app.run)
+                if bound.gateway_port is not None:
+                    print(
+                        f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True
+                    )
+                if bound.control_port is not None:
+                    where = f"http://{app.control_host}:{bound.control_port}"
+                    print(f"control plane on {where}", flush=True)
                 async for signum in sigs:
                     if signum == signal.SIGHUP:
                         log.info("SIGHUP: reading the config again")
