@@ -48,7 +48,7 @@ from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_nam
 from twserve.gateway import Gateway
 from twserve.httptypes import Headers, Request, Responder
 from twserve.metrics import CONTENT_TYPE, Metrics
-from twserve.store import RequestStore
+from twserve.store import Store
 
 __all__ = [
     "CONTROL_API_VERSION",
@@ -286,7 +286,7 @@ class ControlPlane:
         self,
         gateway: Gateway,
         *,
-        store: RequestStore,
+        store: Store,
         events: EventBus,
         metrics: Metrics,
         env: Mapping[str, str],

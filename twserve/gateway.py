@@ -55,7 +55,7 @@ from twserve.request_row import (
     note_local,
     retry_observer,
 )
-from twserve.store import RequestRow, RequestStore
+from twserve.store import RequestRow, Store
 from twserve.upstream import UpstreamClient
 from twserve.usage import UsageKeeper
 
@@ -72,7 +72,7 @@ class Gateway:
         self,
         config: Config,
         *,
-        store: RequestStore,
+        store: Store,
         upstream: UpstreamClient,
         env: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,

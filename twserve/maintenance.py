@@ -17,7 +17,7 @@ from collections.abc import Callable
 import anyio
 
 from twengine.config import Config
-from twserve.store import RequestStore
+from twserve.store import Store
 from twserve.usage import UsageKeeper, local_tz
 
 __all__ = ["PRUNE_EVERY_SECS", "Maintenance"]
@@ -38,7 +38,7 @@ class Maintenance:
     def __init__(
         self,
         usage: UsageKeeper,
-        store: RequestStore,
+        store: Store,
         config: Callable[[], Config],
         *,
         pinned_tz: dt.tzinfo | None = None,
@@ -50,10 +50,15 @@ class Maintenance:
         self.pruned = (0, 0)
 
     async def rebuild(self) -> int:
-        """Rebuild the limits' totals from the store now."""
-        self.usage.db_path = self.store.path
+        """Rebuild the limits' totals from the store now. A store that cannot be read is
+        logged and tried again later (`UsageKeeper.rebuild_due`)."""
+        self.usage.store = self.store
         self.usage.rebuild_needed = True
-        booked = await self.usage.rebuild_now()
+        try:
+            booked = await self.usage.rebuild_now()
+        except Exception as exc:
+            log.warning("key limits not rebuilt, the request store cannot be read: %s", exc)
+            return 0
         if booked:
             log.info("key limits: %d stored requests counted in the current windows", booked)
         return booked
@@ -85,7 +90,7 @@ class Maintenance:
         next_prune = 0.0
         clock = self.usage.clock
         while True:
-            if self._tz_moved() or self.usage.rebuild_needed:
+            if self._tz_moved() or self.usage.rebuild_due():
                 await self.rebuild()
             if clock() >= next_prune:
                 next_prune = clock() + PRUNE_EVERY_SECS

@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -28,7 +28,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from twproto import json_dumps
 
-__all__ = ["USAGE_GROUPS", "RequestRow", "RequestStore", "StoredBody"]
+__all__ = [
+    "USAGE_GROUPS",
+    "LimitSpend",
+    "RequestRow",
+    "RequestStore",
+    "Store",
+    "StoredBody",
+]
 
 # `GET /usage?by=…` and `twserve usage --by …`: the column each grouping reads.
 USAGE_GROUPS = {
@@ -215,6 +222,44 @@ class RequestRow:
         )
 
 
+# One stored request's spend against its key's limits: key name, settled_ts, tokens, cache-read
+# tokens, cost in micro-dollars (what `UsageKeeper.rebuild` books).
+LimitSpend = tuple[str, float, int, int, int]
+
+
+class Store(Protocol):
+    """What the gateway, the control plane and the maintenance task need of a request store.
+
+    `RequestStore` (SQLite, the default) and `twserve.store_pg.PostgresStore` implement it.
+    `record` never blocks; `run` is the writer task, which returns once `close` was called and
+    every queued row is written; `close_db` releases the connections afterwards.
+    """
+
+    written: int
+
+    def record(self, row: RequestRow) -> None: ...
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+    def close_db(self) -> None: ...
+
+    async def recent(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    async def body(self, request_id: str) -> dict[str, Any] | None: ...
+
+    async def usage(
+        self, *, by: str, since: float | None = None, until: float | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]: ...
+
+    async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]: ...
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -368,6 +413,30 @@ class RequestStore:
         return await anyio.to_thread.run_sync(
             lambda: usage_totals(self.path, by=by, since=since, until=until)
         )
+
+    async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]:
+        """What each request of `keys` settled at or after `since` counted toward its limits."""
+
+        def read() -> list[LimitSpend]:
+            if not self.path.exists():
+                return []
+            conn = sqlite3.connect(self.path)
+            try:
+                marks = ",".join("?" for _ in keys)
+                cur = conn.execute(
+                    "SELECT key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
+                    "FROM requests WHERE counted = 1 AND settled_ts >= ? "
+                    f"AND key_name IN ({marks})",
+                    (since, *keys),
+                )
+                return [
+                    (k, float(ts), int(t or 0), int(r or 0), int(c or 0))
+                    for k, ts, t, r, c in cur.fetchall()
+                ]
+            finally:
+                conn.close()
+
+        return await anyio.to_thread.run_sync(read)
 
 
 def usage_totals(

@@ -23,11 +23,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -50,7 +48,7 @@ from twproto.errors import ErrorCategory, GatewayError
 from twproto.ir import Usage
 from twserve.shared.redis_state import RedisDown
 from twserve.shared.shared_limits import SharedLimits
-from twserve.store import RequestRow
+from twserve.store import RequestRow, Store
 
 __all__ = ["Admission", "UsageKeeper", "describe_amount", "local_tz", "spend_of"]
 
@@ -59,6 +57,8 @@ log = logging.getLogger("twserve.usage")
 # How often a request waiting on a rolling limit looks again, at most (the wall clock may be
 # moved by an operator or a test; a settling request wakes it sooner).
 RECHECK_SECS = 0.25
+# After a rebuild failed (the store could not be read), how long before the next try.
+REBUILD_RETRY_SECS = 5.0
 
 
 def local_tz() -> dt.tzinfo:
@@ -148,9 +148,10 @@ class UsageKeeper:
         self._settled: anyio.Event | None = None
         self.alert_listeners: list[Callable[[LimitAlert], None]] = []
         # Set when a reload changed some key's limits; the next admission (or the maintenance
-        # task, whichever comes first) rebuilds the totals from `db_path`.
+        # task, whichever comes first) rebuilds the totals from `store`.
         self.rebuild_needed = False
-        self.db_path: Path | None = None
+        self.store: Store | None = None
+        self._retry_rebuild = -math.inf
         self._rebuild_lock: anyio.Lock | None = None
         # Set with ``state.redis_url``: limits checked across instances while Redis answers;
         # `limits` (this process's own totals) while it does not.
@@ -199,9 +200,12 @@ class UsageKeeper:
     ) -> Admission | GatewayError:
         """Let the request through `key`'s limits, waiting on a rolling window until `deadline`
         (the gateway's monotonic clock); a refusal comes back as the error to send."""
-        if self.rebuild_needed and self.db_path is not None:
+        if self.rebuild_due():
             # A reload changed the limits: count the stored rows before admitting anything.
-            await self.rebuild_now()
+            try:
+                await self.rebuild_now()
+            except Exception as exc:  # the store is away: admit on the totals kept live
+                log.warning("key limits not rebuilt, the request store cannot be read: %s", exc)
         limits = self.limits
         if not limits.has_limits(key):
             return Admission(
@@ -447,53 +451,40 @@ class UsageKeeper:
 
     # -- startup ------------------------------------------------------------------------------
 
+    def rebuild_due(self) -> bool:
+        """A rebuild is needed, and the last failed one (if any) was long enough ago."""
+        return (
+            self.rebuild_needed and self.store is not None and self.clock() >= self._retry_rebuild
+        )
+
     async def rebuild_now(self) -> int:
-        """Rebuild from `db_path` once, however many requests ask at the same moment."""
+        """Rebuild from `store` once, however many requests ask at the same moment. A store
+        that cannot be read leaves `rebuild_needed` set and raises."""
         if self._rebuild_lock is None:
             self._rebuild_lock = anyio.Lock()
         async with self._rebuild_lock:
-            if not self.rebuild_needed or self.db_path is None:
+            if not self.rebuild_needed or self.store is None:
                 return 0
             self.rebuild_needed = False
-            return await self.rebuild(self.db_path)
+            try:
+                return await self.rebuild(self.store)
+            except BaseException:
+                self.rebuild_needed = True
+                self._retry_rebuild = self.clock() + REBUILD_RETRY_SECS
+                raise
 
-    async def rebuild(self, db_path: Path) -> int:
-        """Book the spends stored in `db_path` that fall in the current windows."""
+    async def rebuild(self, store: Store) -> int:
+        """Book the spends stored in `store` that fall in the current windows."""
         if not self.limits.keys:
             return 0
         now = self.wall()
         since = self.limits.earliest_start(now)
         keys = self.limits.keys
 
-        def read() -> list[tuple[str, float, Spend]]:
-            if not db_path.exists():
-                return []
-            conn = sqlite3.connect(db_path)
-            try:
-                marks = ",".join("?" for _ in keys)
-                cur = conn.execute(
-                    "SELECT key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
-                    "FROM requests WHERE counted = 1 AND settled_ts >= ? "
-                    f"AND key_name IN ({marks})",
-                    (since, *keys),
-                )
-                return [
-                    (
-                        k,
-                        float(ts),
-                        Spend(
-                            requests=1,
-                            tokens=int(t or 0),
-                            cache_reads=int(r or 0),
-                            cost_micros=int(c or 0),
-                        ),
-                    )
-                    for k, ts, t, r, c in cur.fetchall()
-                ]
-            finally:
-                conn.close()
-
-        events = await anyio.to_thread.run_sync(read)
+        events = [
+            (k, ts, Spend(requests=1, tokens=t, cache_reads=r, cost_micros=c))
+            for k, ts, t, r, c in await store.limit_spends(keys, since)
+        ]
         self.limits.rebuild(events, now)
         return len(events)
 
