@@ -150,6 +150,12 @@ _CODES = {
     "gw.request.bodies_busy": (
         "Request bodies held in memory are at the gateway's limit; retry shortly (503)."
     ),
+    "gw.store.unavailable": (
+        "PostgreSQL (store.postgres_dsn) stopped answering; rows are kept, written on its return."
+    ),
+    "gw.store.recovered": (
+        "PostgreSQL (store.postgres_dsn) answers again; the rows kept were written."
+    ),
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."
     ),

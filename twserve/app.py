@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 
-from twengine.config import Config
+from twengine.config import Config, resolve_template
 from twengine.config.model import GroupType, Provider, ResponsesTransport
 from twserve import control, http1, http2, realtime, websocket
 from twserve.configcheck import ConfigRejection, Finding, locate
@@ -37,12 +38,15 @@ from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
 from twserve.prices import load_price_table
 from twserve.shared.sharing import Sharing
-from twserve.store import RequestStore
+from twserve.store import RequestStore, Store
 from twserve.upstream import UpstreamClient
 from twserve.upstream_socket import socket_route
+
+if TYPE_CHECKING:
+    from twserve.store_pg import StoreBack, StoreLost
 from twserve.usage import UsageKeeper
 
-__all__ = ["FD_RESERVE", "GatewayApp", "raise_fd_limit"]
+__all__ = ["FD_RESERVE", "GatewayApp", "open_store", "raise_fd_limit"]
 
 log = logging.getLogger("twserve")
 
@@ -113,7 +117,7 @@ class GatewayApp:
         self.limits = limits
         # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
         self.ws_limits = ws_limits or websocket.WebSocketLimits()
-        self.store = RequestStore(data_dir / "requests.sqlite3")
+        self.store = open_store(config, data_dir, self.env)
         self.upstream = UpstreamClient(
             http2_for=self._speaks_http2, socket_route=socket_route(self._responses_socket_of)
         )
@@ -138,6 +142,11 @@ class GatewayApp:
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
         gw.hooks.listeners.append(self.events.health_changed)
+        if not isinstance(self.store, RequestStore):
+            from twserve.store_pg import PostgresStore
+
+            assert isinstance(self.store, PostgresStore)
+            self.store.listeners.append(self._store_changed)
         self.usage.alert_listeners.append(self.events.key_limit_alert)
         # With state.redis_url: limits, slots, pauses and affinity shared with other instances.
         self.sharing: Sharing | None = None
@@ -217,6 +226,16 @@ class GatewayApp:
         finally:
             self.store.close_db()
             self._stopped.set()
+
+    def _store_changed(self, change: StoreLost | StoreBack) -> None:
+        from twserve.store_pg import StoreLost
+
+        if isinstance(change, StoreLost):
+            self.events.store_unavailable(
+                reason=change.reason, held=change.held, journal=change.journal
+            )
+        else:
+            self.events.store_recovered(rows=change.rows, down_secs=change.down_secs)
 
     def _speaks_http2(self, url: str) -> bool:
         """Whether `url` belongs to a provider configured with ``http2: true``."""
@@ -445,6 +464,8 @@ class GatewayApp:
         running = self.sharing.state.redis_url if self.sharing is not None else None
         if redis_url != running:
             log.warning("state.redis_url changed: it takes effect when twserve restarts")
+        if config.store != self.config.store and self.safe_mode is None:
+            log.warning("store.postgres_dsn changed: the request store changes at the next start")
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)
@@ -517,6 +538,22 @@ class GatewayApp:
             for server in {self.gateway_server, *self._retiring}:
                 tg.start_soon(one, server)
         return all(results)
+
+
+def open_store(config: Config, data_dir: Path, env: Mapping[str, str]) -> Store:
+    """The request store `config` asks for: PostgreSQL with ``store.postgres_dsn``, else the
+    SQLite file in the data directory."""
+    dsn = config.store.postgres_dsn if config.store is not None else None
+    if not dsn:
+        return RequestStore(data_dir / "requests.sqlite3")
+    try:
+        from twserve.store_pg import JOURNAL_FILE, PostgresStore
+    except ImportError as exc:  # the optional dependency is missing
+        raise RuntimeError(
+            f"store.postgres_dsn needs psycopg ({exc}): pip install 'twserve[postgres]'"
+        ) from None
+    # Checked when the config was loaded; a variable unset since then fails here, loudly.
+    return PostgresStore(resolve_template(dsn, env), journal=data_dir / JOURNAL_FILE)
 
 
 def _url_test_members(config: Config) -> set[str]:

@@ -55,6 +55,8 @@ __all__ = [
     "RequestRouted",
     "RequestStarted",
     "SharedStateChanged",
+    "StoreRecovered",
+    "StoreUnavailable",
     "Subscription",
     "event_json",
     "event_name",
@@ -229,6 +231,29 @@ class ConfigRejected:
     origin: str = "file"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreUnavailable:
+    """The request store's database (PostgreSQL) stopped answering. Rows are kept: `held` in
+    memory, `journal` in the local journal file; they are written when it returns."""
+
+    ts: float
+    code: str
+    reason: str
+    held: int
+    journal: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreRecovered:
+    """The request store's database answers again and took the `rows` kept meanwhile;
+    it was away `down_secs`."""
+
+    ts: float
+    code: str
+    rows: int
+    down_secs: float
+
+
 Event = (
     RequestStarted
     | RequestRouted
@@ -241,6 +266,8 @@ Event = (
     | SharedStateChanged
     | ConfigReloaded
     | ConfigRejected
+    | StoreUnavailable
+    | StoreRecovered
 )
 
 EVENT_TYPES: tuple[type[Any], ...] = (
@@ -255,6 +282,8 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     SharedStateChanged,
     ConfigReloaded,
     ConfigRejected,
+    StoreUnavailable,
+    StoreRecovered,
 )
 
 
@@ -504,6 +533,24 @@ class EventBus:
         """A `RedisState` listener."""
         code = "gw.shared_state.back" if shared else "gw.shared_state.lost"
         self.publish(SharedStateChanged(ts=self.wall(), shared=shared, code=code, detail=detail))
+
+    def store_unavailable(self, *, reason: str, held: int, journal: int) -> None:
+        self.publish(
+            StoreUnavailable(
+                ts=self.wall(),
+                code="gw.store.unavailable",
+                reason=reason,
+                held=held,
+                journal=journal,
+            )
+        )
+
+    def store_recovered(self, *, rows: int, down_secs: float) -> None:
+        self.publish(
+            StoreRecovered(
+                ts=self.wall(), code="gw.store.recovered", rows=rows, down_secs=down_secs
+            )
+        )
 
     def config_reloaded(
         self, *, generation: int, version: int, config_version: str = "", origin: str = "file"

@@ -35,6 +35,7 @@ __all__ = [
     "RequestStore",
     "Store",
     "StoredBody",
+    "usage_rows",
 ]
 
 # `GET /usage?by=…` and `twserve usage --by …`: the column each grouping reads.
@@ -467,6 +468,12 @@ def usage_totals(
         rows = conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+    return usage_rows(by, rows)
+
+
+def usage_rows(by: str, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Usage totals as `usage` returns them, from (group, count, errors, input, output, cache
+    read, cache write, reasoning, cost, unpriced, free) tuples."""
     out = []
     for grp, count, errors, inp, outp, read, write, reasoning, cost, unpriced, free in rows:
         out.append(

@@ -31,6 +31,7 @@ from twengine.config import (
     Retention,
     SetOverrides,
     State,
+    Store,
     TargetKind,
     build_config,
     parse_comparison,
@@ -428,21 +429,39 @@ def test_pricing() -> None:
     assert sheet.price("other") is None
 
 
-def test_state_is_built_and_store_refused_until_built() -> None:
+def test_state_is_built() -> None:
     config = build(state={"redis_url": " rediss://:secret@cache.internal:6380/2 "})
     assert config.state is not None
     assert config.state.redis_url == "rediss://:secret@cache.internal:6380/2"
     assert build(state={}).state == State()
-    # PostgreSQL is not built: accepting the section would silently do nothing.
-    with pytest.raises(ConfigError) as info:
-        build(store={"postgres_dsn": "postgresql://tw@db/tw"})
-    assert [(p.code, p.path) for p in info.value.problems] == [("config.not_built", "store")]
     assert "not built yet" in info.value.problems[0].message
     # A password in a bad URL is not quoted back.
     with pytest.raises(ConfigError) as info:
         build(state={"redis_url": "redis://:secret@cache:notaport/x"})
     assert info.value.problems[0].code == "config.url_invalid"
     assert "secret" not in info.value.problems[0].message
+
+
+def test_postgres_dsn_is_kept_as_written_and_checked_with_the_environment() -> None:
+    config = build(store={"postgres_dsn": "postgresql://tw@db/tw"})
+    assert config.store is not None and config.store.postgres_dsn == "postgresql://tw@db/tw"
+    templated = {"postgres_dsn": "${TW_PG}"}
+    # Without an environment only the template's syntax is checked.
+    assert build(store=templated).store == Store(postgres_dsn="${TW_PG}")
+    data = {"version": 1, "store": templated}
+    config = build_config(data, env={"TW_PG": "postgres://tw:pw@db:5433/tw?sslmode=require"})
+    assert config.store == Store(postgres_dsn="${TW_PG}")
+    with pytest.raises(ConfigError) as info:
+        build_config(data, env={})
+    assert [(p.code, p.path) for p in info.value.problems] == [
+        ("config.env_missing", "store.postgres_dsn")
+    ]
+    with pytest.raises(ConfigError) as info:
+        build_config(data, env={"TW_PG": "redis://tw:hunter2@db/0"})
+    (problem,) = info.value.problems
+    assert (problem.code, problem.path) == ("config.url_invalid", "store.postgres_dsn")
+    assert "hunter2" not in problem.message
+    assert build(store={}).store == Store()
 
 
 def test_lookups() -> None:

@@ -184,10 +184,16 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     # Sections whose behaviour is not built are refused, not accepted and ignored.
     (
-        "postgres store",
-        with_(store={"postgres_dsn": "postgresql://db"}),
-        "config.not_built",
-        "store",
+        "postgres dsn with another scheme",
+        with_(store={"postgres_dsn": "mysql://tw:secret@db/tw"}),
+        "config.url_invalid",
+        "store.postgres_dsn",
+    ),
+    (
+        "postgres dsn with a bad template",
+        with_(store={"postgres_dsn": "postgresql://tw:${PG PASS}@db/tw"}),
+        "config.template_invalid",
+        "store.postgres_dsn",
     ),
     (
         "upstream key with a newline",

@@ -70,6 +70,7 @@ from twengine.config.model import (
     Rule,
     SetOverrides,
     State,
+    Store,
     Target,
     TargetKind,
     When,
@@ -1236,6 +1237,44 @@ def _state(out: _Problems, top: _Fields) -> State | None:
     return State(redis_url=url.strip())
 
 
+_DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _store(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> Store | None:
+    """``store``: `postgres_dsn` kept as written (``${VAR}`` templates included), checked to
+    name a PostgreSQL URI. With `env`, the template is resolved for the check (a variable that
+    is not set refuses the config); twserve resolves it again when it connects."""
+    sf = top.fields("store", SECTIONS["store"])
+    if sf is None:
+        return None
+    raw = sf.raw("postgres_dsn")
+    if raw is _ABSENT:
+        return Store()
+    path = sf.at("postgres_dsn")
+    text = _as_text(out, path, raw)
+    if text is None:
+        return None
+    try:
+        template_variables(text)
+        value = resolve_template(text, env) if env is not None else text
+    except TemplateError as exc:
+        out.add(exc.code, path, exc.message)
+        return None
+    # Without an environment a DSN that starts with a template cannot be checked yet.
+    unchecked = env is None and text.startswith("${")
+    if not unchecked and (
+        not value.lower().startswith(_DSN_SCHEMES) or any(c.isspace() for c in value)
+    ):
+        # A DSN carries a password: describe it, never quote it.
+        out.add(
+            "config.url_invalid",
+            path,
+            "postgres_dsn must be a postgresql:// (or postgres://) URI without spaces",
+        )
+        return None
+    return Store(postgres_dsn=text)
+
+
 def _not_built(out: _Problems, data: Mapping[str, object]) -> None:
     """Refuse every field whose behaviour is not built, rather than accept and ignore it."""
     for path, what in NOT_BUILT.items():
@@ -1542,6 +1581,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     default_key = top.name("default_key", required=False)
     answer_model = top.choice("answer_model", AnswerModel, AnswerModel.REQUESTED)
     state = _state(out, top)
+    store = _store(out, top, env)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -1595,5 +1635,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         retention=retention,
         pricing=Pricing(sheets=tuple(s.value for s in sheets)),
         state=state,
+        store=store,
         warnings=tuple(out.warnings),
     )

@@ -559,7 +559,8 @@ class State:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Store:
-    """``store`` (docs/configuration.md, not built yet): the request store beyond SQLite."""
+    """``store`` (docs/configuration.md): the request store beyond SQLite. `postgres_dsn` is
+    kept as written, ``${VAR}`` templates included."""
 
     postgres_dsn: str | None = None
 
