@@ -37,10 +37,10 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -148,6 +148,8 @@ _UPSERT_BODIES = (
 # quarter hours), put on this process's calendar afterwards, as SQLite's 'localtime' does.
 _QUARTER = 900
 _PG_GROUPS = {**USAGE_GROUPS, "day": f"floor(ts / {_QUARTER})::bigint"}
+
+_T = TypeVar("_T")
 
 # A row as written: the requests columns, and the bodies columns when a body was kept.
 _Item = tuple[tuple[Any, ...], tuple[Any, ...] | None]
@@ -496,22 +498,32 @@ class PostgresStore:
 
     # -- reads -------------------------------------------------------------------------------
 
+    async def _read(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]) -> _T:
+        """`work` on the reader connection. A connection the server dropped since its last use
+        (a restart) is opened again once; a server that is away raises."""
+        async with self._read_lock:
+            for fresh in (self._reader is None, True):
+                try:
+                    return await work(await self._reader_conn())
+                except psycopg.OperationalError:
+                    await self._drop_reader()
+                    if fresh:
+                        raise
+            raise AssertionError("unreachable")
+
     async def _query(
         self, sql: str, params: Sequence[Any] = (), *, dicts: bool = False
     ) -> list[Any]:
-        async with self._read_lock:
-            try:
-                conn = await self._reader_conn()
-                if dicts:
-                    async with conn.cursor(row_factory=dict_row) as dcur:
-                        await dcur.execute(sql, params)
-                        return await dcur.fetchall()
-                async with conn.cursor() as cur:
-                    await cur.execute(sql, params)
-                    return await cur.fetchall()
-            except psycopg.OperationalError:
-                await self._drop_reader()
-                raise
+        async def query(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            if dicts:
+                async with conn.cursor(row_factory=dict_row) as dcur:
+                    await dcur.execute(sql, params)
+                    return await dcur.fetchall()
+            async with conn.cursor() as cur:
+                await cur.execute(sql, params)
+                return await cur.fetchall()
+
+        return await self._read(query)
 
     async def _reader_conn(self) -> psycopg.AsyncConnection[Any]:
         if self._reader is None:
@@ -607,22 +619,19 @@ class PostgresStore:
     async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]:
         """Delete rows older than `before_rows` and bodies older than `before_bodies` (unix
         seconds), whichever instance wrote them; returns how many of each went."""
-        async with self._read_lock:
-            try:
-                conn = await self._reader_conn()
-                async with conn.transaction():
-                    cur = await conn.execute(
-                        "DELETE FROM bodies WHERE ts < %s OR id IN "
-                        "(SELECT id FROM requests WHERE ts < %s)",
-                        (before_bodies, before_rows),
-                    )
-                    bodies = cur.rowcount
-                    cur = await conn.execute("DELETE FROM requests WHERE ts < %s", (before_rows,))
-                    rows = cur.rowcount
-            except psycopg.OperationalError:
-                await self._drop_reader()
-                raise
-        return rows, bodies
+
+        async def prune(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "DELETE FROM bodies WHERE ts < %s OR id IN "
+                    "(SELECT id FROM requests WHERE ts < %s)",
+                    (before_bodies, before_rows),
+                )
+                bodies = cur.rowcount
+                cur = await conn.execute("DELETE FROM requests WHERE ts < %s", (before_rows,))
+                return cur.rowcount, bodies
+
+        return await self._read(prune)
 
     def close_db(self) -> None:
         """Release what `run` has not: the queue, the journal file, a reader opened since."""
