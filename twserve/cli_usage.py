@@ -1,7 +1,9 @@
 """``twserve usage`` and ``twserve prices``: spend in a terminal, and refreshing the prices.
 
 * ``twserve usage [--by key|model|provider|day] [--since 7d] [--until …] [--json]`` reads the
-  request store in the data directory and prints a table (`rich`) with a total row.
+  request store — PostgreSQL when the config (``--config``, else the data directory's) sets
+  ``store.postgres_dsn``, else the SQLite file in the data directory — and prints a table
+  (`rich`) with a total row.
 * ``twserve prices update --from FILE_OR_URL`` converts a LiteLLM model price list (the same
   conversion that built the shipped table) and saves it as the data directory's ``prices.json``,
   which a gateway started afterwards prices with. ``twserve prices show`` says which table is in
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -28,9 +31,32 @@ def _data_dir(args: argparse.Namespace) -> Path:
     return Path(args.data_dir).expanduser() if args.data_dir else data_dir()
 
 
+def _postgres_dsn(args: argparse.Namespace) -> str | None:
+    """``store.postgres_dsn`` of the config (``--config``, else the data directory's), with its
+    ``${VAR}`` read from the environment; None when the store is the SQLite file. A config
+    that does not load leaves the SQLite file (the gateway would not start on it either),
+    unless its problem is the DSN itself: that raises `TemplateError`."""
+    from twengine.config import ConfigError, TemplateError, resolve_template
+    from twserve.configfile import load_config
+
+    path = Path(args.config).expanduser() if args.config else _data_dir(args) / "config.yaml"
+    try:
+        config = load_config(path)
+    except OSError:
+        return None
+    except ConfigError as err:
+        store = [p for p in err.problems if p.path.startswith("store")]
+        if store:
+            raise TemplateError(store[0].code, store[0].message) from None
+        return None
+    dsn = config.store.postgres_dsn if config.store is not None else None
+    return resolve_template(dsn, os.environ) if dsn else None
+
+
 def cmd_usage(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from twengine.config import TemplateError
     from twserve.store import usage_totals
     from twserve.usage_view import check_group, parse_since, render_table, totals
 
@@ -42,15 +68,29 @@ def cmd_usage(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    path = _data_dir(args) / "requests.sqlite3"
-    if not path.exists():
-        print(f"no request store at {path}", file=sys.stderr)
-        return 1
     try:
-        rows = usage_totals(path, by=by, since=since, until=until)
-    except sqlite3.Error as exc:
-        print(f"cannot read {path}: {exc}", file=sys.stderr)
+        dsn = _postgres_dsn(args)
+    except TemplateError as exc:
+        print(f"store.postgres_dsn: {exc.message}", file=sys.stderr)
         return 1
+    if dsn is not None:
+        from twserve.store_pg import usage_totals_pg
+
+        try:
+            rows = usage_totals_pg(dsn, by=by, since=since, until=until)
+        except Exception as exc:  # psycopg's errors, without importing it up front
+            print(f"cannot read the PostgreSQL request store: {exc}", file=sys.stderr)
+            return 1
+    else:
+        path = _data_dir(args) / "requests.sqlite3"
+        if not path.exists():
+            print(f"no request store at {path}", file=sys.stderr)
+            return 1
+        try:
+            rows = usage_totals(path, by=by, since=since, until=until)
+        except sqlite3.Error as exc:
+            print(f"cannot read {path}: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps({"by": by, "since": since, "rows": rows, "total": totals(rows)}, indent=2))
         return 0
@@ -127,6 +167,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--since", default="7d", help="unix seconds, ISO date, or span (default 7d)")
     p.add_argument("--until", help="end of the range (same forms; default: now)")
     p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")
+    p.add_argument(
+        "--config", help="config file naming store.postgres_dsn (default: the data directory's)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_usage)

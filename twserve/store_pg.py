@@ -67,6 +67,7 @@ __all__ = [
     "StoreBack",
     "StoreLost",
     "migrate",
+    "usage_totals_pg",
 ]
 
 log = logging.getLogger("twserve.store")
@@ -572,40 +573,8 @@ class PostgresStore:
         self, *, by: str, since: float | None = None, until: float | None = None
     ) -> list[dict[str, Any]]:
         """Totals per `by` (a `USAGE_GROUPS` name) over rows in [since, until)."""
-        column = _PG_GROUPS[by]
-        where = ["TRUE"]
-        params: list[Any] = []
-        if since is not None:
-            where.append("ts >= %s")
-            params.append(since)
-        if until is not None:
-            where.append("ts < %s")
-            params.append(until)
-        sql = (
-            f"SELECT {column} AS grp, COUNT(*), "
-            "SUM(CASE WHEN status >= 400 OR status IS NULL OR cancelled = 1 THEN 1 ELSE 0 END), "
-            + ", ".join(
-                f"COALESCE(SUM({c}), 0)::bigint"
-                for c in (
-                    "input_tokens",
-                    "output_tokens",
-                    "cache_read_tokens",
-                    "cache_write_tokens",
-                    "reasoning_tokens",
-                    "cost_micros",
-                )
-            )
-            + ", SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END) "
-            f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
-        )
-        rows = [
-            tuple(int(v) if i else v for i, v in enumerate(r))
-            for r in await self._query(sql, params)
-        ]
-        if by == "day":
-            rows = _by_local_day(rows)
-        return usage_rows(by, rows)
+        sql, params = _usage_query(by, since, until)
+        return _usage_result(by, await self._query(sql, params))
 
     async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]:
         """What each request of `keys` settled at or after `since` counted toward its limits."""
@@ -642,6 +611,54 @@ class PostgresStore:
             if conn is not None and not conn.closed:
                 conn.pgconn.finish()
         self._writer = self._reader = None
+
+
+def _usage_query(by: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
+    column = _PG_GROUPS[by]
+    where = ["TRUE"]
+    params: list[Any] = []
+    if since is not None:
+        where.append("ts >= %s")
+        params.append(since)
+    if until is not None:
+        where.append("ts < %s")
+        params.append(until)
+    sums = ", ".join(
+        f"COALESCE(SUM({c}), 0)::bigint"
+        for c in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cost_micros",
+        )
+    )
+    sql = (
+        f"SELECT {column} AS grp, COUNT(*), "
+        "SUM(CASE WHEN status >= 400 OR status IS NULL OR cancelled = 1 THEN 1 ELSE 0 END), "
+        f"{sums}, "
+        "SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END) "
+        f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
+    )
+    return sql, params
+
+
+def _usage_result(by: str, found: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    rows = [tuple(int(v) if i else v for i, v in enumerate(r)) for r in found]
+    if by == "day":
+        rows = _by_local_day(rows)
+    return usage_rows(by, rows)
+
+
+def usage_totals_pg(
+    dsn: str, *, by: str, since: float | None = None, until: float | None = None
+) -> list[dict[str, Any]]:
+    """`PostgresStore.usage`, synchronously, on the database at `dsn` (``twserve usage``)."""
+    sql, params = _usage_query(by, since, until)
+    with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_SECS) as conn:
+        return _usage_result(by, conn.execute(sql, params).fetchall())
 
 
 def _by_local_day(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -5,6 +5,7 @@ away — held in memory, spilled to the journal, written when it returns."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.servers import PostgresServer, start_postgres
+from twserve.cli import main
 from twserve.store import RequestRow, RequestStore, Store, StoredBody
 from twserve.store_pg import MIGRATIONS, PostgresStore, StoreBack, StoreLost, migrate
 
@@ -269,3 +271,34 @@ async def test_a_stop_while_postgres_is_away_journals_and_the_next_start_replays
             assert await store.body("r0020") is not None
         finally:
             store.close_db()
+
+
+def test_usage_cli_reads_postgres_when_the_config_names_it(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dsn = new_database(postgres_server)
+
+    async def fill() -> list[dict[str, Any]]:
+        store = PostgresStore(dsn, journal=tmp_path / "journal.sqlite3")
+        try:
+            async with writing(store):
+                for i in range(ROWS):
+                    store.record(sample(i))
+            return await store.usage(by="model", since=0)
+        finally:
+            store.close_db()
+
+    expected = anyio.run(fill)
+    config = tmp_path / "config.yaml"
+    config.write_text("version: 1\nstore:\n  postgres_dsn: ${TW_USAGE_PG}\n")
+    monkeypatch.setenv("TW_USAGE_PG", dsn)
+    argv = ["usage", "--config", str(config), "--data-dir", str(tmp_path)]
+    assert main([*argv, "--by", "model", "--since", "0", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["rows"] == expected and shown["total"]["requests"] == ROWS
+    monkeypatch.delenv("TW_USAGE_PG")
+    assert main([*argv, "--json"]) == 1
+    assert "TW_USAGE_PG" in capsys.readouterr().err
