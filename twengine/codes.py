@@ -133,6 +133,7 @@ _CODES = {
     "control.model_spec_invalid": "A model spec written through the control plane is refused.",
     "control.safe_mode": "The config failed to load; only the control plane is serving.",
     "control.group_unknown": "The control-plane request names no group (404).",
+    "control.store_unavailable": "The request store's database cannot be read now (503).",
     "control.config.layout": (
         "A small write cannot be spliced into how this part of the file is written (409)."
     ),

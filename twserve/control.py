@@ -48,7 +48,7 @@ from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_nam
 from twserve.gateway import Gateway
 from twserve.httptypes import Headers, Request, Responder
 from twserve.metrics import CONTENT_TYPE, Metrics
-from twserve.store import Store
+from twserve.store import Store, StoreReadError
 
 __all__ = [
     "CONTROL_API_VERSION",
@@ -565,7 +565,10 @@ class ControlPlane:
             until = usage_view.parse_since(query["until"], now) if "until" in query else None
         except ValueError as exc:
             raise ControlRequestError(400, "control.request.invalid", str(exc)) from None
-        rows = await self.store.usage(by=by, since=since, until=until)
+        try:
+            rows = await self.store.usage(by=by, since=since, until=until)
+        except StoreReadError as exc:
+            raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
         return {
             "by": by,
             "since": since,
@@ -584,7 +587,10 @@ class ControlPlane:
         limit = DEFAULT_REQUEST_LIMIT
         if "limit" in query:
             limit = min(max(_count("limit", query["limit"]), 1), MAX_REQUEST_LIMIT)
-        rows = await self.store.recent(limit)
+        try:
+            rows = await self.store.recent(limit)
+        except StoreReadError as exc:
+            raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
         return {"requests": rows, "limit": limit}
 
     async def _dryrun(self, request: Request) -> dict[str, Any]:

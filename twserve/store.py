@@ -34,6 +34,7 @@ __all__ = [
     "RequestRow",
     "RequestStore",
     "Store",
+    "StoreReadError",
     "StoredBody",
     "usage_rows",
 ]
@@ -228,12 +229,17 @@ class RequestRow:
 LimitSpend = tuple[str, float, int, int, int]
 
 
+class StoreReadError(Exception):
+    """The store cannot be read now (its database server is away)."""
+
+
 class Store(Protocol):
     """What the gateway, the control plane and the maintenance task need of a request store.
 
     `RequestStore` (SQLite, the default) and `twserve.store_pg.PostgresStore` implement it.
     `record` never blocks; `run` is the writer task, which returns once `close` was called and
-    every queued row is written; `close_db` releases the connections afterwards.
+    every queued row is written; `close_db` releases the connections afterwards. A read that
+    cannot reach the store's server raises `StoreReadError`.
     """
 
     written: int

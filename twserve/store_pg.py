@@ -53,6 +53,7 @@ from twserve.store import (
     USAGE_GROUPS,
     LimitSpend,
     RequestRow,
+    StoreReadError,
     _connect,
     _decode,
     _migrate,
@@ -506,10 +507,10 @@ class PostgresStore:
             for fresh in (self._reader is None, True):
                 try:
                     return await work(await self._reader_conn())
-                except psycopg.OperationalError:
+                except psycopg.OperationalError as exc:
                     await self._drop_reader()
                     if fresh:
-                        raise
+                        raise StoreReadError(f"PostgreSQL cannot be read: {exc}") from exc
             raise AssertionError("unreachable")
 
     async def _query(

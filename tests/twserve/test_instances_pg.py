@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from tests.servers import PostgresServer, start_postgres
-from tests.twserve.stack import KEY, Upstream, running_stack
+from tests.twserve.stack import CONTROL_KEY, KEY, Upstream, running_stack
 from tests.twserve.test_store_pg import new_database
 from twmock.script import MockSettings, parse_script
 from twmock.server import make_handler
@@ -207,7 +207,9 @@ def test_requests_keep_flowing_while_postgres_is_away(tmp_path: Path) -> None:
 
     with start_postgres() as server:
         config = {"store": {"postgres_dsn": "${PG}"}}
-        with running_stack(tmp_path, upstreams, config=config, env={"PG": server.dsn}) as st:
+        with running_stack(
+            tmp_path, upstreams, config=config, env={"PG": server.dsn}, control=True
+        ) as st:
             store = st.app.store
             assert isinstance(store, PostgresStore)
             st.app.events.listeners.append(lambda event: seen.append(type(event).__name__))
@@ -217,10 +219,15 @@ def test_requests_keep_flowing_while_postgres_is_away(tmp_path: Path) -> None:
             assert len(answered) == 100
             _until(lambda: "StoreUnavailable" in seen)
             assert store.written < 100 and store.held + store.journal.count > 0
+            auth = [(b"authorization", b"Bearer " + CONTROL_KEY.encode())]
+            away = httpcore.request("GET", st.control_url + "/requests", headers=auth)
+            assert away.status == 503
+            assert json.loads(away.content)["error"]["code"] == "control.store_unavailable"
             server.start()
             _until(lambda: "StoreRecovered" in seen)
             assert store.written == 100
-            rows = st.portal.call(store.recent, 5)
+            back = httpcore.request("GET", st.control_url + "/requests?limit=5", headers=auth)
+            rows = json.loads(back.content)["requests"]
             assert len(rows) == 5 and rows[0]["provider"] == "up"
         with psycopg.connect(server.dsn) as conn:
             found = conn.execute("SELECT COUNT(*), MIN(status), MAX(status) FROM requests")
