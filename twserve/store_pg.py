@@ -153,6 +153,18 @@ _PG_GROUPS = {**USAGE_GROUPS, "day": f"floor(ts / {_QUARTER})::bigint"}
 
 _T = TypeVar("_T")
 
+# Where a row's key, `counted`, `settled_ts` and its three limit figures sit in its columns.
+_KEY = _COLUMNS.index("key_name")
+_COUNTED = _COLUMNS.index("counted")
+_SETTLED = _COLUMNS.index("settled_ts")
+_LIMITS = _COLUMNS.index("limit_tokens")
+assert _COLUMNS[_LIMITS : _LIMITS + 3] == ("limit_tokens", "limit_cache_reads", "limit_cost")
+
+
+def _spend(key: str, settled: float, tokens: Any, reads: Any, cost: Any) -> LimitSpend:
+    return (key, float(settled), int(tokens or 0), int(reads or 0), int(cost or 0))
+
+
 # A row as written: the requests columns, and the bodies columns when a body was kept.
 _Item = tuple[tuple[Any, ...], tuple[Any, ...] | None]
 
@@ -263,6 +275,15 @@ class _Journal:
             for b in db.execute(f"SELECT {_BODY_COLS} FROM bodies WHERE id IN ({marks})", ids)
         }
         return [(tuple(r), bodies.get(r[0])) for r in rows]
+
+    def params(self) -> list[tuple[Any, ...]]:
+        """Every row's columns, bodies left out, read on a connection of its own (the writer
+        may be using the journal's meanwhile)."""
+        conn = sqlite3.connect(self.path)
+        try:
+            return [tuple(r) for r in conn.execute(f"SELECT {_COLS} FROM requests")]
+        finally:
+            conn.close()
 
     def remove(self, ids: Sequence[str]) -> None:
         db = self._db()
@@ -578,13 +599,26 @@ class PostgresStore:
         return _usage_result(by, await self._query(sql, params))
 
     async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]:
-        """What each request of `keys` settled at or after `since` counted toward its limits."""
+        """What each request of `keys` settled at or after `since` counted toward its limits:
+        the rows in PostgreSQL and the rows still waiting for it (held, journal)."""
+        wanted = set(keys)
+        spends: dict[str, LimitSpend] = {}
+        # Waiting rows first: one written meanwhile is then found twice, and counted once.
+        waiting = [p for p, _ in self._held]
+        if self.journal.count:
+            waiting += await anyio.to_thread.run_sync(self.journal.params)
+        for p in waiting:
+            key, counted, settled = p[_KEY], p[_COUNTED], p[_SETTLED]
+            if key in wanted and counted and settled is not None and settled >= since:
+                spends[p[0]] = _spend(key, settled, *p[_LIMITS : _LIMITS + 3])
         rows = await self._query(
-            "SELECT key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
+            "SELECT id, key_name, settled_ts, limit_tokens, limit_cache_reads, limit_cost "
             "FROM requests WHERE counted = 1 AND settled_ts >= %s AND key_name = ANY(%s)",
             (since, list(keys)),
         )
-        return [(k, float(ts), int(t or 0), int(r or 0), int(c or 0)) for k, ts, t, r, c in rows]
+        for request_id, key, settled, *limits in rows:
+            spends[request_id] = _spend(key, settled, *limits)
+        return list(spends.values())
 
     async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]:
         """Delete rows older than `before_rows` and bodies older than `before_bodies` (unix

@@ -485,6 +485,9 @@ class UsageKeeper:
             (k, ts, Spend(requests=1, tokens=t, cache_reads=r, cost_micros=c))
             for k, ts, t, r, c in await store.limit_spends(keys, since)
         ]
+        # From empty ledgers (reservations of requests in flight stay): a rebuild retried after
+        # the store was away replaces what was booked live meanwhile, which the store now has.
+        self.limits.configure(self.config.clients)
         self.limits.rebuild(events, now)
         return len(events)
 

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from tests.servers import PostgresServer, start_postgres
-from tests.twserve.stack import CONTROL_KEY, KEY, Upstream, running_stack
+from tests.twserve.stack import CONTROL_KEY, KEY, Stack, Upstream, running_stack
+from tests.twserve.test_key_limits import T0, FakeWall, _raw, _stack
 from tests.twserve.test_store_pg import new_database
 from twmock.script import MockSettings, parse_script
 from twmock.server import make_handler
@@ -239,3 +240,31 @@ def _until(check: Callable[[], bool]) -> None:
     while not check():
         assert time.monotonic() < deadline, "not within 30 s"
         time.sleep(0.05)
+
+
+def test_limit_totals_are_rebuilt_from_every_instances_rows(tmp_path: Path) -> None:
+    wall = FakeWall(T0)
+    limits = [{"per": "day", "tokens": 240}]
+
+    def written(st: Stack, count: int) -> None:
+        _until(lambda: st.app.store.written >= count)
+
+    with start_postgres() as server:
+        extra = {"store": {"postgres_dsn": server.dsn}}
+        # One instance answers two requests of 120 tokens each: the day's 240 are used.
+        with _stack(tmp_path / "a", limits, wall=wall, extra=extra) as st:
+            assert _raw(st.url)[0] == 200
+            written(st, 1)
+            assert _raw(st.url)[0] == 200
+            written(st, 2)
+        # Another instance (its own data directory) starts while PostgreSQL is away: it cannot
+        # count them, so it admits; once the database is back it rebuilds and refuses.
+        server.stop()
+        with _stack(tmp_path / "b", limits, wall=wall, extra=extra) as st:
+            assert _raw(st.url)[0] == 200
+            assert st.app.usage.rebuild_needed
+            server.start()
+            _until(lambda: not st.app.usage.rebuild_needed)
+            status, body, _ = _raw(st.url)
+            written(st, 2)
+        assert status == 429 and "used 360 tokens" in body["error"]["message"]

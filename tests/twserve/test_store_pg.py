@@ -19,7 +19,7 @@ import pytest
 from tests.servers import PostgresServer, start_postgres
 from twserve.cli import main
 from twserve.store import RequestRow, RequestStore, Store, StoredBody
-from twserve.store_pg import MIGRATIONS, PostgresStore, StoreBack, StoreLost, migrate
+from twserve.store_pg import MIGRATIONS, PostgresStore, StoreBack, StoreLost, _item, migrate
 
 pytestmark = pytest.mark.anyio
 
@@ -302,3 +302,23 @@ def test_usage_cli_reads_postgres_when_the_config_names_it(
     monkeypatch.delenv("TW_USAGE_PG")
     assert main([*argv, "--json"]) == 1
     assert "TW_USAGE_PG" in capsys.readouterr().err
+
+
+async def test_limit_spends_count_rows_still_waiting_for_postgres_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = new_database(postgres_server)
+    store = PostgresStore(dsn, journal=tmp_path / "journal.sqlite3")
+    try:
+        async with writing(store):
+            store.record(sample(0))
+            store.record(sample(2))
+        # Rows the writer holds in memory and in the journal are spent already; a row held
+        # and committed at the same moment counts once.
+        store._held.append(_item(sample(4)))
+        store._held.append(_item(sample(2)))
+        store.journal.add([_item(sample(6)), _item(sample(7))])
+        spends = await store.limit_spends(["alice"], 0)
+    finally:
+        store.close_db()
+    assert sorted(s[2] for s in spends) == [30, 32, 34, 36]  # r0007 is bob's
