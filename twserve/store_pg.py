@@ -33,6 +33,7 @@ retention clean-up) use a second connection, so they never wait behind a batch.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import math
 import sqlite3
@@ -196,6 +197,10 @@ def _text(value: Any) -> Any:
     return value
 
 
+def _as_json(params: tuple[Any, ...]) -> str:
+    return json.dumps(dict(zip(_COLUMNS, params, strict=True)), default=repr)
+
+
 def _item(row: RequestRow) -> _Item:
     params = tuple(_text(v) for v in row.as_params())
     body = None
@@ -276,6 +281,15 @@ class _Journal:
         }
         return [(tuple(r), bodies.get(r[0])) for r in rows]
 
+    def reject(self, refused: Sequence[tuple[_Item, str]]) -> None:
+        """Keep rows PostgreSQL refused, as JSON with the reason; they are not replayed."""
+        db = self._db()
+        db.execute("CREATE TABLE IF NOT EXISTS rejected (id TEXT, ts REAL, reason TEXT, row TEXT)")
+        db.executemany(
+            "INSERT INTO rejected (id, ts, reason, row) VALUES (?, ?, ?, ?)",
+            [(str(p[0]), time.time(), reason, _as_json(p)) for (p, _), reason in refused],
+        )
+
     def params(self) -> list[tuple[Any, ...]]:
         """Every row's columns, bodies left out, read on a connection of its own (the writer
         may be using the journal's meanwhile)."""
@@ -333,6 +347,8 @@ class PostgresStore:
         # Rows committed to PostgreSQL, and rows put in the journal, by this process.
         self.written = 0
         self.journaled = 0
+        # Rows PostgreSQL refused (their data, not the connection): kept in the journal file.
+        self.rejected = 0
 
     # -- the writer --------------------------------------------------------------------------
 
@@ -415,17 +431,15 @@ class PostgresStore:
             conn = await self._writer_conn()
             while self._held:
                 batch = self._held[:BATCH_ROWS]
-                await self._copy(conn, batch)
+                await self._write(conn, batch)
                 del self._held[: len(batch)]
-                self._wrote(len(batch))
             while self.journal.count:
                 batch = await anyio.to_thread.run_sync(self.journal.take, BATCH_ROWS)
                 if not batch:
                     break
-                await self._copy(conn, batch)
+                await self._write(conn, batch)
                 await anyio.to_thread.run_sync(self.journal.remove, [p[0] for p, _ in batch])
-                self._wrote(len(batch))
-        except (psycopg.Error, OSError) as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             await self._lost(exc)
             await self._spill_if_full()
             return
@@ -440,6 +454,33 @@ class PostgresStore:
                 rows,
             )
             self._tell(StoreBack(rows=rows, down_secs=round(down, 3)))
+
+    async def _write(self, conn: psycopg.AsyncConnection[Any], batch: Sequence[_Item]) -> None:
+        """Write `batch`. When PostgreSQL refuses its data (not its connection), the rows are
+        written one by one and each one it still refuses goes to the journal's ``rejected``
+        table with the reason, instead of holding every later row back."""
+        try:
+            await self._copy(conn, batch)
+        except psycopg.DatabaseError as exc:
+            if isinstance(exc, psycopg.OperationalError) or conn.closed:
+                raise
+            refused: list[tuple[_Item, str]] = []
+            for item in batch:
+                try:
+                    await self._copy(conn, [item])
+                except psycopg.DatabaseError as one:
+                    if isinstance(one, psycopg.OperationalError) or conn.closed:
+                        raise
+                    refused.append((item, str(one).strip()))
+            if refused:
+                await anyio.to_thread.run_sync(self.journal.reject, refused)
+                self.rejected += len(refused)
+                for item, reason in refused:
+                    log.error("PostgreSQL refused row %s (%s); kept in %s, table rejected",
+                              item[0][0], reason, self.journal.path)  # fmt: skip
+            self._wrote(len(batch) - len(refused))
+            return
+        self._wrote(len(batch))
 
     def _wrote(self, count: int) -> None:
         self.written += count

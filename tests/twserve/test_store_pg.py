@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -322,3 +323,31 @@ async def test_limit_spends_count_rows_still_waiting_for_postgres_once(
     finally:
         store.close_db()
     assert sorted(s[2] for s in spends) == [30, 32, 34, 36]  # r0007 is bob's
+
+
+async def test_a_row_postgres_refuses_is_kept_aside_and_holds_nothing_back(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = new_database(postgres_server)
+    journal = tmp_path / "journal.sqlite3"
+    store = PostgresStore(dsn, journal=journal)
+    later = PostgresStore(dsn, journal=journal)
+    try:
+        async with writing(store):
+            store.record(sample(1))
+            # A count past 64 bits: PostgreSQL refuses the row, not the connection.
+            store.record(RequestRow(id="huge", ts=T0, path="/v1/messages", input_tokens=2**70))
+            store.record(sample(2))
+        async with writing(later):
+            later.record(sample(3))
+    finally:
+        store.close_db()
+        later.close_db()
+    assert (store.written, store.rejected, store.down_since) == (2, 1, None)
+    assert later.written == 1
+    assert count_rows(dsn) == 3
+    with closing(sqlite3.connect(journal)) as db:
+        ((request_id, reason, row),) = db.execute("SELECT id, reason, row FROM rejected")
+        assert db.execute("SELECT COUNT(*) FROM requests").fetchone() == (0,)
+    assert request_id == "huge" and "out of range" in reason
+    assert json.loads(row)["input_tokens"] == 2**70
