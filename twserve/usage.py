@@ -152,6 +152,8 @@ class UsageKeeper:
         self.rebuild_needed = False
         self.store: Store | None = None
         self._retry_rebuild = -math.inf
+        # True while a rebuild reads the store: admissions wait for it.
+        self.rebuilding = False
         self._rebuild_lock: anyio.Lock | None = None
         # Set with ``state.redis_url``: limits checked across instances while Redis answers;
         # `limits` (this process's own totals) while it does not.
@@ -200,8 +202,9 @@ class UsageKeeper:
     ) -> Admission | GatewayError:
         """Let the request through `key`'s limits, waiting on a rolling window until `deadline`
         (the gateway's monotonic clock); a refusal comes back as the error to send."""
-        if self.rebuild_due():
-            # A reload changed the limits: count the stored rows before admitting anything.
+        if self.rebuild_due() or self.rebuilding:
+            # A reload changed the limits (or the store came back): count the stored rows
+            # before admitting anything; a rebuild under way is waited for.
             try:
                 await self.rebuild_now()
             except Exception as exc:  # the store is away: admit on the totals kept live
@@ -466,12 +469,15 @@ class UsageKeeper:
             if not self.rebuild_needed or self.store is None:
                 return 0
             self.rebuild_needed = False
+            self.rebuilding = True
             try:
                 return await self.rebuild(self.store)
             except BaseException:
                 self.rebuild_needed = True
                 self._retry_rebuild = self.clock() + REBUILD_RETRY_SECS
                 raise
+            finally:
+                self.rebuilding = False
 
     async def rebuild(self, store: Store) -> int:
         """Book the spends stored in `store` that fall in the current windows."""

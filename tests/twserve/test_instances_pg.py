@@ -65,7 +65,7 @@ def instances(
     """`count` gateway processes, each with its own data directory; their bound ports."""
     config = tmp_path / "config.yaml"
     _config(config, mock_port)
-    env = {**os.environ, "TW_TEST_PG_DSN": dsn, "TWSERVE_EVENT_LOOP": "asyncio"}
+    env = {**os.environ, "TW_TEST_PG_DSN": dsn}
     procs = []
     for n in range(count):
         argv = [sys.executable, "-m", "twserve.cli", "serve", "--config", str(config)]
@@ -264,7 +264,7 @@ def test_limit_totals_are_rebuilt_from_every_instances_rows(tmp_path: Path) -> N
             assert _raw(st.url)[0] == 200
             assert st.app.usage.rebuild_needed
             server.start()
-            _until(lambda: not st.app.usage.rebuild_needed)
+            _until(lambda: [v["used"] for v in st.app.usage.key_view("tester")] == [360])
             status, body, _ = _raw(st.url)
             written(st, 2)
         assert status == 429 and "used 360 tokens" in body["error"]["message"]
