@@ -61,7 +61,7 @@ __all__ = [
     "report_from_dict",
 ]
 
-CONTROL_API_VERSION = 3
+CONTROL_API_VERSION = 4
 API_HEADER = b"x-twserve-control-api"
 
 DEFAULT_REQUEST_LIMIT = 50
@@ -437,6 +437,7 @@ class ControlPlane:
                 "bind": config.listen.gateway.bind,
                 "port": config.listen.gateway.port,
             },
+            "store": self.store.status(),
         } | (self.config_api.status() if self.config_api is not None else {})
 
     async def _overview(self, request: Request) -> dict[str, Any]:

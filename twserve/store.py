@@ -266,6 +266,8 @@ class Store(Protocol):
 
     async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]: ...
 
+    def status(self) -> dict[str, Any]: ...
+
 
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -351,6 +353,10 @@ class RequestStore:
     def close(self) -> None:
         """Stop accepting rows; the writer finishes what is queued and returns."""
         self._send.close()
+
+    def status(self) -> dict[str, Any]:
+        """What the control plane's ``/status`` shows of the store."""
+        return {"backend": "sqlite", "path": str(self.path), "written": self.written}
 
     def close_db(self) -> None:
         self._send.close()

@@ -360,6 +360,21 @@ class PostgresStore:
         """Stop accepting rows; the writer writes (or journals) what is queued and returns."""
         self._send.close()
 
+    def status(self) -> dict[str, Any]:
+        """What the control plane's ``/status`` shows of the store."""
+        return {
+            "backend": "postgresql",
+            "available": self.down_since is None,
+            "down_secs": None
+            if self.down_since is None
+            else round(self.clock() - self.down_since, 3),
+            "held": len(self._held),
+            "journal": self.journal.count,
+            "written": self.written,
+            "journaled": self.journaled,
+            "rejected": self.rejected,
+        }
+
     @property
     def held(self) -> int:
         """Rows waiting in memory for PostgreSQL."""

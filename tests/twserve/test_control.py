@@ -173,6 +173,11 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
     assert status["config"] == {"version": 1, "generation": 1}
     assert status["safe_mode"] is None
     assert status["uptime_secs"] >= 0
+    assert status["store"] == {
+        "backend": "sqlite",
+        "path": str(stack.data_dir / "requests.sqlite3"),
+        "written": 1,
+    }
 
     overview = view(stack, "/overview")
     assert overview["requests"]["requests"] == 1

@@ -224,9 +224,17 @@ def test_requests_keep_flowing_while_postgres_is_away(tmp_path: Path) -> None:
             away = httpcore.request("GET", st.control_url + "/requests", headers=auth)
             assert away.status == 503
             assert json.loads(away.content)["error"]["code"] == "control.store_unavailable"
+            # Every answered request's row is queued by the time the answer is out, or just after.
+            _until(lambda: store.held + store.journal.count + store.written == 100)
+            status = json.loads(
+                httpcore.request("GET", st.control_url + "/status", headers=auth).content
+            )["store"]
+            assert status["backend"] == "postgresql" and status["available"] is False
+            assert status["held"] + status["journal"] == 100 - status["written"]
             server.start()
             _until(lambda: "StoreRecovered" in seen)
             assert store.written == 100
+            assert st.app.store.status()["available"] is True
             back = httpcore.request("GET", st.control_url + "/requests?limit=5", headers=auth)
             rows = json.loads(back.content)["requests"]
             assert len(rows) == 5 and rows[0]["provider"] == "up"
