@@ -17,7 +17,10 @@ memory; when more would, all of them are appended to the journal, a SQLite file 
 directory with the SQLite store's schema (`JOURNAL_FILE`). When a write succeeds again the rows
 held in memory go first, then the journal is replayed in batches, each batch deleted from the
 journal once PostgreSQL committed it; when nothing is held any more the listeners hear
-`StoreBack`. A journal left by an earlier run is replayed at startup the same way.
+`StoreBack`. A journal left by an earlier run is replayed at startup the same way. Only a
+failed connection counts as the database being away: a batch PostgreSQL refuses for its data is
+written row by row, and a row it still refuses is kept in the journal's ``rejected`` table
+rather than holding every later row back.
 
 **Stopping.** `close` ends the queue; the writer makes one last attempt to write what it holds
 and puts whatever PostgreSQL did not take into the journal, so a graceful stop loses no row
