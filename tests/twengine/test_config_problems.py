@@ -670,6 +670,9 @@ def test_every_config_and_engine_code_has_a_case() -> None:
         "config.env_missing",
         "config.runtime_failed",
         "config.listen_unavailable",
+        # No field is refused as not built today (schema.NOT_BUILT is empty); the code stays
+        # for the next one.
+        "config.not_built",
     }
     covered = {c[2] for c in CASES} | elsewhere
     wanted = {c for c in CODES if c.startswith(("config.", "engine."))}
