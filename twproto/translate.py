@@ -46,6 +46,7 @@ from twproto.formats._common import (
 )
 from twproto.formats._effort import budget_for_effort, parse_effort, without_reasoning_switches
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
+from twproto.resume import continued_request
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -193,6 +194,8 @@ def translate_request(
     max_tokens: int | None = None,
     reasoning: ir.ReasoningLevel | None = None,
     drop_sealed_reasoning: bool = False,
+    continuation: str | None = None,
+    prefill: bool = True,
 ) -> TranslatedRequest:
     """Convert a client's request body in `source` format to `target` format.
 
@@ -204,11 +207,18 @@ def translate_request(
     on. With either set, a same-format body is rewritten through the IR instead of passed through.
     `drop_sealed_reasoning` leaves out reasoning parts that carry a seal (signature, encrypted
     content, redacted data): an upstream on another account refuses them (docs/operations.md,
-    "What goes upstream"); their removal is recorded in `dropped`.
+    "What goes upstream"); their removal is recorded in `dropped`. `continuation` is the text of
+    an answer that broke off, for the upstream to continue (`twproto.resume.continued_request`;
+    `prefill` False: with an instruction instead of a trailing assistant message).
     Raises `ClientTranslationError` (400) for a body that is not a JSON object.
     """
     obj = _parse_object(body, ClientTranslationError)
-    rewrite = max_tokens is not None or reasoning is not None or drop_sealed_reasoning
+    rewrite = (
+        max_tokens is not None
+        or reasoning is not None
+        or drop_sealed_reasoning
+        or bool(continuation)
+    )
     if source is target and not rewrite:
         if target is Dialect.GEMINI:
             return TranslatedRequest(body=body, stream=bool(stream), model=model or "")
@@ -241,6 +251,8 @@ def translate_request(
                     req = replace(req, reasoning=None)  # no thinking field (docs/operations.md)
         if drop_sealed_reasoning:
             req = _without_sealed_reasoning(req)
+        if continuation:
+            req = continued_request(req, continuation, target, prefill=prefill)
         if target is Dialect.ANTHROPIC and req.max_output_tokens is None:
             req = replace(req, max_output_tokens=default_max_tokens)
         encoded, dropped = get(target).encode_request(req, model=req.model)

@@ -27,6 +27,7 @@ from twproto.first_content import (
     OpeningHold,
     Released,
 )
+from twproto.resume import ResumableStream
 from twproto.stream_translate import StreamTranslator, new_stream_translator
 
 __all__ = ["FirstContent", "OpeningOutcome", "UpstreamStream", "reported_usage"]
@@ -50,16 +51,21 @@ class UpstreamStream:
     `upstream_sse` False: the upstream sends Gemini's JSON array; `client_sse` False: so does
     the client want it. `tool_names` maps flattened tool names back; `created` is the answer's
     timestamp where the client format has one. `relay_unchanged` False decodes and encodes a
-    same-format stream again, to name `client_model` (an alias).
+    same-format stream again, to name `client_model` (an alias). `resumable` True reads the
+    answer with a `twproto.resume.ResumableStream`, which another upstream may continue;
+    `continuing` is such a stream this upstream continues (its opening is held the same way,
+    and the same stream object is handed back at first content).
     """
 
     __slots__ = (
         "_client",
         "_client_model",
         "_client_sse",
+        "_continuing",
         "_created",
         "_hold",
         "_relay_unchanged",
+        "_resumable",
         "_tool_names",
         "_upstream",
         "_upstream_sse",
@@ -76,7 +82,11 @@ class UpstreamStream:
         tool_names: ir.ToolNames | None = None,
         created: int | None = None,
         relay_unchanged: bool = True,
+        resumable: bool = False,
+        continuing: ResumableStream | None = None,
     ) -> None:
+        self._resumable = resumable
+        self._continuing = continuing
         self._upstream = upstream
         self._client = client
         self._client_model = client_model
@@ -105,6 +115,24 @@ class UpstreamStream:
     def _decide(self, outcome: HoldOutcome) -> OpeningOutcome:
         if not isinstance(outcome, Released):
             return outcome
+        translator: StreamTranslator
+        if self._continuing is not None:
+            translator = self._continuing
+            self._continuing.next_leg(
+                self._upstream, upstream_sse=self._upstream_sse, tool_names=self._tool_names
+            )
+            return FirstContent(data=translator.take_over(outcome), translator=translator)
+        if self._resumable:
+            translator = ResumableStream(
+                self._upstream,
+                self._client,
+                client_model=self._client_model,
+                upstream_sse=self._upstream_sse,
+                client_sse=self._client_sse,
+                tool_names=self._tool_names,
+                created=self._created,
+            )
+            return FirstContent(data=translator.take_over(outcome), translator=translator)
         translator = new_stream_translator(
             self._upstream,
             self._client,
