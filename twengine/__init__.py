@@ -213,6 +213,7 @@ from twengine.rules import (
     SkipReason,
     hop_overrides,
     resolve,
+    resumes,
     route_for,
     when_holds,
 )
@@ -393,6 +394,7 @@ __all__ = (
     "period_bounds",
     "resolve",
     "resolve_template",
+    "resumes",
     "route_for",
     "routing_view",
     "session_id",

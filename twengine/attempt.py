@@ -101,6 +101,7 @@ from twengine.retry import next_backoff
 from twproto.client_errors import error_for_failure, passes_through
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.failures import Failure, FailureKind, idle_timeout
+from twproto.resume import refuses_prefill
 
 if TYPE_CHECKING:
     from twengine.config.model import Failover
@@ -175,6 +176,9 @@ class AttemptSettings:
     # False for a request that sets only a thinking budget: a refused effort is not resent then
     # (docs/operations.md), the refusal is an ordinary client error.
     resend_effort: bool = True
+    # A committed stream that breaks is continued by the next candidate (its route or group has
+    # ``resume: true``; docs/failover.md, "Resuming a broken stream").
+    resume: bool = False
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_secs", "keepalive_after", "keepalive_every"):
@@ -204,13 +208,16 @@ class AttemptSettings:
             stream_start_wait_secs=failover.stream_start_wait_secs,
         )
 
-    def for_request(self, *, counting: bool, budget_only: bool) -> AttemptSettings:
+    def for_request(
+        self, *, counting: bool, budget_only: bool, resume: bool = False
+    ) -> AttemptSettings:
         """These settings for one request: a token count is never retried, and a request that
-        sets only a thinking budget does not have a refused effort resent (docs/operations.md)."""
+        sets only a thinking budget does not have a refused effort resent (docs/operations.md);
+        `resume` turns resuming a broken stream on."""
         if counting:
             return replace(self, wait_secs=0)
-        if budget_only:
-            return replace(self, resend_effort=False)
+        if budget_only or resume:
+            return replace(self, resend_effort=not budget_only, resume=resume)
         return self
 
 
@@ -242,6 +249,7 @@ class ResendReason(StrEnum):
 
     EFFORT_REFUSED = "effort_refused"  # resend with an effort level the upstream accepts
     SEALED_REASONING = "sealed_reasoning"  # resend without the sealed reasoning items
+    PREFILL_REFUSED = "prefill_refused"  # a resumed answer resent without the prefill
 
 
 _RESEND_REASONS: Mapping[FailureKind, ResendReason] = {
@@ -257,7 +265,8 @@ class AttemptRecord:
 
     Times are the caller's clock. `error` is the failure's kind, or a ``gw.`` code for an end
     that has no `Failure` (a stream broken after content). `resend` is set on an entry that
-    re-sends the one before it.
+    re-sends the one before it. `resumed_from` is set on an attempt that continues an answer
+    that broke off: the characters of text the client had when the break happened.
     """
 
     provider: str
@@ -273,6 +282,7 @@ class AttemptRecord:
     sent_at: float | None = None
     first_content_at: float | None = None
     ended_at: float | None = None
+    resumed_from: int | None = None
 
 
 # --- actions -----------------------------------------------------------------------------------
@@ -284,6 +294,8 @@ class Send:
 
     `index` is the attempt's entry in `AttemptMachine.attempts`. `retry_round` > 0 marks a retry
     (event ``RequestRetrying``); `backoff_ms` is the pause before it, on a round's first hop.
+    `resumed_from` set: the request continues the answer that broke off (the characters of
+    text the client has).
     """
 
     provider: str
@@ -291,6 +303,7 @@ class Send:
     retry_round: int = 0
     backoff_ms: int | None = None
     queued_ms: int = 0
+    resumed_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -464,9 +477,10 @@ def _table() -> dict[tuple[State, Input], frozenset[State]]:
         (_S.AWAITING_HEAD, Input.RESPONSE_HEAD): frozenset({_S.AWAITING_CONTENT, _S.READING_ERROR}),
         (_S.AWAITING_CONTENT, Input.FIRST_CONTENT): frozenset({_S.STREAMING}),
         (_S.STREAMING, Input.CONTENT): frozenset({_S.STREAMING}),
-        (_S.STREAMING, Input.ENDED): frozenset({_S.DONE}),
+        # With resuming on, a broken or idle committed stream goes to a hop instead of the end.
+        (_S.STREAMING, Input.ENDED): _HOP,
         (_S.STREAMING, Input.FAILED): frozenset({_S.DONE}),
-        (_S.STREAMING, Input.TIMER): frozenset({_S.STREAMING, _S.DONE}),
+        (_S.STREAMING, Input.TIMER): _HOP | {_S.STREAMING},
         # A late timer or disconnect after the end is a race, not a bug: both are no-ops.
         (_S.DONE, Input.TIMER): frozenset({_S.DONE}),
         (_S.DONE, Input.CLIENT_GONE): frozenset({_S.DONE}),
@@ -548,6 +562,11 @@ class AttemptMachine:
         self._resent: set[ResendReason] = set()  # resends made within the current hop
         self._activity_at = 0.0  # idle timer base: dispatch, send, or latest content
         self._slow_start_at: float | None = None  # armed per attempt, cleared once checked
+
+        # Resuming: the text the client had at the last break, and the error that break would
+        # have ended the request with (when no candidate can continue).
+        self._resumed_from: int | None = None
+        self._resume_error: tuple[GatewayError, str] | None = None
 
         self._waiting: tuple[str, ...] = ()
         self._wait_started = 0.0
@@ -682,8 +701,17 @@ class AttemptMachine:
         self._check(Input.FAILED)
         return self._run(Input.FAILED, lambda: self._on_failure(failure, now, free, paused))
 
-    def ended(self, now: float, *, clean: bool) -> list[Action]:
-        """The committed answer ended: cleanly, or broken off."""
+    def ended(
+        self,
+        now: float,
+        *,
+        clean: bool,
+        resume_from: int | None = None,
+        free: Collection[str] = (),
+        paused: Collection[str] = (),
+    ) -> list[Action]:
+        """The committed answer ended: cleanly, or broken off. `resume_from` is the characters
+        of text the client has when the answer can be continued elsewhere (None: it cannot)."""
         self._check(Input.ENDED)
 
         def step() -> list[Action]:
@@ -693,15 +721,14 @@ class AttemptMachine:
                 self._state = State.DONE
                 return [Finish(provider=provider)]
             self._close_current(Outcome.FAILED, now, error="gw.upstream.broken_after_content")
-            return self._end_with(
-                GatewayError(
-                    status=502,
-                    category=ErrorCategory.UPSTREAM,
-                    code="gw.upstream.broken_after_content",
-                    message=f"the answer from {provider} broke off",
-                ),
-                provider=provider,
+            error = GatewayError(
+                status=502,
+                category=ErrorCategory.UPSTREAM,
+                code="gw.upstream.broken_after_content",
+                message=f"the answer from {provider} broke off",
             )
+            resumed = self._resume(error, provider, resume_from, now, free, paused)
+            return resumed if resumed is not None else self._end_with(error, provider=provider)
 
         return self._run(Input.ENDED, step)
 
@@ -728,14 +755,44 @@ class AttemptMachine:
         times = [t for t in (self._state_deadline(), self._keepalive_deadline()) if t is not None]
         return min(times) if times else None
 
+    def _resume(
+        self,
+        error: GatewayError,
+        provider: str,
+        resume_from: int | None,
+        now: float,
+        free: Collection[str],
+        paused: Collection[str],
+    ) -> list[Action] | None:
+        """A committed answer broke: continue it on the round's next candidate, if resuming is
+        on, the answer can be continued and a candidate is left; else None."""
+        if not self._settings.resume or resume_from is None or not self._pending:
+            return None
+        self._resumed_from = resume_from
+        self._resume_error = (error, provider)
+        self._last_failure = None
+        self._slow_start_at = None
+        return self._hop(now, free, paused)
+
+    @property
+    def resuming(self) -> bool:
+        """True once a broken answer is being continued elsewhere."""
+        return self._resumed_from is not None
+
     def on_timer(
-        self, now: float, *, free: Collection[str], paused: Collection[str]
+        self,
+        now: float,
+        *,
+        free: Collection[str],
+        paused: Collection[str],
+        resume_from: int | None = None,
     ) -> list[Action]:
-        """Fire whatever is due at `now` (nothing if called early)."""
+        """Fire whatever is due at `now` (nothing if called early). `resume_from`: as for
+        `ended`, for an idle timeout after content."""
         self._check(Input.TIMER)
 
         def step() -> list[Action]:
-            actions = self._fire_state_timer(now, free, paused)
+            actions = self._fire_state_timer(now, free, paused, resume_from)
             # Keep-alive last: if the request just ended, an error response beats a 200.
             if self._state is not State.DONE:
                 actions += self._fire_keepalive(now)
@@ -773,6 +830,8 @@ class AttemptMachine:
     def _keepalive_deadline(self) -> float | None:
         if not self._client_stream or self._state in (State.IDLE, State.STREAMING, State.DONE):
             return None
+        if self._resumed_from is not None:
+            return None  # keep-alives stop at first content, also while an answer is resumed
         return self._settings.keepalive_due(
             arrival=self._arrival, last=self._last_keepalive, comments=self._keepalive_comments
         )
@@ -788,7 +847,11 @@ class AttemptMachine:
         return [SendKeepAlive()]
 
     def _fire_state_timer(
-        self, now: float, free: Collection[str], paused: Collection[str]
+        self,
+        now: float,
+        free: Collection[str],
+        paused: Collection[str],
+        resume_from: int | None = None,
     ) -> list[Action]:
         state = self._state
         if state is State.WAITING_SLOT:
@@ -804,20 +867,27 @@ class AttemptMachine:
             return self._hop(now, free, paused)
         if state in _IN_FLIGHT or state is State.STREAMING:
             if now >= self._activity_at + self._settings.idle_timeout_secs:
-                return self._on_idle_timeout(now, free, paused)
+                return self._on_idle_timeout(now, free, paused, resume_from)
             if self._slow_start_at is not None and now >= self._slow_start_at:
                 self._slow_start_at = None
                 return self._on_slow_start(now, free, paused)
         return []
 
     def _on_idle_timeout(
-        self, now: float, free: Collection[str], paused: Collection[str]
+        self,
+        now: float,
+        free: Collection[str],
+        paused: Collection[str],
+        resume_from: int | None = None,
     ) -> list[Action]:
         failure = idle_timeout()
         if self._state is State.STREAMING:
             cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
             error = self._error_from(failure, after_content=True)
-            return [cancel, *self._end_with(error, provider=cancel.provider)]
+            resumed = self._resume(error, cancel.provider, resume_from, now, free, paused)
+            if resumed is None:
+                resumed = self._end_with(error, provider=cancel.provider)
+            return [cancel, *resumed]
         cancel = self._cancel_current(Outcome.FAILED, now, failure=failure)
         return [cancel, *self._after_failure(cancel.index, failure, now, free, paused)]
 
@@ -845,6 +915,8 @@ class AttemptMachine:
         reason = _RESEND_REASONS.get(failure.kind)
         if reason is ResendReason.EFFORT_REFUSED and not self._settings.resend_effort:
             reason = None
+        if self._resumed_from is not None and refuses_prefill(failure):
+            reason = ResendReason.PREFILL_REFUSED
         if reason is not None and reason not in self._resent:
             self._resent.add(reason)
             self._close_current(Outcome.RESENT, now, failure=failure)
@@ -854,6 +926,7 @@ class AttemptMachine:
                     outcome=Outcome.IN_FLIGHT,
                     retry_round=self._round,
                     resend=reason,
+                    resumed_from=self._resumed_from,
                 )
             )
             self._dispatch(new, now)
@@ -962,6 +1035,7 @@ class AttemptMachine:
                 retry_round=self._round,
                 backoff_ms=backoff_ms,
                 queued_ms=queued_ms,
+                resumed_from=self._resumed_from,
             )
         )
         self._hops.append(name)
@@ -974,6 +1048,7 @@ class AttemptMachine:
                 retry_round=self._round,
                 backoff_ms=backoff_ms,
                 queued_ms=queued_ms,
+                resumed_from=self._resumed_from,
             )
         ]
 
@@ -993,6 +1068,13 @@ class AttemptMachine:
 
     def _close_round(self, now: float) -> list[Action]:
         """No candidate is left in this round: retry, or end with the last failure."""
+        if self._resumed_from is not None:
+            # A resumed answer is not retried in rounds: the client is waiting mid-answer.
+            if self._last_failure is None:
+                assert self._resume_error is not None
+                error, provider = self._resume_error
+                return self._end_with(error, provider=provider)
+            return self._fail_request()
         if self._last_failure is None:
             return self._end_busy()
         _, last = self._last_failure

@@ -192,19 +192,42 @@ class AttemptLedger:
                 before += self._release(provider)
         return before + self._book(actions)
 
-    def ended(self, now: float, *, clean: bool) -> list[LedgerAction]:
-        """The committed answer ended, cleanly or broken."""
-        return self._book(self.machine.ended(now, clean=clean))
+    def ended(
+        self,
+        now: float,
+        *,
+        clean: bool,
+        resume_from: int | None = None,
+        free: Collection[str] = (),
+        paused: Collection[str] = (),
+    ) -> list[LedgerAction]:
+        """The committed answer ended, cleanly or broken (`resume_from`: see the machine's)."""
+        provider = self.machine.in_flight
+        actions = self.machine.ended(
+            now, clean=clean, resume_from=resume_from, free=self._free(free), paused=paused
+        )
+        # Resumed elsewhere: the broken answer's slot goes back now.
+        before = self._release(provider) if provider and not self.machine.done else []
+        return before + self._book(actions)
 
     def client_gone(self, now: float) -> list[LedgerAction]:
         """The client disconnected."""
         return self._book(self.machine.client_gone(now))
 
     def on_timer(
-        self, now: float, *, free: Collection[str], paused: Collection[str]
+        self,
+        now: float,
+        *,
+        free: Collection[str],
+        paused: Collection[str],
+        resume_from: int | None = None,
     ) -> list[LedgerAction]:
         """Fire whatever is due at `now`."""
-        return self._book(self.machine.on_timer(now, free=self._free(free), paused=paused))
+        return self._book(
+            self.machine.on_timer(
+                now, free=self._free(free), paused=paused, resume_from=resume_from
+            )
+        )
 
     # --- bookkeeping ----------------------------------------------------------------------
 
@@ -283,6 +306,7 @@ def attempt_view(
         "backoff_ms": record.backoff_ms,
         "resend": record.resend.value if record.resend else None,
         "effort": effort,
+        "resumed_from": record.resumed_from,
     }
 
 

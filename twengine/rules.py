@@ -70,6 +70,7 @@ __all__ = [
     "Skipped",
     "hop_overrides",
     "resolve",
+    "resumes",
     "route_for",
     "when_holds",
 ]
@@ -144,6 +145,13 @@ class RoutingDecision:
     candidates: tuple[Candidate, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     overrides: SetOverrides = field(default_factory=SetOverrides)
+
+
+def resumes(config: Config, decision: RoutingDecision) -> bool:
+    """Whether a broken stream of a request routed by `decision` is continued on the next
+    candidate: its route or its target group says ``resume: true`` (docs/failover.md)."""
+    route = config.route(decision.route).resume if decision.route is not None else False
+    return route or (decision.group is not None and config.group(decision.group).resume)
 
 
 def route_for(config: Config, client: str | None) -> Route | None:

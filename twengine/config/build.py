@@ -923,6 +923,7 @@ def _groups(out: _Problems, top: _Fields) -> list[_Placed]:
             members=tuple(members),
             selected=selected,
             balance_by=balance_by,
+            resume=f.boolean("resume", False),
         )
         placed.append(_Placed(path=path, value=group, parts=tuple(member_paths)))
     return placed
@@ -1105,8 +1106,9 @@ def _routes(out: _Problems, top: _Fields) -> list[_Placed]:
             continue
         name = f.name()
         rules = [_Placed(path=p, value=_rule(out, p, i)) for p, i in _entries(out, f, "rules")]
+        resume = f.boolean("resume", False)
         if name is not None:
-            placed.append(_Placed(path=path, value=(name, [r for r in rules if r.value])))
+            placed.append(_Placed(path=path, value=(name, [r for r in rules if r.value], resume)))
     return placed
 
 
@@ -1435,7 +1437,7 @@ def _check_routes(
     first: dict[str, str] = {}
     built: list[Route] = []
     for entry in routes:
-        route_name, rules = entry.value
+        route_name, rules, resume = entry.value
         if route_name in first:
             out.add(
                 "engine.route_duplicate_name",
@@ -1512,7 +1514,7 @@ def _check_routes(
                             f"upstream {pin.provider!r} does not list model {pin.model!r}",
                         )
             finished.append(replace(rule, to=to))
-        built.append(Route(name=route_name, rules=tuple(finished)))
+        built.append(Route(name=route_name, rules=tuple(finished), resume=resume))
     return built
 
 

@@ -333,6 +333,7 @@ class Group:
     members: tuple[GroupMember, ...] = ()
     selected: str | None = None
     balance_by: BalanceBy = BalanceBy.WEIGHTS
+    resume: bool = False  # continue a broken stream on the next member (docs/failover.md)
 
     @property
     def provider_names(self) -> tuple[str, ...]:
@@ -487,6 +488,7 @@ class Rule:
 class Route:
     name: str
     rules: tuple[Rule, ...] = ()
+    resume: bool = False  # continue a broken stream on the next candidate (docs/failover.md)
 
 
 # --- failover, retention, pricing, shared state -------------------------------------------
