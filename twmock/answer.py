@@ -364,6 +364,38 @@ def json_object(body: bytes) -> Any:
     return json_loads(body)
 
 
+def earlier_answer(body: Any) -> tuple[str, bool]:
+    """The text of the last assistant (Gemini: model) message in a request body of any format,
+    and whether that message ends the conversation (a prefill)."""
+    if not isinstance(body, dict):
+        return "", False
+    for key in ("messages", "input", "contents"):
+        items = body.get(key)
+        if isinstance(items, list):
+            break
+    else:
+        return "", False
+    for position in range(len(items) - 1, -1, -1):
+        item = items[position]
+        if isinstance(item, dict) and item.get("role") in ("assistant", "model"):
+            content = item.get("content", item.get("parts"))
+            if isinstance(content, str):
+                text = content
+            elif isinstance(content, list):
+                texts = [b for b in content if isinstance(b, dict) and not b.get("thought")]
+                text = "".join(b["text"] for b in texts if isinstance(b.get("text"), str))
+            else:
+                text = ""
+            return text, position == len(items) - 1
+    return "", False
+
+
+PREFILL_REFUSAL = (
+    "This model does not support assistant message prefill. "
+    "The conversation must end with a user message."
+)
+
+
 def last_text(value: Any) -> str:
     """Text of a content value that is a string or a list of text-bearing blocks/parts."""
     if isinstance(value, str):

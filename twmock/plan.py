@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from twmock._wire import compact, pretty
 from twmock.answer import (
+    PREFILL_REFUSAL,
     BadRequest,
     ErrorReply,
     Event,
@@ -38,6 +39,7 @@ from twmock.answer import (
     MockRequest,
     Writer,
     build_answer,
+    earlier_answer,
     json_object,
 )
 from twmock.anthropic import AnthropicWriter
@@ -221,6 +223,15 @@ def plan(
     except BadRequest as exc:
         return _error_plan(writer.bad_request(exc.message, route=route, ids=ids), "bad_request")
 
+    so_far, prefilled = earlier_answer(body)
+    if script.refuse_prefill and prefilled:
+        refusal = ErrorSpec(status=400, message=PREFILL_REFUSAL)
+        return _error_plan(_error_reply(writer, refusal, facts, ids, int(info.now)), "error")
+    if script.continue_repeat is not None and script.text is not None and so_far:
+        earlier = so_far.rstrip()
+        if earlier and script.text.startswith(earlier):
+            start = max(0, len(earlier) - script.continue_repeat)
+            script = replace(script, text=script.text[start:])
     if not script.fails(info.number, info.draw):
         script = script.answer_only()
     elif not script.has_failure:

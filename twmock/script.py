@@ -126,6 +126,12 @@ class Script:
     usage: Usage = field(default_factory=Usage)
     echo: bool = False
     validate: bool = True
+    # A request carrying an earlier answer (a trailing assistant message, or one followed by a
+    # request to continue) that `text` starts with gets the rest of `text`, starting this many
+    # characters early (a repeat). None: every request gets the whole answer.
+    continue_repeat: int | None = None
+    # A request ending in an assistant message (a prefill) gets a 400 that names the prefill.
+    refuse_prefill: bool = False
     # timing
     head_delay: float = 0.0
     first_delay: float = 0.0
@@ -408,6 +414,8 @@ _FIELDS: dict[str, Callable[[Any, Script], Any]] = {
     "usage": _usage,
     "echo": _bool("echo"),
     "validate": _bool("validate"),
+    "continue_repeat": _opt_int("continue_repeat"),
+    "refuse_prefill": _bool("refuse_prefill"),
     "head_delay": _float("head_delay"),
     "first_delay": _float("first_delay"),
     "chunk_delay": _float("chunk_delay"),
