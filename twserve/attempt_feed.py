@@ -19,6 +19,7 @@ from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early
 from twproto.first_content import FailedBeforeContent, Holding
+from twproto.resume import ResumableStream
 from twproto.upstream_stream import FirstContent, OpeningOutcome, reported_usage
 from twserve.attempt_reader import (
     Attempt,
@@ -66,6 +67,29 @@ class AttemptFeed:
         self.attempt_usage: dict[int, ir.Usage] = {}
         # Attempt index → its error response (status, headers, body, format), to pass through.
         self.errors: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
+        # The client's answer when it can be resumed (twproto.resume), and the upstream whose
+        # stream it last came from.
+        self.answer: ResumableStream | None = None
+        self.answered_by: str | None = None
+
+    def ending(self) -> tuple[Attempt | None, tuple[ResumableStream, str | None] | None]:
+        """What an error ending writes after: the attempt in flight, and the answer being
+        resumed while no upstream carries it."""
+        live = self.live
+        if self.answer is None or (live is not None and live.translator is not None):
+            return live, None
+        return live, (self.answer, self.answered_by)
+
+    def resume_point(self) -> int | None:
+        """Text characters the client has, when the committed answer may be continued."""
+        live = self.live
+        if self.answer is None or live is None or live.translator is not self.answer:
+            return None
+        return self.answer.resume_point
+
+    def on_timer(self, now: float) -> list[LedgerAction]:
+        """The ledger's timer (an idle answer may be resumed)."""
+        return self.ledger.on_timer(now, resume_from=self.resume_point(), **self.snapshot(now))
 
     def report_content(self) -> list[LedgerAction]:
         """Tell the ledger about content the reader wrote itself since it last heard."""
@@ -119,7 +143,7 @@ class AttemptFeed:
             case Broken():
                 if live.translator is None:
                     return self._failed(stream_ended_early(), now)
-                return self.ledger.ended(now, clean=False)
+                return self._broke(now)
             case _:
                 assert_never(item)
 
@@ -131,7 +155,10 @@ class AttemptFeed:
                 return self._failed(failure, now)
             case FirstContent(data=data, translator=translator):
                 live.translator, live.pending = translator, data
-                self.ttfb_ms = int((now - live.sent_at) * 1000)
+                if self.answer is None:  # a resumed answer keeps its first leg's
+                    self.ttfb_ms = int((now - live.sent_at) * 1000)
+                if isinstance(translator, ResumableStream):
+                    self.answer, self.answered_by = translator, live.provider
                 return self.ledger.first_content(now)
             case _:
                 assert_never(outcome)
@@ -149,7 +176,16 @@ class AttemptFeed:
         clean = translator.finished
         if tail and clean:
             live.pending += tail
-        return self.ledger.ended(now, clean=clean)
+        return self.ledger.ended(now, clean=True) if clean else self._broke(now)
+
+    def _broke(self, now: float) -> list[LedgerAction]:
+        """The committed answer broke off: the ledger ends it, or resumes it elsewhere."""
+        actions = self.ledger.ended(
+            now, clean=False, resume_from=self.resume_point(), **self.snapshot(now)
+        )
+        if not self.ledger.done:
+            self.end_attempt()  # resumed: this upstream's part is over
+        return actions
 
     def end_attempt(self) -> None:
         """The attempt in flight is over: stop its reader (which closes the upstream request)."""

@@ -28,6 +28,7 @@ from twproto.client_errors import request_failure
 from twproto.failures import Failure, classify_transport
 from twproto.formats._effort import level_after_refusal, parse_effort, requested_effort
 from twproto.ir import Effort, ReasoningLevel
+from twproto.resume import ResumableStream
 from twproto.stream_translate import StreamTranslator
 from twproto.translate import (
     DEFAULT_MAX_TOKENS,
@@ -168,11 +169,18 @@ def reasoning_level(effort: Effort | None) -> ReasoningLevel:
 
 class AttemptRequests:
     """Each attempt's upstream request: the client's body translated once per upstream (again
-    after a `rewrite` for a resend), the request built for it, and for a stream its opening."""
+    after a `rewrite` for a resend), the request built for it, and for a stream its opening.
+    `resume`: a stream is read so that another upstream may continue it (twproto.resume)."""
 
     def __init__(
-        self, call: ClientCall, body: bytes, model: str, wall: Callable[[], float]
+        self,
+        call: ClientCall,
+        body: bytes,
+        model: str,
+        wall: Callable[[], float],
+        resume: bool = False,
     ) -> None:
+        self.resume = resume
         self.call = call
         self.body = body
         self.model = model
@@ -211,11 +219,14 @@ class AttemptRequests:
         # Resent with the level the refusal accepts (docs/operations.md), or without an effort.
         return reasoning_level(self.effort_after.get(dest.name))
 
-    def build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
-        """The request for `dest`, and for a streamed call the opening that reads its answer."""
+    def build(
+        self, dest: Destination, continuing: ResumableStream | None = None
+    ) -> tuple[UpstreamRequest, UpstreamStream | None]:
+        """The request for `dest`, and for a streamed call the opening that reads its answer;
+        `continuing`: the answer that broke off, which `dest` is asked to continue."""
         call = self.call
         translated = self.translated.get(dest.name)
-        if translated is None:
+        if translated is None or continuing is not None:
             rewrite = self.rewrites.get(dest.name)
             translated = translate_request(
                 self.body,
@@ -227,6 +238,8 @@ class AttemptRequests:
                 default_max_tokens=dest.output_limit or DEFAULT_MAX_TOKENS,
                 reasoning=self._reasoning_for(dest),
                 drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING or dest.drop_sealed,
+                continuation=continuing.text if continuing is not None else None,
+                prefill=rewrite is not ResendReason.PREFILL_REFUSED,
             )
             self.translated[dest.name] = translated
             self.dropped = translated.dropped
@@ -244,6 +257,8 @@ class AttemptRequests:
             created=int(self.wall()),
             # Same format but another model name upstream (an alias): rename it in the answer.
             relay_unchanged=dest.target.model == client_model,
+            resumable=self.resume,
+            continuing=continuing,
         )
         return request, opening
 

@@ -25,7 +25,7 @@ from twproto.dialect import Dialect
 from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import Failure
 from twproto.paths import guess_client_dialect
-from twproto.stream_translate import new_stream_translator
+from twproto.stream_translate import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
 from twserve.httptypes import Headers, Responder
@@ -236,15 +236,22 @@ class ClientAnswer:
         await self.responder.end()
 
     async def end_stream_with_error(
-        self, err: GatewayError, live: Attempt | None, provider: str | None = None
+        self,
+        err: GatewayError,
+        live: Attempt | None,
+        resumed: tuple[StreamTranslator, str | None] | None = None,
+        provider: str | None = None,
     ) -> None:
         """End the client's stream with `err` as an error event (the 200 may be out already);
-        `provider`: the upstream whose failure it reports."""
+        `provider`: the upstream whose failure it reports. `resumed`: the answer that broke off
+        and could not be continued, and the upstream it last came from."""
         self.out.error_code = err.code
         self.out.status = 200 if self.started else err.status
         if live is not None and live.committed:
             self.out.provider = live.provider  # it answered, then broke off
         translator = live.translator if live is not None else None
+        if resumed is not None:
+            translator, self.out.provider = resumed
         if translator is None:
             # Nothing came from an upstream: the error event alone, as the client's format
             # frames it.

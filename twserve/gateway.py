@@ -18,17 +18,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from twengine.admission import (
-    AdmissionRequest,
-    Routed,
-    admit,
-    no_usable_credentials,
-)
+from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
 from twengine.attempt import AttemptSettings
 from twengine.config import Config
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
+from twengine.rules import resumes
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError
 from twproto.formats._effort import sets_only_budget
@@ -249,7 +245,9 @@ class Gateway:
                 req,
                 fallback if counting else responder,
                 settings=settings.for_request(
-                    counting=counting, budget_only=sets_only_budget(verdict.body, dialect)
+                    counting=counting,
+                    budget_only=sets_only_budget(verdict.body, dialect),
+                    resume=resumes(self.config, plan.decision),
                 ),
                 clock=self.clock,
                 wall=self.wall,

@@ -116,7 +116,7 @@ class _Relay:
             takes_slots=call.operation is not Operation.COUNT_TOKENS,
             last_keepalive=req.last_keepalive,
         )
-        self.requests = AttemptRequests(call, req.body, req.model, wall)
+        self.requests = AttemptRequests(call, req.body, req.model, wall, settings.resume)
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
@@ -158,7 +158,7 @@ class _Relay:
                     else:
                         await self._do(self.feed.report_content())
                         if not ledger.done:
-                            await self._do(ledger.on_timer(now, **self._snapshot(now)))
+                            await self._do(self.feed.on_timer(now))
                 # The answer (or its error) is written and ended: a client that leaves from here
                 # on had all of it.
                 self.out.delivered = not self.out.cancelled
@@ -222,7 +222,7 @@ class _Relay:
                 case act.RespondError(error=error, provider=who):
                     await self.client.error(error, who)
                 case act.EndStreamWithError(error=error, provider=who):
-                    await self.client.end_stream_with_error(error, self.feed.live, who)
+                    await self.client.end_stream_with_error(error, *self.feed.ending(), who)
                     self.feed.end_attempt()
                 case act.PassThroughUpstreamError(provider=who, index=index, failure=failure):
                     await self.client.pass_through(self.feed.errors.get(index), failure, who)
@@ -266,7 +266,7 @@ class _Relay:
         )
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
-        built = self.requests.build(dest)
+        built = self.requests.build(dest, self.feed.answer)
         self.out.dropped = list(self.requests.dropped)
         return built
 

@@ -158,6 +158,7 @@ def credential_skip_view(fault: CredentialFault) -> dict[str, Any]:
         "backoff_ms": None,
         "resend": None,
         "effort": None,
+        "resumed_from": None,
     }
 
 
