@@ -75,6 +75,7 @@ def test_every_field_is_documented() -> None:
         "max_output_tokens",
         "cache_reads",
         "balance_by",
+        "resume",
         "selected",
         "weight",
         "provider_would_be",

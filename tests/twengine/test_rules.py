@@ -25,6 +25,7 @@ from twengine.rules import (
     SkipReason,
     hop_overrides,
     resolve,
+    resumes,
     route_for,
     when_holds,
 )
@@ -115,6 +116,40 @@ def test_no_deciding_rule_means_every_upstream() -> None:
     assert decision.target is TargetKind.ALL
     assert decision.overrides == SetOverrides(max_tokens=1000)
     assert names(decision) == [("relay", "gpt-5"), ("any", "gpt-5")]
+
+
+@pytest.mark.parametrize(
+    ("route_resume", "group_resume", "model", "expected"),
+    [
+        (False, False, "gpt-5", False),
+        (True, False, "gpt-5", True),  # the route's, whichever target decides
+        (True, False, "claude-sonnet-4-5", True),
+        (False, True, "gpt-5", True),  # routed to the group
+        (False, True, "claude-sonnet-4-5", False),  # routed to an upstream, not the group
+    ],
+)
+def test_resume_comes_from_the_route_or_the_target_group(
+    route_resume: bool, group_resume: bool, model: str, expected: bool
+) -> None:
+    cfg = config(
+        groups=[{"name": "pool", "providers": ["relay", "any"], "resume": group_resume}],
+        routes=[
+            {
+                "name": "default",
+                "resume": route_resume,
+                "rules": [
+                    {"name": "claude", "when": {"model": "claude-*"}, "to": "official"},
+                    {"name": "rest", "to": "pool"},
+                ],
+            }
+        ],
+    )
+    assert resumes(cfg, resolve(cfg, facts(model))) is expected
+
+
+def test_resume_is_off_without_a_route() -> None:
+    cfg = config()
+    assert resumes(cfg, resolve(cfg, facts("gpt-5"))) is False
 
 
 # --- rule matching -------------------------------------------------------------------------
