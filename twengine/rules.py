@@ -145,13 +145,15 @@ class RoutingDecision:
     candidates: tuple[Candidate, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     overrides: SetOverrides = field(default_factory=SetOverrides)
+    # A broken stream is continued on the next candidate: the route or the target group says
+    # ``resume: true`` (docs/failover.md, "Resuming a broken stream").
+    resume: bool = False
 
 
-def resumes(config: Config, decision: RoutingDecision) -> bool:
+def resumes(decision: RoutingDecision) -> bool:
     """Whether a broken stream of a request routed by `decision` is continued on the next
-    candidate: its route or its target group says ``resume: true`` (docs/failover.md)."""
-    route = config.route(decision.route).resume if decision.route is not None else False
-    return route or (decision.group is not None and config.group(decision.group).resume)
+    candidate (its route's or target group's ``resume``, as the config that routed it said)."""
+    return decision.resume
 
 
 def route_for(config: Config, client: str | None) -> Route | None:
@@ -290,4 +292,5 @@ def resolve(config: Config, facts: RequestFacts) -> RoutingDecision:
         candidates=tuple(candidates),
         skipped=tuple(skipped),
         overrides=merged,
+        resume=(route is not None and route.resume) or (group is not None and group.resume),
     )

@@ -247,7 +247,7 @@ class Gateway:
                 settings=settings.for_request(
                     counting=counting,
                     budget_only=sets_only_budget(verdict.body, dialect),
-                    resume=resumes(self.config, plan.decision),
+                    resume=resumes(plan.decision),
                 ),
                 clock=self.clock,
                 wall=self.wall,

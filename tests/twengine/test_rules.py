@@ -144,12 +144,12 @@ def test_resume_comes_from_the_route_or_the_target_group(
             }
         ],
     )
-    assert resumes(cfg, resolve(cfg, facts(model))) is expected
+    assert resumes(resolve(cfg, facts(model))) is expected
 
 
 def test_resume_is_off_without_a_route() -> None:
     cfg = config()
-    assert resumes(cfg, resolve(cfg, facts("gpt-5"))) is False
+    assert resumes(resolve(cfg, facts("gpt-5"))) is False
 
 
 # --- rule matching -------------------------------------------------------------------------
