@@ -322,3 +322,51 @@ def test_a_part_closed_before_the_break_is_not_reopened() -> None:
     starts = [e.index for e in events if isinstance(e, ir.PartStart)]
     assert len(starts) == 2 and len(set(starts)) == 2
     assert "".join(e.text for e in events if isinstance(e, ir.TextDelta)) == "First. Second."
+
+
+def test_a_tool_call_cut_off_inside_its_first_event_starts_over() -> None:
+    # The break came in the middle of the tool call's opening event: the client never saw any
+    # of it, so the answer is resumed and the next upstream's call goes out whole.
+    stream = ResumableStream(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
+    tool = {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+    }
+    text = anthropic_stream(["Let me look."]).split(b"event: message_delta")[0]
+    out = stream.feed(text + anthropic_events(tool)[:40])
+    assert stream.resume_point == len("Let me look.")
+    stream.next_leg(Dialect.OPENAI_CHAT, tool_names=None)
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    chunks = [
+        {"role": "assistant", "content": None},
+        {"tool_calls": [{**call, "function": {"name": "f", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"a":1}'}}]},
+    ]
+    body = b"".join(
+        b"data: "
+        + json.dumps(
+            {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": d, "finish_reason": None}],
+            }
+        ).encode()
+        + b"\n\n"
+        for d in chunks
+    )
+    done = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+    }
+    body += b"data: " + json.dumps(done).encode() + b"\n\ndata: [DONE]\n\n"
+    out += stream.feed(body) + stream.end()
+    events = client_events(Dialect.OPENAI_CHAT, out)
+    assert [e.name for e in events if isinstance(e, ir.ToolCallStart)] == ["f"]
+    assert "".join(e.arguments for e in events if isinstance(e, ir.ToolArgsDelta)) == '{"a":1}'
+    assert "".join(e.text for e in events if isinstance(e, ir.TextDelta)) == "Let me look."
