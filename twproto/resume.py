@@ -19,8 +19,9 @@ spliced into the same client response. Three pure pieces do it:
   client format's encoder; each upstream stream (a *leg*) gets its own framing and decoder,
   feeding `_Splice`, which records the answer so far, swallows the later legs' message start,
   maps their parts onto the client's part numbering (the first text part continues the client's
-  open text part), drops their reasoning, trims their repeated text, and holds back an
-  upstream's in-stream error so that a resumed stream never shows it.
+  open text part), drops their reasoning (and any part that is neither text nor a tool call),
+  trims their repeated text, and holds back an upstream's in-stream error so that a resumed
+  stream never shows it.
 
 A resume is refused (`resume_point` is None) once any part of a tool call reached the client: a
 half-written call cannot be continued, and a whole one cannot be prefilled as text. A tool call
