@@ -217,7 +217,9 @@ class AttemptSettings:
         if counting:
             return replace(self, wait_secs=0)
         if budget_only or resume:
-            return replace(self, resend_effort=not budget_only, resume=resume)
+            return replace(
+                self, resend_effort=self.resend_effort and not budget_only, resume=resume
+            )
         return self
 
 
