@@ -11,11 +11,22 @@ the part the first upstream produced followed by what the second added, nothing 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
 
-from tests.twserve.conftest import ERRORS, FORMATS, Sdks, StackFactory, ask, attempts, fallback
+from tests.twserve.conftest import (
+    ERRORS,
+    FORMATS,
+    KEY,
+    Sdks,
+    StackFactory,
+    ask,
+    attempts,
+    fallback,
+    http,
+)
 from tests.twserve.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 
@@ -247,3 +258,56 @@ def test_resume_off_by_default(stack: StackFactory, sdks: Sdks) -> None:
     with pytest.raises(ERRORS["anthropic"]):
         ask(sdks, st, "anthropic", stream=True)
     assert not st.mock("b").received
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_answer_is_resumed_more_than_once(stack: StackFactory, sdks: Sdks, fmt: str) -> None:
+    # b continues, then sends an error event two chunks later; c continues from there.
+    st = stack(
+        {
+            "a": _up("anthropic", {"break_after": CUT}),
+            "b": _up("openai-chat", {"continue_repeat": REPEAT, "stream_error_after": 4}),
+            "c": _up("gemini", {"continue_repeat": REPEAT}),
+        },
+        config=_resuming("a", "b", "c"),
+    )
+
+    assert ask(sdks, st, fmt, stream=True).text == TEXT
+    (row,) = st.wait_rows(1)
+    legs = [(a["provider"], a["outcome"], a["resumed_from"]) for a in attempts(row)]
+    assert legs[:2] == [("a", "failed", None), ("b", "failed", len(SENT))]
+    (c,) = legs[2:]
+    assert c[:2] == ("c", "ok") and c[2] is not None and c[2] > len(SENT)
+
+
+@pytest.mark.parametrize("resumed", [True, False], ids=["resumed", "last-candidate"])
+def test_gemini_json_array_client_stays_one_array(stack: StackFactory, resumed: bool) -> None:
+    # A Gemini client without alt=sse reads one JSON array: across upstreams it stays one,
+    # and an error ending after a failed resume closes it properly.
+    names = ("a", "b") if resumed else ("a",)
+    st = stack(
+        {
+            "a": _up("anthropic", {"break_after": CUT}),
+            "b": _up("openai-chat", {"continue_repeat": REPEAT}),
+        },
+        config=_resuming(*names),
+    )
+    reply = http(
+        st.url + "/v1beta/models/gemini-e2e-1:streamGenerateContent",
+        body=json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).encode(),
+        headers=[("content-type", "application/json"), ("x-goog-api-key", KEY)],
+    )
+    assert reply.status == 200
+    elements = json.loads(reply.body)  # one JSON array
+    text = "".join(
+        part.get("text", "")
+        for element in elements
+        for candidate in element.get("candidates", ())
+        for part in candidate["content"]["parts"]
+    )
+    errors = [element["error"] for element in elements if "error" in element]
+    if resumed:
+        assert text == TEXT and not errors
+    else:
+        assert text == SENT and [e["code"] for e in errors] == [502]
