@@ -7,6 +7,11 @@ and returns the actions that input led to, for the relay to carry out. Items of 
 was already given up are dropped. A committed stream's chunks are translated and written here
 (or by the reader itself, `write_direct`); the ledger hears of content the reader wrote when the
 loop next wakes (`report_content`), which keeps it off the per-chunk path.
+
+With resuming on (docs/failover.md, "Resuming a broken stream") the committed answer is a
+`twproto.resume.ResumableStream` (`answer`): at a break or an idle timeout the ledger hears how
+much text the client has (`resume_point`), and when it resumes, the next attempt's opening is
+handed that same stream to continue.
 """
 
 from __future__ import annotations
