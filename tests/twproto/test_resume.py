@@ -370,3 +370,50 @@ def test_a_tool_call_cut_off_inside_its_first_event_starts_over() -> None:
     assert [e.name for e in events if isinstance(e, ir.ToolCallStart)] == ["f"]
     assert "".join(e.arguments for e in events if isinstance(e, ir.ToolArgsDelta)) == '{"a":1}'
     assert "".join(e.text for e in events if isinstance(e, ir.TextDelta)) == "Let me look."
+
+
+def _spliced(client: Dialect, first: list[bytes], second: list[bytes]) -> list[Any]:
+    stream = ResumableStream(Dialect.ANTHROPIC, client, client_model="m")
+    out = b"".join(stream.feed(piece) for piece in first)
+    stream.next_leg(Dialect.OPENAI_CHAT, tool_names=None)
+    out += b"".join(stream.feed(piece) for piece in second) + stream.end()
+    return client_events(client, out)
+
+
+def _shape(events: list[Any]) -> tuple[str, list[str]]:
+    """The text, and the kinds of events with each run of text deltas as one."""
+    kinds: list[str] = []
+    for e in events:
+        kind = type(e).__name__
+        if not (kind == "TextDelta" and kinds and kinds[-1] == kind):
+            kinds.append(kind)
+    return "".join(e.text for e in events if isinstance(e, ir.TextDelta)), kinds
+
+
+FIRST = anthropic_stream(["The qu", "ick br"], end=False)
+SECOND = chat_stream(["uick br", "own fox."])
+
+
+def _bytes_split(data: bytes) -> st.SearchStrategy[list[bytes]]:
+    def cut(points: set[int]) -> list[bytes]:
+        bounds = sorted(points)
+        return [data[a:b] for a, b in zip([0, *bounds], [*bounds, len(data)], strict=True)]
+
+    return st.sets(st.integers(0, len(data)), max_size=8).map(cut)
+
+
+@pytest.mark.parametrize("client", [Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, Dialect.GEMINI])
+def test_the_spliced_stream_byte_by_byte_is_the_one_shot_result(client: Dialect) -> None:
+    whole = _shape(_spliced(client, [FIRST], [SECOND]))
+    assert whole[0] == "The quick brown fox."
+    bytewise = _spliced(client, [bytes([b]) for b in FIRST], [bytes([b]) for b in SECOND])
+    assert _shape(bytewise) == whole
+
+
+@given(data=st.data())
+def test_the_spliced_stream_at_any_split_is_the_one_shot_result(data: st.DataObject) -> None:
+    first = data.draw(_bytes_split(FIRST))
+    second = data.draw(_bytes_split(SECOND))
+    assert _shape(_spliced(Dialect.ANTHROPIC, first, second)) == _shape(
+        _spliced(Dialect.ANTHROPIC, [FIRST], [SECOND])
+    )
