@@ -188,19 +188,25 @@ class AttemptFeed:
         actions = self.ledger.ended(
             now, clean=False, resume_from=self.resume_point(), **self.snapshot(now)
         )
-        if not self.ledger.done:
-            self.end_attempt()  # resumed: this upstream's part is over
+        live = self.live
+        if not self.ledger.done and live is not None:
+            # Resumed: this upstream's part is over. It stays `live` until the next attempt
+            # replaces it, so that a commit among `actions` still writes what it held.
+            self._close(live)
         return actions
 
     def end_attempt(self) -> None:
         """The attempt in flight is over: stop its reader (which closes the upstream request)."""
         live = self.live
         if live is not None:
-            live.scope.cancel()
-            usage = self._billed_usage(live)
-            if usage is not None:
-                self.attempt_usage[live.index] = usage
+            self._close(live)
             self.live = None
+
+    def _close(self, live: Attempt) -> None:
+        live.scope.cancel()
+        usage = self._billed_usage(live)
+        if usage is not None:
+            self.attempt_usage[live.index] = usage
 
     def cancel(self, index: int, out: RelayOutcome) -> None:
         """The ledger cancelled attempt `index` (if it is still the one in flight)."""
