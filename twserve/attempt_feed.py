@@ -191,8 +191,10 @@ class AttemptFeed:
         live = self.live
         if not self.ledger.done and live is not None:
             # Resumed: this upstream's part is over. It stays `live` until the next attempt
-            # replaces it, so that a commit among `actions` still writes what it held.
+            # replaces it, so that a commit among `actions` still writes what it held; the
+            # ledger hears of no more content from it.
             self._close(live)
+            live.reported_at = live.content_at
         return actions
 
     def end_attempt(self) -> None:

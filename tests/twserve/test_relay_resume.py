@@ -73,3 +73,29 @@ async def test_a_silent_answer_is_resumed() -> None:
     assert _text(client.body) == "Hello world"
     assert [a.error for a in out.attempts] == ["idle_timeout", None]
     setup.assert_all_given_back(up)
+
+
+async def test_a_full_next_upstream_is_waited_for_until_the_deadline() -> None:
+    # a's chunks are written by its reader itself (they come with gaps); after the break the
+    # next upstream is full, so the request waits for its slot and wakes at the deadline: the
+    # answer ends with the break's error event.
+    setup = Setup({"a": {}, "b": {"max_concurrent": 1}}, resume=True, wait_secs=0.5)
+    held = setup.router.slots.try_acquire("b", owner="someone-else")
+    assert held is not None
+    first = anthropic_stream(["The qu", "ick br"], end=False)
+    pieces = tuple(first[i : i + 40] for i in range(0, len(first), 40))
+    up = by_host(
+        a=MemoryAnswer(headers=SSE, chunks=pieces, gap=0.01, breaks=True),
+        b=MemoryAnswer(headers=SSE, chunks=(anthropic_stream(["uick brown"]),)),
+    )
+    client = Collected()
+    out = await setup.run(up, client)
+    assert _text(client.body) == "The quick br" and b"event: error" in client.body
+    assert (out.status, out.error_code) == (200, "gw.upstream.broken_after_content")
+    assert [(a.provider, a.outcome.value) for a in out.attempts] == [
+        ("a", "failed"),
+        ("b", "skipped"),
+    ]
+    assert len(up.requests) == 1
+    setup.hooks.release(held)
+    setup.assert_all_given_back(up)
