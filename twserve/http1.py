@@ -325,10 +325,13 @@ class _Connection:
         if self.closed:
             raise ClientGone()
         data = self.h11.send(event)
+        end = type(event) is h11.EndOfMessage
         if not data:
+            if end:
+                self._flush()  # a sized answer's end has no bytes of its own: send the rest now
             return
         if self.watched and self._transport is not None:
-            await self._gather(data, end=type(event) is h11.EndOfMessage)
+            await self._gather(data, end=end)
             return
         self._flush()
         if self.watched:
