@@ -30,7 +30,9 @@ Limits guard against bad or slow clients:
   system call (`_Connection.write`): the response head with the first piece of the body, the
   last piece with the chunked terminator. A system call per piece cost more than the rest of
   a short answer's work. Nothing waits for more to come: the bytes go out when the handler's
-  task next yields to the loop (or at once for the answer's end).
+  task next yields to the loop. The answer's last bytes go when the handler returns, so a
+  client that has the whole answer finds done what the handler records after writing it
+  (health, effort memory, the request row).
 * A request with both ``Content-Length`` and ``Transfer-Encoding`` is refused (400) and the
   connection closed: two framings are how requests get smuggled past a proxy.
 
@@ -306,6 +308,7 @@ class _Connection:
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._flush_scheduled = False
+        self._held_end = False  # the answer has ended; its last bytes wait for the handler
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
         self._stream_closed = False
@@ -325,13 +328,15 @@ class _Connection:
         if self.closed:
             raise ClientGone()
         data = self.h11.send(event)
-        end = type(event) is h11.EndOfMessage
-        if not data:
-            if end:
-                self._flush()  # a sized answer's end has no bytes of its own: send the rest now
-            return
         if self.watched and self._transport is not None:
-            await self._gather(data, end=end)
+            if type(event) is h11.EndOfMessage:
+                # The answer's last bytes go when the handler returns (`_dispatch`): a client
+                # that has the whole answer finds done what the handler records after it.
+                self._held_end = True
+            if data:
+                await self._gather(data)
+            return
+        if not data:
             return
         self._flush()
         if self.watched:
@@ -360,12 +365,13 @@ class _Connection:
                 self._gone()
                 raise ClientGone() from exc
 
-    async def _gather(self, data: bytes, *, end: bool) -> None:
+    async def _gather(self, data: bytes) -> None:
         """A handler's write: kept with the others of this loop turn and written with them in
-        one system call when the task yields (a callback scheduled for the next turn), at the
-        answer's end, or past `FLUSH_BYTES`. The transport does what anyio's ``send`` does
-        with it (this is the same transport): a client that stopped reading leaves bytes in
-        its buffer, and the next write waits for it to drain, under the watcher's deadline."""
+        one system call when the task yields (a callback scheduled for the next turn), or past
+        `FLUSH_BYTES`; once the answer has ended, when the handler returns. The transport does
+        what anyio's ``send`` does with it (this is the same transport): a client that stopped
+        reading leaves bytes in its buffer, and the next write waits for it to drain, under the
+        watcher's deadline."""
         transport, protocol = self._transport, self._protocol
         assert transport is not None and protocol is not None
         if transport.is_closing() or protocol.exception is not None:
@@ -387,15 +393,19 @@ class _Connection:
             await checkpoint_if_cancelled()
         self._pending.append(data)
         self._pending_size += len(data)
-        if end:
-            self._flush()
-        elif self._pending_size >= FLUSH_BYTES:
+        if self._pending_size >= FLUSH_BYTES:
             self._flush()
             # A handler that writes without ever waiting still lets the other connections run.
             await cancel_shielded_checkpoint()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        if self._held_end and self.watched:
+            self._flush_scheduled = False  # the answer ended: its bytes wait for the handler
+            return
+        self._flush()
 
     def _flush(self) -> None:
         """Write what `_gather` kept, in one call to the transport."""
@@ -748,6 +758,7 @@ class _Connection:
                     return False
             finally:
                 self._flush()
+                self._held_end = False
                 self.handler_scope = None
                 self.watched = False
             tg.cancel_scope.cancel()
