@@ -12,7 +12,8 @@ HERE = Path(__file__).resolve().parent
 
 def test_load_harness_runs_every_phase_and_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    args = ["--runs", "1", "--long-requests", "2", "--short-requests", "4", "--ttfb-requests", "2"]
+    # Enough long requests that the gateway spends several clock ticks (10 ms each) on them.
+    args = ["--runs", "1", "--long-requests", "8", "--short-requests", "4", "--ttfb-requests", "2"]
     args += ["--warmup", "1", "--pace", "0.0001"]
     done = subprocess.run(
         [sys.executable, str(HERE / "load.py"), *args, "--json", str(out)],

@@ -262,7 +262,7 @@ class Gateway:
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
             fill_row(row, outcome, models, reasoning.efforts)
-            self.reasoning.settle(reasoning, outcome, finished=finished)
+            self.reasoning.settle(reasoning, outcome, finished=finished or outcome.delivered)
             turn.end(row, outcome, models)
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)

@@ -26,6 +26,13 @@ Limits guard against bad or slow clients:
   reading is taken as gone, exactly as one that closes, so its upstream call is cancelled and
   what it held is freed. While a handler runs, the connection's watcher keeps that deadline
   (checked every quarter of it), not a timer per write.
+* While a handler runs, what it writes in one turn of the event loop goes to the socket in one
+  system call (`_Connection.write`): the response head with the first piece of the body, the
+  last piece with the chunked terminator. A system call per piece cost more than the rest of
+  a short answer's work. Nothing waits for more to come: the bytes go out when the handler's
+  task next yields to the loop. The answer's last bytes go when the handler returns, so a
+  client that has the whole answer finds done what the handler records after writing it
+  (health, effort memory, the request row).
 * A request with both ``Content-Length`` and ``Transfer-Encoding`` is refused (400) and the
   connection closed: two framings are how requests get smuggled past a proxy.
 
@@ -41,6 +48,7 @@ Errors the transport itself answers (bad HTTP, limits, timeouts) are written by 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
@@ -51,6 +59,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import h11
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from twproto import json_dumps
 from twproto.paths import split_target
@@ -76,6 +85,8 @@ __all__ = [
 ]
 
 READ_SIZE = 65536
+# Bytes gathered for one system call while a handler writes; past this they go at once.
+FLUSH_BYTES = 65536
 # How long a closing connection waits for the client to close its side.
 LINGER_SECS = 2.0
 # accept() failing for want of descriptors or memory: wait, doubling, up to the last value.
@@ -291,6 +302,13 @@ class _Connection:
         # progress began.
         self.watched = False
         self.writing_since: float | None = None
+        # The event loop's transport under the socket stream, when it is anyio's asyncio one:
+        # a handler's writes are gathered and written to it once per loop turn (`_gather`).
+        self._transport, self._protocol = _raw_transport(stream)
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._flush_scheduled = False
+        self._held_end = False  # the answer has ended; its last bytes wait for the handler
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
         self._stream_closed = False
@@ -310,8 +328,17 @@ class _Connection:
         if self.closed:
             raise ClientGone()
         data = self.h11.send(event)
+        if self.watched and self._transport is not None:
+            if type(event) is h11.EndOfMessage:
+                # The answer's last bytes go when the handler returns (`_dispatch`): a client
+                # that has the whole answer finds done what the handler records after it.
+                self._held_end = True
+            if data:
+                await self._gather(data)
+            return
         if not data:
             return
+        self._flush()
         if self.watched:
             # While a handler runs, the client's watcher holds the deadline (`_watch_client`):
             # a deadline scope per write costs about half as much again as the write itself.
@@ -338,6 +365,67 @@ class _Connection:
                 self._gone()
                 raise ClientGone() from exc
 
+    async def _gather(self, data: bytes) -> None:
+        """A handler's write: kept with the others of this loop turn and written with them in
+        one system call when the task yields (a callback scheduled for the next turn), or past
+        `FLUSH_BYTES`; once the answer has ended, when the handler returns. The transport does
+        what anyio's ``send`` does with it (this is the same transport): a client that stopped
+        reading leaves bytes in its buffer, and the next write waits for it to drain, under the
+        watcher's deadline."""
+        transport, protocol = self._transport, self._protocol
+        assert transport is not None and protocol is not None
+        if transport.is_closing() or protocol.exception is not None:
+            self._gone()
+            raise ClientGone()
+        if not protocol.write_event.is_set():
+            self._flush()
+            self.writing_since = anyio.current_time()
+            try:
+                # Replaced by the protocol on each pause: read it again for every wait.
+                await protocol.write_event.wait()
+            finally:
+                self.writing_since = None
+            if self.closed or transport.is_closing() or protocol.exception is not None:
+                self._gone()
+                raise ClientGone()
+        else:
+            # As anyio's send does: a cancelled handler stops at its next write.
+            await checkpoint_if_cancelled()
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= FLUSH_BYTES:
+            self._flush()
+            # A handler that writes without ever waiting still lets the other connections run.
+            await cancel_shielded_checkpoint()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        if self._held_end and self.watched:
+            self._flush_scheduled = False  # the answer ended: its bytes wait for the handler
+            return
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write what `_gather` kept, in one call to the transport."""
+        self._flush_scheduled = False
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        self._pending_size = 0
+        transport = self._transport
+        if self._stream_closed or transport is None:
+            return
+        if transport.is_closing():
+            self._gone()
+            return
+        try:
+            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        except (RuntimeError, OSError):
+            self._gone()
+
     def _gone(self) -> None:
         self.closed = True
         self.client_gone.set()
@@ -349,6 +437,7 @@ class _Connection:
         self.closed = True
         self.client_gone.set()
         if not self._stream_closed:
+            self._flush()  # what the handler wrote before it dropped the connection goes out
             self._stream_closed = True
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
@@ -668,6 +757,8 @@ class _Connection:
                     tg.cancel_scope.cancel()
                     return False
             finally:
+                self._flush()
+                self._held_end = False
                 self.handler_scope = None
                 self.watched = False
             tg.cancel_scope.cancel()
@@ -830,6 +921,19 @@ class Server:
         if self._all is not None:
             self._all.cancel()
         return finished
+
+
+def _raw_transport(stream: Any) -> tuple[Any, Any]:
+    """The asyncio transport and protocol under anyio's asyncio socket stream, or (None, None)
+    for any other stream (another backend, TLS), which is written through ``send``."""
+    kind = type(stream)
+    if kind.__name__ != "SocketStream" or kind.__module__ != "anyio._backends._asyncio":
+        return None, None
+    transport = getattr(stream, "_transport", None)
+    protocol = getattr(stream, "_protocol", None)
+    if transport is None or not hasattr(protocol, "write_event"):
+        return None, None
+    return transport, protocol
 
 
 def _peer_host(stream: anyio.abc.SocketStream) -> str:

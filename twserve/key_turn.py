@@ -167,7 +167,15 @@ async def key_turn(
     requests that count toward no limit (token counts). The permit is given back on a refusal or
     if the client leaves while waiting. `head` keeps a streamed client alive while it waits."""
     turn = _turn(hooks, usage, config, client, owner, deadline, estimate, counted)
-    return await (head.keeping_alive(turn) if head is not None else turn)
+    if head is None or not _may_wait(usage, config, client, counted):
+        # Nothing to wait for: no keep-alive task (and its task group) for the request.
+        return await turn
+    return await head.keeping_alive(turn)
+
+
+def _may_wait(usage: UsageKeeper, config: Config, client: str, counted: bool) -> bool:
+    """Whether `_turn` may wait: a key with max_concurrent, or limits that apply."""
+    return config.client(client).max_concurrent is not None or (counted and usage.may_wait(client))
 
 
 async def _turn(

@@ -25,6 +25,7 @@ from twproto.failures import TransportFault
 from twproto.headers import client_response_headers
 from twproto.upstream_request import UpstreamRequest
 from twserve.coalesce import coalesced
+from twserve.upstream_net import GatheringBackend
 
 __all__ = [
     "Upstream",
@@ -158,7 +159,12 @@ class UpstreamClient:
         # Another way to an upstream for some requests (twserve.upstream_socket): asked first.
         self.socket_route = socket_route
 
-        def pool(*, http1: bool = True, http2: bool = False) -> httpcore.AsyncConnectionPool:
+        def pool(
+            *,
+            http1: bool = True,
+            http2: bool = False,
+            backend: httpcore.AsyncNetworkBackend | None = None,
+        ) -> httpcore.AsyncConnectionPool:
             return httpcore.AsyncConnectionPool(
                 max_connections=max_connections,
                 max_keepalive_connections=max_keepalive,
@@ -166,9 +172,12 @@ class UpstreamClient:
                 retries=0,
                 http1=http1,
                 http2=http2,
+                network_backend=backend,
             )
 
-        self.pool = pool()
+        # HTTP/1.1: a request's head and body in one write, a cheap liveness check per idle
+        # connection (twserve/upstream_net.py).
+        self.pool = pool(backend=GatheringBackend())
         self.h2_pool = pool(http2=True)
         self.h2c_pool = pool(http1=False, http2=True)
 

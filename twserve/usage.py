@@ -197,6 +197,10 @@ class UsageKeeper:
             cost_micros=math.ceil(input_tokens * price),
         )
 
+    def may_wait(self, key: str) -> bool:
+        """Whether `admit` for `key` may have to wait (a limit to check, a rebuild to run)."""
+        return self.rebuild_due() or self.rebuilding or self.limits.has_limits(key)
+
     async def admit(
         self, key: str, estimate: Spend, *, deadline: float
     ) -> Admission | GatewayError:

@@ -185,3 +185,30 @@ async def test_client_leaving_cancels_the_handler(server) -> None:
         await sock.receive()
     with anyio.fail_after(3):
         await rec.cancelled.wait()
+
+
+async def test_an_answer_written_in_one_turn_reaches_the_client_in_one_write(server) -> None:
+    # /stream writes its head, three pieces and its end without waiting in between: they go
+    # to the socket in one system call, so on loopback the client's first read has them all.
+    port, _ = server
+    async with await anyio.connect_tcp("127.0.0.1", port) as sock:
+        await sock.send(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = await sock.receive()
+    assert first.startswith(b"HTTP/1.1 200")
+    assert b"data: 0\n\n" in first and first.endswith(b"0\r\n\r\n")
+
+
+async def test_what_a_handler_wrote_before_it_aborts_reaches_the_client() -> None:
+    async def handler(request: Request, responder: Responder) -> None:
+        await responder.start(200, [(b"content-type", b"text/event-stream")])
+        await responder.send(b"data: partial\n\n")
+        await responder.abort()
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(
+            lambda task_status: http1.serve(handler, port=0, limits=LIMITS, task_status=task_status)
+        )
+        out = await exchange(port, b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
+        tg.cancel_scope.cancel()
+    assert out.startswith(b"HTTP/1.1 200") and b"data: partial\n\n" in out
+    assert not out.endswith(b"0\r\n\r\n")  # cut off, not ended
