@@ -14,10 +14,11 @@ older file in place and keeps its history.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +31,8 @@ from twproto import json_dumps
 
 __all__ = [
     "USAGE_GROUPS",
+    "Commit",
+    "Commits",
     "LimitSpend",
     "RequestRow",
     "RequestStore",
@@ -224,6 +227,67 @@ class RequestRow:
         )
 
 
+log = logging.getLogger("twserve.store")
+
+
+class Commit:
+    """One recorded row's commit (``store.commit_before_end``): `wait` returns once the writer
+    made the row durable, or when `timeout` seconds passed first."""
+
+    __slots__ = ("_done", "_owner", "row_id")
+
+    def __init__(self, owner: Commits, row_id: str) -> None:
+        self._done = anyio.Event()
+        self._owner = owner
+        self.row_id = row_id
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True once the row is durable; False when `timeout` ran out first (counted in the
+        store's ``/status`` as ``commit_waits_late`` and logged)."""
+        with anyio.move_on_after(timeout):
+            await self._done.wait()
+        if self._done.is_set():
+            return True
+        self._owner.late += 1
+        log.warning(
+            "gw.store.commit_late: row %s not committed within %.1f s; the answer ends anyway",
+            self.row_id,
+            timeout,
+        )
+        return False
+
+
+class Commits:
+    """The commits awaited, by row id; a store's writer settles them after each transaction.
+    Rows nobody waits for cost one check of an empty dict per batch."""
+
+    __slots__ = ("_waiting", "late")
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[Commit]] = {}
+        self.late = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def add(self, row_id: str) -> Commit:
+        commit = Commit(self, row_id)
+        self._waiting.setdefault(row_id, []).append(commit)
+        return commit
+
+    def settle(self, row_ids: Iterable[str]) -> None:
+        """The rows `row_ids` are durable: wake whoever waits for them."""
+        if not self._waiting:
+            return
+        for row_id in row_ids:
+            for commit in self._waiting.pop(row_id, ()):
+                commit._done.set()
+
+
 # One stored request's spend against its key's limits: key name, settled_ts, tokens, cache-read
 # tokens, cost in micro-dollars (what `UsageKeeper.rebuild` books).
 LimitSpend = tuple[str, float, int, int, int]
@@ -237,7 +301,9 @@ class Store(Protocol):
     """What the gateway, the control plane and the maintenance task need of a request store.
 
     `RequestStore` (SQLite, the default) and `twserve.store_pg.PostgresStore` implement it.
-    `record` never blocks; `run` is the writer task, which returns once `close` was called and
+    `record` never blocks; `record_committed` queues the row the same way and returns its
+    `Commit`, settled once the row is durable (a batch's transaction; on PostgreSQL also the
+    local journal's). `run` is the writer task, which returns once `close` was called and
     every queued row is written; `close_db` releases the connections afterwards. A read that
     cannot reach the store's server raises `StoreReadError`.
     """
@@ -245,6 +311,8 @@ class Store(Protocol):
     written: int
 
     def record(self, row: RequestRow) -> None: ...
+
+    def record_committed(self, row: RequestRow) -> Commit: ...
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -300,10 +368,17 @@ class RequestStore:
         self._receive: MemoryObjectReceiveStream[RequestRow] = receive
         self._lock = anyio.Lock()
         self.written = 0
+        self.commits = Commits()
 
     def record(self, row: RequestRow) -> None:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
+
+    def record_committed(self, row: RequestRow) -> Commit:
+        """Queue `row` like `record`; the returned `Commit` settles when its batch commits."""
+        commit = self.commits.add(row.id)
+        self._send.send_nowait(row)
+        return commit
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -349,6 +424,7 @@ class RequestStore:
         async with self._lock:
             await anyio.to_thread.run_sync(write)
         self.written += len(rows)
+        self.commits.settle(r.id for r in rows)
 
     def close(self) -> None:
         """Stop accepting rows; the writer finishes what is queued and returns."""
@@ -356,7 +432,12 @@ class RequestStore:
 
     def status(self) -> dict[str, Any]:
         """What the control plane's ``/status`` shows of the store."""
-        return {"backend": "sqlite", "path": str(self.path), "written": self.written}
+        return {
+            "backend": "sqlite",
+            "path": str(self.path),
+            "written": self.written,
+            "commit_waits_late": self.commits.late,
+        }
 
     def close_db(self) -> None:
         self._send.close()
