@@ -5,7 +5,9 @@ the main thread over one keep-alive connection. For each store and with the opti
 
 * one request at a time: the median and 95th percentile of the whole request (sent → its end
   read), streamed and whole answers;
-* 32 at a time: requests/s, where waiting answers share the writer's commits.
+* 32 at a time: requests/s, where waiting answers share the writer's commits;
+* with the option on, the wait itself (the row handed to the store → its commit), timed inside
+  the gateway: the latency the option adds to an answer's end, free of the client's noise.
 
 PostgreSQL is a throwaway local cluster, the test suite's (``fsync=off``: a commit there costs
 a round trip and the server's work, not a disk flush; SQLite's WAL with ``synchronous=NORMAL``
@@ -39,6 +41,21 @@ from twmock.script import MockSettings, parse_script
 from twmock.server import make_handler
 from twserve import http1
 from twserve.app import GatewayApp
+from twserve.store import Commit
+
+WAITS: list[float] = []
+_wait = Commit.wait
+
+
+async def timed_wait(self: Commit, timeout: float) -> bool:
+    started = time.perf_counter()
+    try:
+        return await _wait(self, timeout)
+    finally:
+        WAITS.append(time.perf_counter() - started)
+
+
+Commit.wait = timed_wait  # type: ignore[method-assign]
 
 KEY = "bench-key"
 
@@ -85,17 +102,28 @@ def measure(store: dict[str, Any], requests: int) -> dict[str, float]:
         with httpcore.ConnectionPool(max_connections=32) as pool:
             for _ in range(20):
                 one(pool, url, body(True))
+            WAITS.clear()
             for kind, stream in (("stream", True), ("whole", False)):
                 times = sorted(one(pool, url, body(stream)) for _ in range(requests))
                 out[f"{kind}_p50_ms"] = statistics.median(times) * 1000
                 out[f"{kind}_p95_ms"] = times[int(len(times) * 0.95)] * 1000
+            _waits(out, "wait_1")
             with ThreadPoolExecutor(32) as threads:
                 started = time.perf_counter()
                 list(threads.map(lambda _: one(pool, url, body(True)), range(requests * 2)))
                 out["rps_32"] = requests * 2 / (time.perf_counter() - started)
+            _waits(out, "wait_32")
         app_fut.cancel()
         mock_fut.cancel()
         return out
+
+
+def _waits(out: dict[str, float], name: str) -> None:
+    if WAITS:
+        waits = sorted(WAITS)
+        out[f"{name}_p50_ms"] = statistics.median(waits) * 1000
+        out[f"{name}_p95_ms"] = waits[int(len(waits) * 0.95)] * 1000
+    WAITS.clear()
 
 
 def main() -> None:
@@ -112,15 +140,21 @@ def main() -> None:
                 print(name, "on" if on else "off", {k: round(v, 2) for k, v in figures.items()})
     print()
     print(
-        "| store | commit_before_end | stream p50 | stream p95 | whole p50 | whole p95 "
-        "| req/s at 32 |"
+        "| store | commit_before_end | stream p50 / p95 | whole p50 / p95 | req/s at 32 "
+        "| end's wait, 1 at a time, p50 / p95 | end's wait, 32 at a time, p50 / p95 |"
     )
     print("|---|---|---|---|---|---|---|")
     for name, on, f in rows:
+        waits = ["—", "—"]
+        if on:
+            waits = list(
+                f"{f[n + '_p50_ms']:.2f} / {f[n + '_p95_ms']:.2f} ms" for n in ("wait_1", "wait_32")
+            )
         print(
-            f"| {name} | {'on' if on else 'off'} | {f['stream_p50_ms']:.2f} ms | "
-            f"{f['stream_p95_ms']:.2f} ms | {f['whole_p50_ms']:.2f} ms | "
-            f"{f['whole_p95_ms']:.2f} ms | {f['rps_32']:.0f} |"
+            f"| {name} | {'on' if on else 'off'} "
+            f"| {f['stream_p50_ms']:.2f} / {f['stream_p95_ms']:.2f} ms "
+            f"| {f['whole_p50_ms']:.2f} / {f['whole_p95_ms']:.2f} ms | {f['rps_32']:.0f} "
+            f"| {waits[0]} | {waits[1]} |"
         )
 
 
