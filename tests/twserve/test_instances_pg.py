@@ -1,8 +1,9 @@
 """Several instances on one PostgreSQL (docs/deployment.md, "Several instances"): three
 ``twserve serve`` processes share a database, a mock upstream and one client pool that goes round
 the three; one instance is stopped mid-load (SIGTERM; or SIGKILL with store.commit_before_end),
-and every request a client saw finish has its row in the database. Then PostgreSQL itself stops mid-load under one gateway: requests keep
-being answered, and when it is back every answered request's row lands."""
+and every request a client saw finish has its row in the database. Then PostgreSQL itself stops
+mid-load under one gateway: requests keep being answered, and when it is back every answered
+request's row lands."""
 
 from __future__ import annotations
 
