@@ -4,7 +4,9 @@ Handlers call `RequestStore.record(row)`, which only puts the row on an in-memor
 never waits. A single writer task takes whatever has queued, writes it in one transaction on a
 worker thread, and goes back for more, so a burst of finished streams costs one commit rather
 than one each. On shutdown the writer drains the queue before the connection closes: no
-finished row is lost on a clean stop.
+finished row is lost on a clean stop. `record_committed` queues a row the same way and hands
+back a `Commit` the writer settles after the row's transaction (``store.commit_before_end``:
+the answer's end waits for it, twserve.commit_wait); rows that end together share that commit.
 
 The database runs in WAL mode so that readers (the control plane, tests, limit rebuilds) never
 block the writer. `PRAGMA user_version` carries the schema version; `_MIGRATIONS` upgrades an
