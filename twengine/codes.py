@@ -157,6 +157,9 @@ _CODES = {
     "gw.store.recovered": (
         "PostgreSQL (store.postgres_dsn) answers again; the rows kept were written."
     ),
+    "gw.store.commit_late": (
+        "An answer's end waited store.commit_wait_secs for its row's commit and went anyway (log)."
+    ),
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."
     ),

@@ -464,7 +464,7 @@ class GatewayApp:
         running = self.sharing.state.redis_url if self.sharing is not None else None
         if redis_url != running:
             log.warning("state.redis_url changed: it takes effect when twserve restarts")
-        if config.store != self.config.store and self.safe_mode is None:
+        if _dsn(config) != _dsn(self.config) and self.safe_mode is None:
             log.warning("store.postgres_dsn changed: the request store changes at the next start")
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
@@ -554,6 +554,10 @@ def open_store(config: Config, data_dir: Path, env: Mapping[str, str]) -> Store:
         ) from None
     # Checked when the config was loaded; a variable unset since then fails here, loudly.
     return PostgresStore(resolve_template(dsn, env), journal=data_dir / JOURNAL_FILE)
+
+
+def _dsn(config: Config) -> str | None:
+    return config.store.postgres_dsn if config.store is not None else None
 
 
 def _url_test_members(config: Config) -> set[str]:

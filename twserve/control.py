@@ -61,7 +61,7 @@ __all__ = [
     "report_from_dict",
 ]
 
-CONTROL_API_VERSION = 4
+CONTROL_API_VERSION = 5
 API_HEADER = b"x-twserve-control-api"
 
 DEFAULT_REQUEST_LIMIT = 50

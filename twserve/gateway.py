@@ -36,6 +36,7 @@ from twserve.auth import strip_key_param
 from twserve.bodies import BodyTaps
 from twserve.callers import Callers
 from twserve.client_answer import answer, respond_error, transport_error
+from twserve.commit_wait import EndsAfterCommit
 from twserve.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.efforts import Efforts
 from twserve.events import EventBus
@@ -78,8 +79,9 @@ class Gateway:
         self.store = store
         # Prices, cost and key limits (twserve.usage): one admit and one finish per request.
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
-        # Body copies of requests in progress, by request id (retention.store_bodies).
-        self.taps = BodyTaps()
+        # Body copies of requests in progress, by request id (retention.store_bodies); answers
+        # whose end waits for their row (store.commit_before_end).
+        self.taps, self.ends = BodyTaps(), EndsAfterCommit()
         self.upstream = upstream
         self.env = env
         self.clock = clock
@@ -133,12 +135,10 @@ class Gateway:
                 verdict = answer_models(self.config, route, dialect, table=self.usage.table)
             else:
                 assert route.dialect is not None
-                request_id = self.next_request_id()
-                retention = self.config.retention
-                with self.taps.keep(request_id, responder, retention, request.body) as kept:
-                    await self._generate(
-                        request, kept, route, route.dialect, client_name, request_id
-                    )
+                rid, config = self.next_request_id(), self.config
+                async with self.ends.hold(rid, responder, config.store) as held:
+                    with self.taps.keep(rid, held, config.retention, request.body) as kept:
+                        await self._generate(request, kept, route, route.dialect, client_name, rid)
                 return
         await answer(responder, dialect, verdict)
 
@@ -288,7 +288,7 @@ class Gateway:
     def record_row(self, row: RequestRow) -> None:
         """Store a finished row and tell the listeners."""
         self.taps.take(row)
-        self.store.record(row)
+        self.ends.record(self.store, row)
         if self.on_finished is not None:
             self.on_finished(row)
         for listener in self.row_listeners:

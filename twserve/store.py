@@ -3,11 +3,14 @@
 Handlers call `RequestStore.record(row)`, which only puts the row on an in-memory queue and
 never waits. A single writer task takes whatever has queued, writes it in one transaction on a
 worker thread, and goes back for more, so a burst of finished streams costs one commit rather
-than one each. After each write it waits `BATCH_WINDOW` before taking the next batch: under
-steady traffic the rows of that window share one transaction and one hop to the worker thread
-(a row each would cost a thread hop per request); a row reaches the file at most that much
-later. On shutdown the writer drains the queue before the connection closes: no
-finished row is lost on a clean stop.
+than one each. After each write it waits `BATCH_WINDOW` before taking the next batch, unless an
+answer's end is waiting for a commit: under steady traffic the rows of that window share one
+transaction and one hop to the worker thread (a row each would cost a thread hop per request); a
+row reaches the file at most that much later. On shutdown the writer drains the queue before the
+connection closes: no finished row is lost on a clean stop. `record_committed` queues a row the
+same way and hands back a `Commit` the writer settles after the row's transaction
+(``store.commit_before_end``: the answer's end waits for it, twserve.commit_wait); rows that end
+together share that commit.
 
 The database runs in WAL mode so that readers (the control plane, tests, limit rebuilds) never
 block the writer. `PRAGMA user_version` carries the schema version; `_MIGRATIONS` upgrades an
@@ -17,10 +20,11 @@ older file in place and keeps its history.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +37,8 @@ from twproto import json_dumps
 
 __all__ = [
     "USAGE_GROUPS",
+    "Commit",
+    "Commits",
     "LimitSpend",
     "RequestRow",
     "RequestStore",
@@ -230,6 +236,67 @@ class RequestRow:
         )
 
 
+log = logging.getLogger("twserve.store")
+
+
+class Commit:
+    """One recorded row's commit (``store.commit_before_end``): `wait` returns once the writer
+    made the row durable, or when `timeout` seconds passed first."""
+
+    __slots__ = ("_done", "_owner", "row_id")
+
+    def __init__(self, owner: Commits, row_id: str) -> None:
+        self._done = anyio.Event()
+        self._owner = owner
+        self.row_id = row_id
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True once the row is durable; False when `timeout` ran out first (counted in the
+        store's ``/status`` as ``commit_waits_late`` and logged)."""
+        with anyio.move_on_after(timeout):
+            await self._done.wait()
+        if self._done.is_set():
+            return True
+        self._owner.late += 1
+        log.warning(
+            "gw.store.commit_late: row %s not committed within %.1f s; the answer ends anyway",
+            self.row_id,
+            timeout,
+        )
+        return False
+
+
+class Commits:
+    """The commits awaited, by row id; a store's writer settles them after each transaction.
+    Rows nobody waits for cost one check of an empty dict per batch."""
+
+    __slots__ = ("_waiting", "late")
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[Commit]] = {}
+        self.late = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def add(self, row_id: str) -> Commit:
+        commit = Commit(self, row_id)
+        self._waiting.setdefault(row_id, []).append(commit)
+        return commit
+
+    def settle(self, row_ids: Iterable[str]) -> None:
+        """The rows `row_ids` are durable: wake whoever waits for them."""
+        if not self._waiting:
+            return
+        for row_id in row_ids:
+            for commit in self._waiting.pop(row_id, ()):
+                commit._done.set()
+
+
 # One stored request's spend against its key's limits: key name, settled_ts, tokens, cache-read
 # tokens, cost in micro-dollars (what `UsageKeeper.rebuild` books).
 LimitSpend = tuple[str, float, int, int, int]
@@ -243,7 +310,9 @@ class Store(Protocol):
     """What the gateway, the control plane and the maintenance task need of a request store.
 
     `RequestStore` (SQLite, the default) and `twserve.store_pg.PostgresStore` implement it.
-    `record` never blocks; `run` is the writer task, which returns once `close` was called and
+    `record` never blocks; `record_committed` queues the row the same way and returns its
+    `Commit`, settled once the row is durable (a batch's transaction; on PostgreSQL also the
+    local journal's). `run` is the writer task, which returns once `close` was called and
     every queued row is written; `close_db` releases the connections afterwards. A read that
     cannot reach the store's server raises `StoreReadError`.
     """
@@ -251,6 +320,8 @@ class Store(Protocol):
     written: int
 
     def record(self, row: RequestRow) -> None: ...
+
+    def record_committed(self, row: RequestRow) -> Commit: ...
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -306,10 +377,21 @@ class RequestStore:
         self._receive: MemoryObjectReceiveStream[RequestRow] = receive
         self._lock = anyio.Lock()
         self.written = 0
+        self.commits = Commits()
+        # Set when a row whose commit is awaited is queued; made by the writer in its loop.
+        self._urgent: anyio.Event | None = None
 
     def record(self, row: RequestRow) -> None:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
+
+    def record_committed(self, row: RequestRow) -> Commit:
+        """Queue `row` like `record`; the returned `Commit` settles when its batch commits."""
+        commit = self.commits.add(row.id)
+        self._send.send_nowait(row)
+        if self._urgent is not None:
+            self._urgent.set()
+        return commit
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -325,7 +407,11 @@ class RequestStore:
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
                 await self._write(batch)
-                await anyio.sleep(BATCH_WINDOW)
+                # Let rows gather for one window, unless an answer's end waits for a commit.
+                urgent = self._urgent = anyio.Event()
+                if not self.commits:
+                    with anyio.move_on_after(BATCH_WINDOW):
+                        await urgent.wait()
 
     async def _write(self, rows: Sequence[RequestRow]) -> None:
         params = [r.as_params() for r in rows]
@@ -356,6 +442,7 @@ class RequestStore:
         async with self._lock:
             await anyio.to_thread.run_sync(write)
         self.written += len(rows)
+        self.commits.settle(r.id for r in rows)
 
     def close(self) -> None:
         """Stop accepting rows; the writer finishes what is queued and returns."""
@@ -363,7 +450,12 @@ class RequestStore:
 
     def status(self) -> dict[str, Any]:
         """What the control plane's ``/status`` shows of the store."""
-        return {"backend": "sqlite", "path": str(self.path), "written": self.written}
+        return {
+            "backend": "sqlite",
+            "path": str(self.path),
+            "written": self.written,
+            "commit_waits_late": self.commits.late,
+        }
 
     def close_db(self) -> None:
         self._send.close()

@@ -25,7 +25,11 @@ rather than holding every later row back.
 **Stopping.** `close` ends the queue; the writer makes one last attempt to write what it holds
 and puts whatever PostgreSQL did not take into the journal, so a graceful stop loses no row
 whether or not the database answers. A killed process loses what was queued and not yet
-committed (the journal is only written when memory is full or on the way out).
+committed (the journal is only written when memory is full or on the way out), unless
+``store.commit_before_end`` is on: then each answer's end waits for its row's `Commit`, which
+the writer settles once PostgreSQL committed the batch, or, while PostgreSQL is away, once the
+held rows went to the journal (moved there at once while any answer waits, not when memory is
+full): a row in the journal's committed SQLite file counts as durable.
 
 **Schema.** ``twserve_schema`` lists the applied versions of `MIGRATIONS`; they are applied at
 startup in one transaction under an advisory lock, so instances starting together apply each
@@ -55,6 +59,8 @@ from psycopg.rows import dict_row
 from twserve.store import (
     _COLUMNS,
     USAGE_GROUPS,
+    Commit,
+    Commits,
     LimitSpend,
     RequestRow,
     StoreReadError,
@@ -352,12 +358,21 @@ class PostgresStore:
         self.journaled = 0
         # Rows PostgreSQL refused (their data, not the connection): kept in the journal file.
         self.rejected = 0
+        # Rows whose answer's end waits for them (store.commit_before_end).
+        self.commits = Commits()
 
     # -- the writer --------------------------------------------------------------------------
 
     def record(self, row: RequestRow) -> None:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
+
+    def record_committed(self, row: RequestRow) -> Commit:
+        """Queue `row` like `record`; the returned `Commit` settles when PostgreSQL committed
+        it, or the local journal did (while PostgreSQL is away, see the module docs)."""
+        commit = self.commits.add(row.id)
+        self._send.send_nowait(row)
+        return commit
 
     def close(self) -> None:
         """Stop accepting rows; the writer writes (or journals) what is queued and returns."""
@@ -376,6 +391,7 @@ class PostgresStore:
             "written": self.written,
             "journaled": self.journaled,
             "rejected": self.rejected,
+            "commit_waits_late": self.commits.late,
         }
 
     @property
@@ -401,6 +417,7 @@ class PostgresStore:
                     count = len(self._held)
                     await anyio.to_thread.run_sync(self.journal.add, self._held)
                     self.journaled += count
+                    self.commits.settle(p[0] for p, _ in self._held)
                     self._held.clear()
                     log.warning(
                         "gw.store.unavailable: %d rows kept in %s for the next start",
@@ -422,6 +439,7 @@ class PostgresStore:
                 with anyio.move_on_after(max(self._retry_at - self.clock(), 0.0)):
                     while True:
                         self._hold(await self._receive.receive())
+                        self._hold_ready()
                         await self._spill_if_full()
             while True:
                 self._hold(self._receive.receive_nowait())
@@ -433,13 +451,26 @@ class PostgresStore:
     def _hold(self, row: RequestRow) -> None:
         self._held.append(_item(row))
 
+    def _hold_ready(self) -> None:
+        """Hold every row queued now (a closed, empty queue raises EndOfStream)."""
+        while True:
+            try:
+                self._hold(self._receive.receive_nowait())
+            except anyio.WouldBlock:
+                return
+
     async def _spill_if_full(self) -> None:
-        if len(self._held) < self.held_rows:
+        """While PostgreSQL is away: move the held rows to the journal when memory is full,
+        or at once when an answer's end waits for one of them (store.commit_before_end)."""
+        if len(self._held) < self.held_rows and not self.commits:
+            return
+        if not self._held:
             return
         count = len(self._held)
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.journal.add, self._held)
         self.journaled += count
+        self.commits.settle(p[0] for p, _ in self._held)
         self._held.clear()
         log.warning("PostgreSQL is away: %d rows moved to %s", count, self.journal.path)
 
@@ -450,6 +481,7 @@ class PostgresStore:
             while self._held:
                 batch = self._held[:BATCH_ROWS]
                 await self._write(conn, batch)
+                self.commits.settle(p[0] for p, _ in batch)
                 del self._held[: len(batch)]
             while self.journal.count:
                 batch = await anyio.to_thread.run_sync(self.journal.take, BATCH_ROWS)

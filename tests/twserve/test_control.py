@@ -177,6 +177,7 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
         "backend": "sqlite",
         "path": str(stack.data_dir / "requests.sqlite3"),
         "written": 1,
+        "commit_waits_late": 0,
     }
 
     overview = view(stack, "/overview")

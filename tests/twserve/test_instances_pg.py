@@ -1,8 +1,9 @@
 """Several instances on one PostgreSQL (docs/deployment.md, "Several instances"): three
 ``twserve serve`` processes share a database, a mock upstream and one client pool that goes round
-the three; one instance is stopped (SIGTERM) mid-load, and every request a client saw finish has
-its row in the database. Then PostgreSQL itself stops mid-load under one gateway: requests keep
-being answered, and when it is back every answered request's row lands."""
+the three; one instance is stopped mid-load (SIGTERM; or SIGKILL with store.commit_before_end),
+and every request a client saw finish has its row in the database. Then PostgreSQL itself stops
+mid-load under one gateway: requests keep being answered, and when it is back every answered
+request's row lands."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpcore
@@ -41,8 +43,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _config(path: Path, mock_port: int) -> None:
-    config = {
+def _config(path: Path, mock_port: int, commit_before_end: bool) -> None:
+    config: dict[str, Any] = {
         "version": 1,
         "clients": [{"name": "tester", "key": KEY}],
         "providers": [
@@ -55,16 +57,19 @@ def _config(path: Path, mock_port: int) -> None:
         ],
         "store": {"postgres_dsn": "${TW_TEST_PG_DSN}"},
     }
+    if commit_before_end:
+        # Long enough that no answer's end goes out uncommitted while the test holds the table.
+        config["store"].update(commit_before_end=True, commit_wait_secs=120)
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
 @contextmanager
 def instances(
-    tmp_path: Path, mock_port: int, dsn: str, count: int
+    tmp_path: Path, mock_port: int, dsn: str, count: int, *, commit_before_end: bool = False
 ) -> Iterator[list[tuple[subprocess.Popen[str], int]]]:
     """`count` gateway processes, each with its own data directory; their bound ports."""
     config = tmp_path / "config.yaml"
-    _config(config, mock_port)
+    _config(config, mock_port, commit_before_end)
     env = {**os.environ, "TW_TEST_PG_DSN": dsn}
     procs = []
     for n in range(count):
@@ -116,18 +121,28 @@ def stored_sessions(dsn: str) -> dict[str, int]:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("stop", "commit_before_end"),
+    [(signal.SIGTERM, False), (signal.SIGKILL, True)],
+    ids=["sigterm", "sigkill-commit-before-end"],
+)
 async def test_an_instance_stopped_mid_load_loses_no_finished_row(
-    tmp_path: Path, postgres_server: PostgresServer
+    tmp_path: Path, postgres_server: PostgresServer, stop: signal.Signals, commit_before_end: bool
 ) -> None:
+    """SIGTERM drains the store. SIGKILL writes nothing more: the test locks the requests table
+    until every instance's writer waits on it with rows in hand, then kills one; with
+    ``commit_before_end`` none of those rows' answers had ended, so every answer a client read to
+    its end has its row (without it, the rows of answers already read are lost)."""
     dsn = new_database(postgres_server)
     mock = make_handler(MockSettings(script=parse_script(SCRIPT)))
     finished: dict[str, int] = {}  # session -> the port that answered it
     stopped_at: list[int] = []
+    third = anyio.Event()
     async with anyio.create_task_group() as tg:
         mock_port = await tg.start(
             lambda task_status: http1.serve(mock, port=0, task_status=task_status)
         )
-        with instances(tmp_path, mock_port, dsn, 3) as running:
+        with instances(tmp_path, mock_port, dsn, 3, commit_before_end=commit_before_end) as running:
             ports = [port for _, port in running]
             victim, victim_port = running[1]
             next_index = iter(range(REQUESTS))
@@ -159,29 +174,56 @@ async def test_an_instance_stopped_mid_load_loses_no_finished_row(
                         break
                     if len(finished) == REQUESTS // 3 and not stopped_at:
                         stopped_at.append(n)
-                        victim.send_signal(signal.SIGTERM)
+                        if stop == signal.SIGKILL:
+                            third.set()
+                        else:
+                            victim.send_signal(stop)
+
+            async def kill_with_rows_in_flight() -> None:
+                await third.wait()
+                lock = await psycopg.AsyncConnection.connect(dsn)
+                watch = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+                async with lock, watch:
+                    async with lock.transaction():
+                        await lock.execute("LOCK TABLE requests IN EXCLUSIVE MODE")
+                        while await _writers_waiting(watch) < 3:
+                            await anyio.sleep(0.01)
+                        victim.send_signal(stop)
+                        await anyio.to_thread.run_sync(victim.wait)
 
             with anyio.fail_after(60):
                 async with httpcore.AsyncConnectionPool(
                     max_connections=CONCURRENCY, retries=0
                 ) as pool, anyio.create_task_group() as clients:  # fmt: skip
+                    if stop == signal.SIGKILL:
+                        clients.start_soon(kill_with_rows_in_flight)
                     for _ in range(CONCURRENCY):
                         clients.start_soon(client, pool)
                 out, _ = await anyio.to_thread.run_sync(lambda: victim.communicate(timeout=30))
-                assert victim.returncode == 0, out
-        # Every instance is stopped now (SIGTERM), so every row it took is written.
+                assert victim.returncode == (0 if stop == signal.SIGTERM else -stop), out
+        # The others are stopped now (SIGTERM), so every row they took is written.
         tg.cancel_scope.cancel()
 
     assert stopped_at, "the load ended before an instance was stopped"
     by_victim = [s for s, p in finished.items() if p == victim_port]
     assert by_victim  # it answered requests before it went
-    # Nearly every request finishes: only a request whose connection the stopping instance
-    # closed under it is not retried here.
+    # Nearly every request finishes: a request whose connection the stopping instance closed
+    # under it is sent to the next instance, as a load balancer does.
     assert len(finished) >= REQUESTS * 0.9
     stored = stored_sessions(dsn)
     missing = sorted(set(finished) - set(stored))
     assert missing == []
     assert all(stored[s] == 200 for s in finished)
+
+
+async def _writers_waiting(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Gateway connections waiting for a lock (a writer's insert behind the test's)."""
+    cur = await conn.execute(
+        "SELECT COUNT(*) FROM pg_stat_activity "
+        "WHERE application_name = 'twserve' AND wait_event_type = 'Lock'"
+    )
+    found = await cur.fetchone()
+    return int(found[0]) if found else 0
 
 
 def test_requests_keep_flowing_while_postgres_is_away(tmp_path: Path) -> None:

@@ -69,3 +69,34 @@ async def test_reopening_keeps_history(tmp_path: Path) -> None:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         ids = {r[0] for r in db.execute("SELECT id FROM requests")}
     assert ids == {"x0", "x1"} and version == 2
+
+
+def _ids(path: Path) -> set[str]:
+    with closing(sqlite3.connect(path)) as db:
+        return {r[0] for r in db.execute("SELECT id FROM requests")}
+
+
+async def test_an_awaited_commit_settles_once_the_row_is_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    store = RequestStore(path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        # The writer's transaction is held: rows queue, none commits.
+        await store._lock.acquire()
+        commits = [
+            store.record_committed(RequestRow(id=f"c{i}", ts=1.0, path="/p")) for i in range(3)
+        ]
+        store.record(RequestRow(id="plain", ts=1.0, path="/p"))
+        assert not any(c.done for c in commits)
+        assert await commits[0].wait(0.05) is False  # the store hangs: the wait gives up
+        assert store.status()["commit_waits_late"] == 1
+        assert _ids(path) == set()
+        store._lock.release()
+        for commit in commits:
+            assert await commit.wait(600) is True
+            assert commit.row_id in _ids(path)  # durable by the time the wait returns
+        store.close()
+    # The three shared one batch with the row nobody waited for.
+    assert _ids(path) == {"c0", "c1", "c2", "plain"} and store.written == 4
+    assert store.status()["commit_waits_late"] == 1
+    store.close_db()

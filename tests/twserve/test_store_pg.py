@@ -351,3 +351,50 @@ async def test_a_row_postgres_refuses_is_kept_aside_and_holds_nothing_back(
         assert db.execute("SELECT COUNT(*) FROM requests").fetchone() == (0,)
     assert request_id == "huge" and "out of range" in reason
     assert json.loads(row)["input_tokens"] == 2**70
+
+
+async def test_an_awaited_commit_settles_once_the_row_can_be_read_on_both_backends(
+    make_store: Callable[[], Store],
+) -> None:
+    async with writing(make_store()) as store:
+        commits = [store.record_committed(sample(i)) for i in range(5)]
+        store.record(sample(5))
+        for commit in commits:
+            assert await commit.wait(600) is True
+        # Committed: another reader sees every awaited row.
+        seen = {r["id"] for r in await store.recent(limit=100)}
+        assert {c.row_id for c in commits} <= seen
+    assert store.written == 6 and store.status()["commit_waits_late"] == 0
+
+
+async def test_while_postgres_is_away_an_awaited_row_is_journaled_at_once(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "journal.sqlite3"
+    with start_postgres() as server:
+        # held_rows far above what is recorded: only a waiting answer sends rows to the journal.
+        store = PostgresStore(server.dsn, journal=journal, held_rows=10_000)
+        try:
+            async with writing(store):
+                assert await store.record_committed(sample(0)).wait(600) is True
+                assert store.written == 1 and count_rows(server.dsn) == 1
+                await anyio.to_thread.run_sync(server.stop)
+                store.record(sample(1))  # nobody waits for it
+                # The write that finds the database gone journals the rows held with it.
+                assert await store.record_committed(sample(2)).wait(600) is True
+                assert store.down_since is not None
+                with closing(sqlite3.connect(journal)) as db:
+                    ids = {r[0] for r in db.execute("SELECT id FROM requests")}
+                assert {"r0001", "r0002"} <= ids
+                # While the writer waits out its backoff, a waiting row goes to the journal too.
+                assert await store.record_committed(sample(3)).wait(600) is True
+                with closing(sqlite3.connect(journal)) as db:
+                    ids = {r[0] for r in db.execute("SELECT id FROM requests")}
+                assert "r0003" in ids and store.held == 0
+                assert store.written == 1
+                await anyio.to_thread.run_sync(server.start)
+                await wait_for(lambda: store.written == 4)
+            assert store.journal.count == 0 and count_rows(server.dsn) == 4
+            assert store.status()["commit_waits_late"] == 0
+        finally:
+            store.close_db()

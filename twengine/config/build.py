@@ -1249,9 +1249,14 @@ def _store(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> Store
     sf = top.fields("store", SECTIONS["store"])
     if sf is None:
         return None
+    wait = defaults.STORE["commit_wait_secs"]
+    commit = Store(
+        commit_before_end=sf.boolean("commit_before_end", False),
+        commit_wait_secs=sf.number("commit_wait_secs", wait) or float(wait.default or 0),
+    )
     raw = sf.raw("postgres_dsn")
     if raw is _ABSENT:
-        return Store()
+        return commit
     path = sf.at("postgres_dsn")
     text = _as_text(out, path, raw)
     if text is None:
@@ -1274,7 +1279,7 @@ def _store(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> Store
             "postgres_dsn must be a postgresql:// (or postgres://) URI without spaces",
         )
         return None
-    return Store(postgres_dsn=text)
+    return replace(commit, postgres_dsn=text)
 
 
 def _not_built(out: _Problems, data: Mapping[str, object]) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "PROVIDER",
     "RETENTION",
     "SET_MAX_TOKENS",
+    "STORE",
     "Bound",
 ]
 
@@ -112,6 +113,13 @@ RETENTION: Mapping[str, Bound] = MappingProxyType(
         "body_days": Bound(low=0, high=36_500, default=7),
         # Each stored body (request, answer) is cut at this many bytes.
         "body_max_bytes": Bound(low=1024, high=64 * 1024 * 1024, default=262_144),
+    }
+)
+
+STORE: Mapping[str, Bound] = MappingProxyType(
+    {
+        # With commit_before_end: how long an answer's end waits for its row's commit.
+        "commit_wait_secs": Bound(low=0.1, high=600, default=5, integer=False),
     }
 )
 

@@ -562,9 +562,12 @@ class State:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Store:
     """``store`` (docs/configuration.md): the request store beyond SQLite. `postgres_dsn` is
-    kept as written, ``${VAR}`` templates included."""
+    kept as written, ``${VAR}`` templates included. `commit_before_end` holds each answer's
+    end until its row is committed, at most `commit_wait_secs`."""
 
     postgres_dsn: str | None = None
+    commit_before_end: bool = False
+    commit_wait_secs: float = _d(defaults.STORE, "commit_wait_secs")
 
 
 # --- the whole config ---------------------------------------------------------------------

@@ -96,7 +96,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[]": ("name", "multiplier", "models"),
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
-        "store": ("postgres_dsn",),
+        "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
     }
 )
 
@@ -239,6 +239,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "state.redis_url": _reads("twserve.shared.redis_state", "redis_url"),
         "store": _SECTION,
         "store.postgres_dsn": _reads("twserve.app", "postgres_dsn"),
+        "store.commit_before_end": _reads("twserve.commit_wait", "commit_before_end"),
+        "store.commit_wait_secs": _reads("twserve.commit_wait", "commit_wait_secs"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),
