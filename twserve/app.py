@@ -37,14 +37,14 @@ from twserve.liveconfig import LiveConfig
 from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
 from twserve.prices import load_price_table
-from twserve.shared.sharing import Sharing
 from twserve.store import RequestStore, Store
 from twserve.upstream import UpstreamClient
 from twserve.upstream_socket import socket_route
+from twserve.usage import UsageKeeper
 
 if TYPE_CHECKING:
+    from twserve.shared.sharing import Sharing
     from twserve.store_pg import StoreBack, StoreLost
-from twserve.usage import UsageKeeper
 
 __all__ = ["FD_RESERVE", "GatewayApp", "open_store", "raise_fd_limit"]
 
@@ -81,6 +81,18 @@ class Bound:
 
     gateway_port: int | None
     control_port: int | None = None
+
+
+def _sharing() -> type[Sharing]:
+    """The Redis-backed sharing, imported only when a config asks for it: the Redis client is
+    the optional ``redis`` extra."""
+    try:
+        from twserve.shared.sharing import Sharing
+    except ImportError as exc:  # the extra is not installed
+        raise RuntimeError(
+            "state.redis_url needs the Redis client: pip install 'twserve[redis]'"
+        ) from exc
+    return Sharing
 
 
 class GatewayApp:
@@ -151,7 +163,7 @@ class GatewayApp:
         # With state.redis_url: limits, slots, pauses and affinity shared with other instances.
         self.sharing: Sharing | None = None
         if config.state is not None and config.state.redis_url is not None:
-            self.sharing = Sharing(
+            self.sharing = _sharing()(
                 config.state.redis_url, gw.hooks, self.usage, wall=gw.wall, clock=gw.clock
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -46,9 +46,11 @@ from twengine.limits import (
 from twengine.pricing import Cost, CostState, Pricer, PriceTable
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.ir import Usage
-from twserve.shared.redis_state import RedisDown
-from twserve.shared.shared_limits import SharedLimits
+from twserve.shared.down import RedisDown
 from twserve.store import RequestRow, Store
+
+if TYPE_CHECKING:
+    from twserve.shared.shared_limits import SharedLimits
 
 __all__ = ["Admission", "UsageKeeper", "describe_amount", "local_tz", "spend_of"]
 

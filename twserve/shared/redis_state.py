@@ -27,6 +27,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from twserve.shared.down import RedisDown
+
 __all__ = ["RedisDown", "RedisState", "describe_url"]
 
 log = logging.getLogger("twserve.shared")
@@ -36,10 +38,6 @@ Job = Callable[[Redis], Awaitable[Any]]
 
 # Jobs waiting for Redis at most; more are dropped (and counted).
 JOB_QUEUE = 10_000
-
-
-class RedisDown(Exception):
-    """Redis did not answer in time, or it is lost: use the in-process state."""
 
 
 def describe_url(url: str) -> str:
