@@ -119,6 +119,18 @@ local function frees_at(key, a, need, m, reads)
     start = start + 100
   end
 end
+-- Drop the reservations whose lease lapsed by `now`; the sum of those still held.
+local function reserved_now(expiry, held, now)
+  local lapsed = redis.call('ZRANGEBYSCORE', expiry, '-inf', now * 1000)
+  for _, id in ipairs(lapsed) do redis.call('HDEL', held, id) end
+  if #lapsed > 0 then redis.call('ZREMRANGEBYSCORE', expiry, '-inf', now * 1000) end
+  local reserved = {0, 0, 0, 0}
+  for _, v in ipairs(redis.call('HVALS', held)) do
+    local s = spend_of(v, 0)
+    for k = 1, 4 do reserved[k] = reserved[k] + s[k] end
+  end
+  return reserved
+end
 """
 
 #: KEYS: reservations (zset), their estimates (hash), then two per limit: its ledger (a rolling
@@ -133,14 +145,7 @@ local rid = ARGV[2]
 local expires = tonumber(ARGV[3])
 local est = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
 local ttl = tonumber(ARGV[8])
-local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 1000)
-for _, id in ipairs(lapsed) do redis.call('HDEL', KEYS[2], id) end
-if #lapsed > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now * 1000) end
-local reserved = {0, 0, 0, 0}
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
-  local s = spend_of(v, 0)
-  for k = 1, 4 do reserved[k] = reserved[k] + s[k] end
-end
+local reserved = reserved_now(KEYS[1], KEYS[2], now)
 local blocked = {}
 local n = (#ARGV - 8) / 6
 for i = 1, n do
@@ -223,14 +228,7 @@ STATUS = (
     _COMMON
     + """
 local now = tonumber(ARGV[1])
-local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 1000)
-for _, id in ipairs(lapsed) do redis.call('HDEL', KEYS[2], id) end
-if #lapsed > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now * 1000) end
-local reserved = {0, 0, 0, 0}
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
-  local s = spend_of(v, 0)
-  for k = 1, 4 do reserved[k] = reserved[k] + s[k] end
-end
+local reserved = reserved_now(KEYS[1], KEYS[2], now)
 local out = {}
 local n = (#ARGV - 1) / 5
 for i = 1, n do
