@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -372,6 +374,8 @@ def main() -> None:
     ap.add_argument("--no-uvloop", action="store_true", help="the client on the stdlib loop")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
+    if min(args.long_requests, args.short_requests, args.ttfb_requests) < 1:
+        ap.error("each phase needs at least one request")
     pacings = [p for p in args.pacing.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
 
@@ -403,6 +407,7 @@ def main() -> None:
         procs["gateway" + label] = subprocess.Popen(gw_cmd, env=gw_env, stdout=quiet, cwd=root)
     load_before = os.getloadavg()
     memory: dict[str, dict[str, int]] = {}
+    wrapped: list[int] = []
     try:
         for name, port in ports.items():
             wait_port(port, procs[name])
@@ -427,6 +432,7 @@ def main() -> None:
             if args.gateway_wrap:  # with a wrapper (py-spy record ...) the gateway is its child
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
                 pid = int(children[0]) if children else pid
+                wrapped.append(pid)
             gw_pids[label] = pid
             port = ports["gateway" + label]
             if "passthrough" in modes:
@@ -451,6 +457,12 @@ def main() -> None:
             if t.pid and t.name != "raw":
                 memory[t.name] = memory_kib(t.pid)
     finally:
+        for pid in wrapped:  # a wrapper (py-spy) may not pass its signal on to the gateway:
+            with contextlib.suppress(ProcessLookupError):  # stop the gateway, and let the
+                os.kill(pid, signal.SIGTERM)  # wrapper end with it (py-spy then writes its file)
+        for label in gateways if wrapped else ():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs["gateway" + label].wait(40)
         for proc in procs.values():
             proc.terminate()
         for proc in procs.values():
