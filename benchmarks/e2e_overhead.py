@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,38 +38,8 @@ from typing import Any
 import anyio
 import httpcore
 
-ROOT = Path(__file__).resolve().parents[1]
-KEY = "bench-key"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import KEY, ROOT, cpu_seconds, free_port, gateway_yaml, memory_kib, wait_port
 
 
 def gateway_config(mock_port: int, port: int, mode: str) -> str:
@@ -101,15 +70,7 @@ routes:
       - {name: long, when: {model: bench}, to: pool}
       - {name: short, when: {model: bench-rps}, to: pool-rps}
 """
-    providers = "\n".join(lines)
-    return f"""version: 1
-listen:
-  gateway: {{bind: 127.0.0.1, port: {port}}}
-clients:
-  - {{name: bench, key: {KEY}}}
-providers:
-{providers}
-{extra}"""
+    return gateway_yaml(port, "\n".join(lines)) + extra
 
 
 def request_for(mode: str, model: str) -> tuple[str, list[tuple[bytes, bytes]], bytes]:
@@ -255,11 +216,13 @@ def main() -> None:
         ttfb: dict[str, list[float]] = {k: [] for k in targets}
         for _ in range(args.runs):
             for name, (port, p, h, b, pid) in targets.items():
-                before = cpu_seconds(pid) if pid else 0.0
+                before = cpu_seconds(pid, fine=name == "raw") if pid else 0.0
                 t = anyio.run(sequential, port, p, h, b, args.requests)
                 chunks_sent = args.requests * args.chunks
                 if pid:  # CPU milliseconds per 1,000 chunks
-                    cpu[name].append((cpu_seconds(pid) - before) / chunks_sent * 1_000_000)
+                    cpu[name].append(
+                        (cpu_seconds(pid, fine=name == "raw") - before) / chunks_sent * 1_000_000
+                    )
                 ttfb[name].append(statistics.median(t) * 1000)
         small = request_for(args.mode, "bench-rps")
         small_up = direct_request("bench-rps")
@@ -267,10 +230,12 @@ def main() -> None:
         cpu_per_request: dict[str, float] = {}
         for name, (port, *_rest, pid) in targets.items():
             p, h, b = small if name == "gateway" else small_up
-            before = cpu_seconds(pid) if pid else 0.0
+            before = cpu_seconds(pid, fine=name == "raw") if pid else 0.0
             rps[name] = anyio.run(concurrent, port, p, h, b, args.concurrent_requests, 32)
             if pid:  # CPU milliseconds per request (short answers, concurrency 32)
-                cpu_per_request[name] = (cpu_seconds(pid) - before) / args.concurrent_requests * 1e3
+                cpu_per_request[name] = (
+                    (cpu_seconds(pid, fine=name == "raw") - before) / args.concurrent_requests * 1e3
+                )
         med = {k: statistics.median(v) for k, v in cpu.items() if v}
         tt = {k: statistics.median(v) for k, v in ttfb.items()}
         figures = {
@@ -286,8 +251,8 @@ def main() -> None:
             "rps_concurrency_32": rps,
             "rps_ratio_gateway_to_raw": rps["gateway"] / rps["raw"],
             "peak_rss_kib": {
-                "raw": rss_kib(procs["raw"].pid),
-                "gateway": rss_kib(procs["gateway"].pid),
+                "raw": memory_kib(procs["raw"].pid)["VmHWM"],
+                "gateway": memory_kib(procs["gateway"].pid)["VmHWM"],
             },
         }
     finally:

@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,24 +29,19 @@ import anyio
 import httpcore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_overhead import cpu_seconds, free_port, wait_port
-
-KEY = "bench-key"
+from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, report
 
 
 def config(mock_port: int, port: int, upstream_h2: bool) -> str:
-    return f"""version: 1
-listen:
-  gateway: {{bind: 127.0.0.1, port: {port}}}
-clients:
-  - {{name: bench, key: {KEY}}}
-providers:
-  - name: up
+    return gateway_yaml(
+        port,
+        f"""  - name: up
     protocol: anthropic
     base_url: 'http://127.0.0.1:{mock_port}'
     key: k
     http2: {"true" if upstream_h2 else "false"}
-"""
+""",
+    )
 
 
 BODY = json.dumps(
@@ -125,67 +116,44 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="twserve-h2-bench-"))
-    mock_port, gw_port = free_port(), free_port()
-    cfg = tmp / "config.yaml"
-    cfg.write_text(config(mock_port, gw_port, args.upstream_h2))
-    env = {**os.environ, "TWSERVE_HOME": str(tmp)}
-    py = sys.executable
     script = json.dumps({"chunks": args.chunks, "chunk_size": 8})
-    mock = subprocess.Popen(
-        [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port), "--script", script],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    gateway = subprocess.Popen(
-        [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{gw_port}/v1/messages"
     seq: dict[str, list[float]] = {"http1": [], "h2": []}
     seq_cpu: dict[str, list[float]] = {"http1": [], "h2": []}
     rps: dict[str, list[float]] = {"http1": [], "h2": []}
     rps_cpu: dict[str, list[float]] = {"http1": [], "h2": []}
-    try:
-        wait_port(mock_port)
-        wait_port(gw_port)
+    with mock_and_gateway(
+        lambda mock_port, port: config(mock_port, port, args.upstream_h2),
+        ["--script", script],
+        prefix="twserve-h2-bench-",
+    ) as served:
+        url = f"http://127.0.0.1:{served.gateway_port}/v1/messages"
+        pid = served.gateway_pid
         for h2 in (False, True):  # warm up both paths
             anyio.run(sequential, url, h2, 20)
         for _ in range(args.runs):
             for name, h2 in (("http1", False), ("h2", True)):
-                before = cpu_seconds(gateway.pid)
+                before = cpu_seconds(pid)
                 seq[name].append(anyio.run(sequential, url, h2, args.requests) * 1e3)
-                seq_cpu[name].append((cpu_seconds(gateway.pid) - before) / args.requests * 1e3)
-                before = cpu_seconds(gateway.pid)
+                seq_cpu[name].append((cpu_seconds(pid) - before) / args.requests * 1e3)
+                before = cpu_seconds(pid)
                 rps[name].append(anyio.run(concurrent, url, h2, args.requests, args.concurrency))
-                rps_cpu[name].append((cpu_seconds(gateway.pid) - before) / args.requests * 1e3)
-    finally:
-        for proc in (gateway, mock):
-            proc.terminate()
-        for proc in (gateway, mock):
-            proc.wait(10)
-
-    def med(values: dict[str, list[float]]) -> dict[str, float]:
-        return {k: round(statistics.median(v), 3) for k, v in values.items()}
+                rps_cpu[name].append((cpu_seconds(pid) - before) / args.requests * 1e3)
 
     figures: dict[str, object] = {
         "chunks_per_answer": args.chunks,
         "upstream": "h2c" if args.upstream_h2 else "http/1.1",
-        "sequential_ms_per_request": med(seq),
-        "sequential_gateway_cpu_ms_per_request": med(seq_cpu),
-        f"rps_concurrency_{args.concurrency}": med(rps),
-        "concurrent_gateway_cpu_ms_per_request": med(rps_cpu),
+        "sequential_ms_per_request": medians(seq),
+        "sequential_gateway_cpu_ms_per_request": medians(seq_cpu),
+        f"rps_concurrency_{args.concurrency}": medians(rps),
+        "concurrent_gateway_cpu_ms_per_request": medians(rps_cpu),
     }
     figures["ratio_h2_to_http1"] = {
-        "sequential_ms": round(med(seq)["h2"] / med(seq)["http1"], 3),
-        "sequential_cpu": round(med(seq_cpu)["h2"] / med(seq_cpu)["http1"], 3),
-        "rps": round(med(rps)["h2"] / med(rps)["http1"], 3),
-        "concurrent_cpu": round(med(rps_cpu)["h2"] / med(rps_cpu)["http1"], 3),
+        "sequential_ms": round(medians(seq)["h2"] / medians(seq)["http1"], 3),
+        "sequential_cpu": round(medians(seq_cpu)["h2"] / medians(seq_cpu)["http1"], 3),
+        "rps": round(medians(rps)["h2"] / medians(rps)["http1"], 3),
+        "concurrent_cpu": round(medians(rps_cpu)["h2"] / medians(rps_cpu)["http1"], 3),
     }
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
 
 
 if __name__ == "__main__":

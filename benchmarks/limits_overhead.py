@@ -26,7 +26,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_overhead import KEY, concurrent, cpu_seconds, free_port, wait_port
+from e2e_overhead import concurrent
+from harness import KEY, cpu_seconds, free_port, wait_port
 
 LIMITS = """
     limits:

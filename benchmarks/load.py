@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,53 +43,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import KEY, cpu_seconds, free_port, gateway_yaml, memory_kib, wait_port
+
 HERE = Path(__file__).resolve().parent
-KEY = "bench-key"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 LONG, SHORT = 200, 20  # SSE events per answer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int, *, fine: bool = False) -> float:
-    """User + system CPU of process `pid`, all its threads, from /proc.
-
-    ``stat`` counts clock ticks (10 ms) but keeps the time of threads that have exited (the
-    gateway's idle worker threads do); ``fine`` sums each live thread's ``schedstat``
-    (nanoseconds) instead, for the byte-copy proxy, whose threads live as long as it does and
-    which spends too little for clock ticks to resolve.
-    """
-    if fine:
-        tasks = Path(f"/proc/{pid}/task").iterdir()
-        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmHWM:", "VmRSS:")):
-            name, value = line.split()[:2]
-            out[name.rstrip(":")] = int(value)
-    return out
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port}")
 
 
 def gateway_config(upstream_port: int, port: int) -> str:
@@ -100,15 +58,7 @@ def gateway_config(upstream_port: int, port: int) -> str:
         f" base_url: 'http://127.0.0.1:{upstream_port}/{shape}'}}"
         for shape in (f"e{LONG}", f"e{SHORT}", f"e{LONG}p", f"e{SHORT}p")
     ]
-    providers = "\n".join(lines)
-    return f"""version: 1
-listen:
-  gateway: {{bind: 127.0.0.1, port: {port}}}
-clients:
-  - {{name: bench, key: {KEY}}}
-providers:
-{providers}
-"""
+    return gateway_yaml(port, "\n".join(lines))
 
 
 def request_bytes(port: int, path: str, headers: dict[str, str], body: dict[str, object]) -> bytes:

@@ -21,9 +21,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,25 +29,21 @@ import anyio
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_overhead import cpu_seconds, free_port, wait_port
+from harness import KEY, cpu_seconds, gateway_yaml, mock_and_gateway, report
 
-KEY = "bench-key"
 MODEL = "bench-realtime"
 
 
 def config(mock_port: int, port: int) -> str:
-    return f"""version: 1
-listen:
-  gateway: {{bind: 127.0.0.1, port: {port}}}
-clients:
-  - {{name: bench, key: {KEY}}}
-providers:
-  - name: up
+    return gateway_yaml(
+        port,
+        f"""  - name: up
     protocol: openai-responses
     base_url: 'http://127.0.0.1:{mock_port}/v1'
     key: k
     realtime: true
-"""
+""",
+    )
 
 
 async def round_trips(url: str, n: int, frame_bytes: int) -> float:
@@ -87,46 +81,23 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="twserve-realtime-bench-"))
-    mock_port, gw_port = free_port(), free_port()
-    cfg = tmp / "config.yaml"
-    cfg.write_text(config(mock_port, gw_port))
-    env = {**os.environ, "TWSERVE_HOME": str(tmp)}
-    py = sys.executable
-    mock = subprocess.Popen(
-        [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    gateway = subprocess.Popen(
-        [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    urls = {
-        "direct": f"ws://127.0.0.1:{mock_port}/v1/realtime?model={MODEL}",
-        "gateway": f"ws://127.0.0.1:{gw_port}/v1/realtime?model={MODEL}",
-    }
-    wall: dict[str, list[float]] = {name: [] for name in urls}
+    wall: dict[str, list[float]] = {"direct": [], "gateway": []}
     cpu_per_frame: list[float] = []
-    try:
-        wait_port(mock_port)
-        wait_port(gw_port)
+    with mock_and_gateway(config, prefix="twserve-realtime-bench-") as served:
+        urls = {
+            "direct": f"ws://127.0.0.1:{served.mock_port}/v1/realtime?model={MODEL}",
+            "gateway": f"ws://127.0.0.1:{served.gateway_port}/v1/realtime?model={MODEL}",
+        }
         for url in urls.values():  # warm up both paths
             anyio.run(round_trips, url, 50, args.frame_bytes)
         for _ in range(args.runs):
             for name, url in urls.items():
-                before = cpu_seconds(gateway.pid)
+                before = cpu_seconds(served.gateway_pid)
                 secs = anyio.run(round_trips, url, args.frames, args.frame_bytes)
                 wall[name].append(secs * 1e6)
                 if name == "gateway":
-                    spent = cpu_seconds(gateway.pid) - before
+                    spent = cpu_seconds(served.gateway_pid) - before
                     cpu_per_frame.append(spent / (2 * args.frames) * 1e6)
-    finally:
-        for proc in (gateway, mock):
-            proc.terminate()
-        for proc in (gateway, mock):
-            proc.wait(10)
 
     med = {name: round(statistics.median(values), 1) for name, values in wall.items()}
     figures: dict[str, object] = {
@@ -137,9 +108,7 @@ def main() -> None:
         "added_us_per_round_trip": round(med["gateway"] - med["direct"], 1),
         "gateway_cpu_us_per_frame": round(statistics.median(cpu_per_frame), 1),
     }
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,25 +30,21 @@ import httpcore
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_overhead import cpu_seconds, free_port, wait_port
+from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, report
 
-KEY = "bench-key"
 TURN = {"model": "bench", "input": "benchmark", "max_output_tokens": 64}
 
 
 def config(mock_port: int, port: int, transport: str = "http") -> str:
-    return f"""version: 1
-listen:
-  gateway: {{bind: 127.0.0.1, port: {port}}}
-clients:
-  - {{name: bench, key: {KEY}}}
-providers:
-  - name: up
+    return gateway_yaml(
+        port,
+        f"""  - name: up
     protocol: openai-responses
     base_url: 'http://127.0.0.1:{mock_port}/v1'
     key: k
     responses_transport: {transport}
-"""
+""",
+    )
 
 
 BODY = json.dumps({**TURN, "stream": True}).encode()
@@ -120,60 +112,37 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="twserve-ws-bench-"))
-    mock_port, gw_port = free_port(), free_port()
-    cfg = tmp / "config.yaml"
-    cfg.write_text(config(mock_port, gw_port, args.upstream_transport))
-    env = {**os.environ, "TWSERVE_HOME": str(tmp)}
-    py = sys.executable
     script = json.dumps({"chunks": args.chunks, "chunk_size": 8})
-    mock = subprocess.Popen(
-        [py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port), "--script", script],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    gateway = subprocess.Popen(
-        [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
     wall: dict[str, list[float]] = {"http": [], "websocket": []}
     cpu: dict[str, list[float]] = {"http": [], "websocket": []}
     runners = {"http": http_turns, "websocket": ws_turns}
-    try:
-        wait_port(mock_port)
-        wait_port(gw_port)
+    with mock_and_gateway(
+        lambda mock_port, port: config(mock_port, port, args.upstream_transport),
+        ["--script", script],
+        prefix="twserve-ws-bench-",
+    ) as served:
+        port, pid = served.gateway_port, served.gateway_pid
         for run in runners.values():  # warm up both paths
-            anyio.run(run, gw_port, 20)
+            anyio.run(run, port, 20)
         for _ in range(args.runs):
             for name, run in runners.items():
-                before = cpu_seconds(gateway.pid)
-                wall[name].append(anyio.run(run, gw_port, args.turns) * 1e3)
-                cpu[name].append((cpu_seconds(gateway.pid) - before) / args.turns * 1e3)
-    finally:
-        for proc in (gateway, mock):
-            proc.terminate()
-        for proc in (gateway, mock):
-            proc.wait(10)
-
-    def med(values: dict[str, list[float]]) -> dict[str, float]:
-        return {k: round(statistics.median(v), 3) for k, v in values.items()}
+                before = cpu_seconds(pid)
+                wall[name].append(anyio.run(run, port, args.turns) * 1e3)
+                cpu[name].append((cpu_seconds(pid) - before) / args.turns * 1e3)
 
     figures: dict[str, object] = {
         "chunks_per_answer": args.chunks,
         "upstream_transport": args.upstream_transport,
         "turns_per_run": args.turns,
         "runs": args.runs,
-        "wall_ms_per_turn": med(wall),
-        "gateway_cpu_ms_per_turn": med(cpu),
+        "wall_ms_per_turn": medians(wall),
+        "gateway_cpu_ms_per_turn": medians(cpu),
         "ratio_websocket_to_http": {
-            "wall": round(med(wall)["websocket"] / med(wall)["http"], 3),
-            "cpu": round(med(cpu)["websocket"] / med(cpu)["http"], 3),
+            "wall": round(medians(wall)["websocket"] / medians(wall)["http"], 3),
+            "cpu": round(medians(cpu)["websocket"] / medians(cpu)["http"], 3),
         },
     }
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
 
 
 if __name__ == "__main__":
