@@ -39,6 +39,7 @@ from wsproto.events import (
 )
 from wsproto.events import Request as WSRequest
 
+from twmock.upgrade import refuse_upgrade
 from twserve.http1 import READ_SIZE, Handoff, Switch
 from twserve.httptypes import Request
 
@@ -89,27 +90,13 @@ def realtime_switch(log: RealtimeLog) -> Switch:
 
         async def take(handoff: Handoff) -> None:
             if log.refuse_status is not None:
-                await _refuse(handoff, log.refuse_status)
+                await refuse_upgrade(handoff, log.refuse_status, "refused")
                 return
             await _serve(handoff, log)
 
         return take
 
     return switch
-
-
-async def _refuse(handoff: Handoff, status: int) -> None:
-    body = json.dumps(
-        {"error": {"type": "server_error", "code": None, "message": "refused", "param": None}}
-    ).encode()
-    head = (
-        f"HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    with suppress(Exception):
-        await handoff.stream.send(head.encode() + body)
-    with suppress(Exception):
-        await handoff.stream.aclose()
 
 
 async def _serve(handoff: Handoff, log: RealtimeLog) -> None:

@@ -35,6 +35,7 @@ from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, CloseConnection, Ping, TextMessage
 from wsproto.events import Request as WSRequest
 
+from twmock.upgrade import refuse_upgrade
 from twproto import SSEDecoder, SSEError
 from twproto.dialect import Dialect
 from twproto.paths import Operation, match_path
@@ -82,27 +83,13 @@ def responses_socket_switch(handler: MockHandler) -> Switch:
 
         async def take(handoff: Handoff) -> None:
             if handler.sockets.refuse_status is not None:
-                await _refuse(handoff, handler.sockets.refuse_status)
+                await refuse_upgrade(handoff, handler.sockets.refuse_status, "no socket")
                 return
             await _Socket(handoff, handler).run()
 
         return take
 
     return switch
-
-
-async def _refuse(handoff: Handoff, status: int) -> None:
-    body = json.dumps(
-        {"error": {"type": "server_error", "code": None, "message": "no socket", "param": None}}
-    ).encode()
-    head = (
-        f"HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    with suppress(Exception):
-        await handoff.stream.send(head.encode() + body)
-    with suppress(Exception):
-        await handoff.stream.aclose()
 
 
 class _Dropped(Exception):
