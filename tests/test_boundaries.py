@@ -54,6 +54,7 @@ TWMOCK_IO = {
     "twmock/cli.py",
     "twmock/realtime.py",
     "twmock/responses_socket.py",
+    "twmock/upgrade.py",
 }
 TWMOCK_IO_MODULES = {
     "twmock",
@@ -62,6 +63,7 @@ TWMOCK_IO_MODULES = {
     "twmock.cli",
     "twmock.realtime",
     "twmock.responses_socket",
+    "twmock.upgrade",
 }
 
 
