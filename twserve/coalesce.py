@@ -1,5 +1,8 @@
 """Join the pieces an async byte stream can give at once, so the relay writes once per read.
 
+Used where twserve/upstream.py reads an httpcore answer (the HTTP/2 pools; the HTTP/1.1 pool in
+twserve/upstream_h1.py joins what one read brought itself).
+
 An upstream that streams writes each SSE event as its own chunk of HTTP/1.1 chunked framing.
 When several arrive in one socket read, httpcore (through h11) still hands them over one by
 one, and the relay would write each to the client with its own ``send()`` system call: on a

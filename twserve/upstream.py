@@ -1,13 +1,15 @@
-"""Upstream calls: the `Upstream` protocol the relay sends through, and its httpcore pool.
+"""Upstream calls: the `Upstream` protocol the relay sends through, and its connection pools.
 
 The relay opens an answer with `Upstream.open` (a `twproto.upstream_request.UpstreamRequest`,
 built without IO) and reads it chunk by chunk as it arrives; nothing buffers a whole answer.
-`UpstreamClient` is the one shared httpcore connection pool; tests can put
-`twserve.upstream_memory.MemoryUpstream` in its place. httpcore's exceptions are mapped here,
-at the boundary, to two errors named by when they happened: `UpstreamUnreachable` (no response
-head: refused, reset, TLS, timeout — carries the `TransportFault` the failure classifier takes)
-and `UpstreamBroken` (the body broke off after the head). Cancelling the caller's anyio scope
-closes the upstream connection, which is how a client that leaves stops the upstream's work too.
+`UpstreamClient` holds the shared pools: HTTP/1.1 upstreams go through the gateway's own pool
+(twserve/upstream_h1.py, on h11), upstreams with ``http2: true`` through httpcore's pools;
+tests can put `twserve.upstream_memory.MemoryUpstream` in its place. Failures are mapped at the
+boundary to two errors named by when they happened (twserve/upstream_errors.py):
+`UpstreamUnreachable` (no response head: refused, reset, TLS, timeout — carries the
+`TransportFault` the failure classifier takes) and `UpstreamBroken` (the body broke off after
+the head). Cancelling the caller's anyio scope closes the upstream connection, which is how a
+client that leaves stops the upstream's work too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from twproto.failures import TransportFault
 from twproto.headers import client_response_headers
 from twproto.upstream_request import UpstreamRequest
 from twserve.coalesce import coalesced
-from twserve.upstream_net import GatheringBackend
+from twserve.upstream_errors import UpstreamBroken, UpstreamUnreachable
+from twserve.upstream_h1 import H1Pool
 
 __all__ = [
     "Upstream",
@@ -91,19 +94,6 @@ async def read_prefix(answer: UpstreamAnswer, limit: int) -> bytes:
 SocketRoute = Callable[[UpstreamRequest, float], AbstractAsyncContextManager[UpstreamAnswer] | None]
 
 
-class UpstreamUnreachable(Exception):
-    """No response head arrived: the request may not have reached the upstream at all."""
-
-    def __init__(self, fault: TransportFault, detail: str) -> None:
-        super().__init__(detail)
-        self.fault = fault
-        self.detail = detail
-
-
-class UpstreamBroken(Exception):
-    """The answer's body broke off after its head."""
-
-
 @dataclass(slots=True)
 class _HttpcoreAnswer:
     status: int
@@ -138,6 +128,10 @@ def _fault_for(exc: Exception) -> TransportFault:
 class UpstreamClient:
     """Pools of upstream connections shared by every request.
 
+    HTTP/1.1 goes through `H1Pool` (twserve/upstream_h1.py): ``max_connections`` bounds its
+    open connections, ``max_keepalive`` its idle ones (both over all origins), and a connection
+    idle for ``keepalive_expiry`` seconds is closed; each httpcore HTTP/2 pool has the same
+    bounds.
     `http2_for(url)` says whether the upstream at `url` is spoken to over HTTP/2 (the
     provider's ``http2``): such requests go through pools of their own, over https one that
     offers h2 by ALPN (HTTP/1.1 where the upstream declines it), over http one that speaks h2 by
@@ -159,12 +153,7 @@ class UpstreamClient:
         # Another way to an upstream for some requests (twserve.upstream_socket): asked first.
         self.socket_route = socket_route
 
-        def pool(
-            *,
-            http1: bool = True,
-            http2: bool = False,
-            backend: httpcore.AsyncNetworkBackend | None = None,
-        ) -> httpcore.AsyncConnectionPool:
+        def pool(*, http1: bool = True, http2: bool = False) -> httpcore.AsyncConnectionPool:
             return httpcore.AsyncConnectionPool(
                 max_connections=max_connections,
                 max_keepalive_connections=max_keepalive,
@@ -172,12 +161,14 @@ class UpstreamClient:
                 retries=0,
                 http1=http1,
                 http2=http2,
-                network_backend=backend,
             )
 
-        # HTTP/1.1: a request's head and body in one write, a cheap liveness check per idle
-        # connection (twserve/upstream_net.py).
-        self.pool = pool(backend=GatheringBackend())
+        # HTTP/1.1: the gateway's own pool (twserve/upstream_h1.py).
+        self.pool = H1Pool(
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+            keepalive_expiry=keepalive_expiry,
+        )
         self.h2_pool = pool(http2=True)
         self.h2c_pool = pool(http1=False, http2=True)
 
@@ -186,9 +177,9 @@ class UpstreamClient:
         await self.h2_pool.aclose()
         await self.h2c_pool.aclose()
 
-    def _pool_for(self, url: str) -> httpcore.AsyncConnectionPool:
+    def _h2_pool_for(self, url: str) -> httpcore.AsyncConnectionPool | None:
         if self.http2_for is None or not self.http2_for(url):
-            return self.pool
+            return None
         return self.h2_pool if url.startswith("https:") else self.h2c_pool
 
     def open(
@@ -202,11 +193,14 @@ class UpstreamClient:
             routed = self.socket_route(request, timeout)
             if routed is not None:
                 return routed
-        return self._open_http(request, timeout)
+        h2_pool = self._h2_pool_for(request.url)
+        if h2_pool is None:
+            return self.pool.open(request, timeout)
+        return self._open_h2(h2_pool, request, timeout)
 
     @asynccontextmanager
-    async def _open_http(
-        self, request: UpstreamRequest, connect_timeout: float
+    async def _open_h2(
+        self, pool: httpcore.AsyncConnectionPool, request: UpstreamRequest, connect_timeout: float
     ) -> AsyncIterator[UpstreamAnswer]:
         # No read timeout here: the attempt machine's idle timer decides when silence is too
         # long, and cancelling the attempt closes the connection.
@@ -219,7 +213,7 @@ class UpstreamClient:
         body = request.body
         headers = [*request.headers, (b"content-length", str(len(body)).encode())]
         try:
-            cm = self._pool_for(request.url).stream(
+            cm = pool.stream(
                 request.method.encode(),
                 request.url.encode(),
                 headers=headers,

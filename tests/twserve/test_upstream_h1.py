@@ -1,0 +1,445 @@
+"""The HTTP/1.1 upstream pool (twserve/upstream_h1.py) against raw loopback servers and the mock:
+reuse, liveness, bounds and expiry, what is pooled and what is closed, the faults, and one
+piece per socket read."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.tls import TLSListener
+
+from tests.twserve.tls_front import certificates
+from twmock import run_mock
+from twmock.script import MockSettings, Script
+from twproto.failures import TransportFault
+from twproto.upstream_request import UpstreamRequest
+from twserve.upstream import UpstreamClient, read_prefix
+from twserve.upstream_errors import UpstreamBroken, UpstreamUnreachable
+from twserve.upstream_h1 import H1Pool
+
+pytestmark = pytest.mark.anyio
+
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+Handler = Callable[["Conn"], Awaitable[None]]
+
+
+@dataclass
+class Conn:
+    """One connection the raw server accepted: what its reads brought, and when it ended."""
+
+    stream: anyio.abc.SocketStream
+    peer_port: int
+    reads: list[bytes] = field(default_factory=list)
+    buffered: bytes = b""
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    async def request(self) -> bytes | None:
+        """The next whole request (head and content-length body), or None at the end."""
+        while b"\r\n\r\n" not in self.buffered or len(self.buffered) < _size(self.buffered):
+            try:
+                data = await self.stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return None
+            self.reads.append(data)
+            self.buffered += data
+        size = _size(self.buffered)
+        request, self.buffered = self.buffered[:size], self.buffered[size:]
+        return request
+
+    async def until_end(self) -> None:
+        try:
+            while await self.stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+
+
+def _size(data: bytes) -> int:
+    head, _, _ = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + 4 + int(value)
+    return len(head) + 4
+
+
+@dataclass
+class RawServer:
+    handler: Handler
+    conns: list[Conn] = field(default_factory=list)
+    port: int = 0
+
+    async def serve(self, stream: anyio.abc.SocketStream) -> None:
+        conn = Conn(stream, stream.extra(anyio.abc.SocketAttribute.remote_port))
+        self.conns.append(conn)
+        try:
+            async with stream:
+                await self.handler(conn)
+        finally:
+            conn.ended.set()
+
+
+@asynccontextmanager
+async def raw_server(
+    handler: Handler, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[RawServer]:
+    server = RawServer(handler)
+    listener: anyio.abc.Listener[anyio.abc.SocketStream] = await anyio.create_tcp_listener(
+        local_host="127.0.0.1", local_port=0
+    )
+    server.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    serving: anyio.abc.Listener = listener
+    if tls is not None:
+        serving = TLSListener(listener, tls, standard_compatible=False)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(serving.serve, server.serve)
+        try:
+            yield server
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def keep_alive(conn: Conn) -> None:
+    """Answers each request with a small 200 and keeps the connection."""
+    while await conn.request() is not None:
+        await conn.stream.send(OK)
+
+
+async def close_after_answer(conn: Conn) -> None:
+    if await conn.request() is not None:
+        await conn.stream.send(OK)
+
+
+def _request(port: int, scheme: str = "http") -> UpstreamRequest:
+    headers = [(b"content-type", b"application/json")]
+    url = f"{scheme}://127.0.0.1:{port}/v1/messages"
+    return UpstreamRequest(method="POST", url=url, headers=headers, body=BODY, sse=True)
+
+
+async def _ask(pool: H1Pool, request: UpstreamRequest, timeout: float = 5.0) -> tuple[int, bytes]:
+    async with pool.open(request, timeout) as answer:
+        return answer.status, b"".join([piece async for piece in answer.chunks()])
+
+
+async def test_a_request_goes_out_in_one_write_and_the_connection_is_reused() -> None:
+    pool = H1Pool()
+    async with raw_server(keep_alive) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert pool.idle_count == 1
+        await pool.aclose()
+    (conn,) = server.conns  # the same connection (same local port) served both
+    # One write of head and body arrives in one read on loopback: each request is one read.
+    assert len(conn.reads) == 2
+    assert all(r.startswith(b"POST /v1/messages HTTP/1.1\r\n") for r in conn.reads)
+    assert all(r.endswith(BODY) for r in conn.reads)
+    assert b"host: 127.0.0.1:%d\r\n" % server.port in conn.reads[0]
+    assert b"content-length: %d\r\n" % len(BODY) in conn.reads[0]
+
+
+async def test_a_connection_the_upstream_closed_while_idle_is_not_used() -> None:
+    pool = H1Pool()
+    async with raw_server(close_after_answer) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        await server.conns[0].ended.wait()
+        # The liveness check sees the end of file: a new connection, not a failed request.
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert len(server.conns) == 2
+        assert server.conns[0].peer_port != server.conns[1].peer_port
+        assert pool.open_count == 1
+        await pool.aclose()
+
+
+async def test_an_answer_with_connection_close_is_not_pooled() -> None:
+    async def answer_close(conn: Conn) -> None:
+        while await conn.request() is not None:
+            await conn.stream.send(
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+            )
+
+    pool = H1Pool()
+    async with raw_server(answer_close) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert (pool.idle_count, pool.open_count) == (0, 0)
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()  # the gateway closed it
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+    assert len(server.conns) == 2
+
+
+async def test_a_body_cut_mid_way_is_broken_and_its_connection_not_pooled() -> None:
+    async def cut(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabcd")
+
+    pool = H1Pool()
+    async with raw_server(cut) as server:
+        got: list[bytes] = []
+        with pytest.raises(UpstreamBroken):
+            async with pool.open(_request(server.port), 5.0) as answer:
+                assert answer.status == 200
+                async for piece in answer.chunks():
+                    got.append(piece)
+        assert got == [b"abcd"]
+        assert (pool.idle_count, pool.open_count) == (0, 0)
+
+
+async def test_chunked_and_content_length_bodies() -> None:
+    async def both(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+        await conn.request()
+        await conn.stream.send(
+            b"HTTP/1.1 201 Created\r\nX-Trace: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+        )
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(both) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"hello")
+        async with pool.open(_request(server.port), 5.0) as answer:
+            assert answer.status == 201
+            assert (b"X-Trace", b"1") in answer.headers  # as the upstream spelled it
+            assert b"".join([piece async for piece in answer.chunks()]) == b"abcdefg"
+        assert pool.idle_count == 1  # both read to the end on one connection
+        await pool.aclose()
+    assert len(server.conns) == 1
+
+
+async def test_what_one_read_brings_is_one_piece() -> None:
+    go_on = anyio.Event()
+
+    async def two_bursts(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"2\r\na1\r\n2\r\na2\r\n2\r\na3\r\n"
+        )
+        await go_on.wait()
+        await conn.stream.send(b"2\r\nb1\r\n2\r\nb2\r\n0\r\n\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(two_bursts) as server:
+        pieces: list[bytes] = []
+        async with pool.open(_request(server.port), 5.0) as answer:
+            async for piece in answer.chunks():
+                pieces.append(piece)
+                go_on.set()
+        await pool.aclose()
+    # Three chunk frames in the head's read are one piece, the two of the next write another.
+    assert pieces == [b"a1a2a3", b"b1b2"]
+
+
+async def test_a_cancelled_request_closes_its_connection() -> None:
+    async def endless(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(endless) as server:
+        got: list[bytes] = []
+        with anyio.CancelScope() as scope:
+            async with pool.open(_request(server.port), 5.0) as answer:
+                async for piece in answer.chunks():
+                    got.append(piece)
+                    scope.cancel()
+        assert got == [b"x"]
+        assert (pool.idle_count, pool.open_count) == (0, 0)
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()  # the upstream saw the connection close
+
+
+async def test_an_error_body_read_in_part_closes_the_connection() -> None:
+    async def big_error(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 500 Oops\r\ncontent-length: 100000\r\n\r\n" + b"e" * 10)
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(big_error) as server:
+        async with pool.open(_request(server.port), 5.0) as answer:
+            assert answer.status == 500
+            assert await read_prefix(answer, 5) == b"eeeee"
+        assert (pool.idle_count, pool.open_count) == (0, 0)
+
+
+async def test_a_malformed_answer_head_is_unreachable() -> None:
+    async def garbage(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 two hundred\r\n\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(garbage) as server:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port))
+        assert caught.value.fault is TransportFault.RESET_BEFORE_HEAD
+        assert pool.open_count == 0
+
+
+async def test_a_connection_closed_before_the_head_is_reset_before_head() -> None:
+    async def hang_up(conn: Conn) -> None:
+        await conn.request()
+
+    pool = H1Pool()
+    async with raw_server(hang_up) as server:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port))
+    assert caught.value.fault is TransportFault.RESET_BEFORE_HEAD
+
+
+async def test_a_refused_connection() -> None:
+    with anyio.fail_after(5):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        await listener.aclose()  # nothing listens there now
+    pool = H1Pool()
+    with pytest.raises(UpstreamUnreachable) as caught:
+        await _ask(pool, _request(port))
+    assert caught.value.fault is TransportFault.CONNECT_REFUSED
+    assert pool.open_count == 0
+
+
+async def test_connecting_past_the_connect_timeout() -> None:
+    async def silent(conn: Conn) -> None:
+        await conn.until_end()  # accepts, never answers the TLS handshake
+
+    pool = H1Pool()
+    async with raw_server(silent) as server:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port, "https"), timeout=0.2)
+        assert caught.value.fault is TransportFault.CONNECT_TIMEOUT
+        assert pool.open_count == 0
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()  # the half-made connection is closed
+
+
+async def test_https_checks_the_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_file, context = certificates(tmp_path)
+    context.set_alpn_protocols(["http/1.1"])
+    pool = H1Pool()
+    async with raw_server(keep_alive, tls=context) as server:
+        # Not signed by anything the default store trusts: a TLS fault.
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port, "https"))
+        assert caught.value.fault is TransportFault.TLS
+        # Trusted through SSL_CERT_FILE, as the gateway's other TLS clients do.
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        assert await _ask(pool, _request(server.port, "https")) == (200, b"ok")
+        assert await _ask(pool, _request(server.port, "https")) == (200, b"ok")
+        assert pool.idle_count == 1
+        await pool.aclose()
+    # The refused handshake never became a connection; the trusted one was kept alive.
+    assert len(server.conns) == 1
+
+
+async def test_an_idle_connection_past_keepalive_expiry_is_closed() -> None:
+    now = [100.0]
+    pool = H1Pool(keepalive_expiry=5.0, clock=lambda: now[0])
+    async with raw_server(keep_alive) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        now[0] += 4.0
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert len(server.conns) == 1  # within the expiry: reused
+        now[0] += 5.0
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert len(server.conns) == 2
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()
+        await pool.aclose()
+
+
+async def test_idle_connections_are_bounded_by_max_keepalive() -> None:
+    release = anyio.Event()
+
+    async def slow(conn: Conn) -> None:
+        while await conn.request() is not None:
+            await release.wait()
+            await conn.stream.send(OK)
+
+    pool = H1Pool(max_keepalive=1)
+    async with raw_server(slow) as server, anyio.create_task_group() as tg:
+        results: list[tuple[int, bytes]] = []
+
+        async def one() -> None:
+            results.append(await _ask(pool, _request(server.port)))
+
+        tg.start_soon(one)
+        tg.start_soon(one)
+        with anyio.fail_after(5):
+            while len(server.conns) < 2:
+                await anyio.sleep(0.01)
+        release.set()
+    assert results == [(200, b"ok"), (200, b"ok")]
+    assert (pool.idle_count, pool.open_count) == (1, 1)
+    await pool.aclose()
+    assert pool.open_count == 0
+
+
+async def test_max_connections_makes_a_request_wait_for_a_connection() -> None:
+    release = anyio.Event()
+
+    async def slow(conn: Conn) -> None:
+        while await conn.request() is not None:
+            await release.wait()
+            await conn.stream.send(OK)
+
+    pool = H1Pool(max_connections=1)
+    async with raw_server(slow) as server, anyio.create_task_group() as tg:
+        results: list[tuple[int, bytes]] = []
+
+        async def one() -> None:
+            results.append(await _ask(pool, _request(server.port)))
+
+        tg.start_soon(one)
+        tg.start_soon(one)
+        with anyio.fail_after(5):
+            while not server.conns or not server.conns[0].reads:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)
+        assert len(server.conns) == 1  # the second request waits for the one connection
+        release.set()
+    assert results == [(200, b"ok"), (200, b"ok")]
+    assert len(server.conns) == 1
+    await pool.aclose()
+
+
+async def test_a_mock_stream_through_the_client_is_whole_and_its_connection_reused() -> None:
+    settings = MockSettings(script=Script(chunks=200, chunk_size=4))
+    body = (
+        b'{"model":"m","max_tokens":900,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    )
+    headers = [(b"content-type", b"application/json"), (b"x-api-key", b"k")]
+    client = UpstreamClient()
+    async with run_mock(settings) as mock:
+        url = mock.url + "/v1/messages"
+        request = UpstreamRequest(method="POST", url=url, headers=headers, body=body, sse=True)
+        pieces: list[list[bytes]] = []
+        for _ in range(2):
+            async with client.open(request) as answer:
+                assert answer.status == 200
+                pieces.append([piece async for piece in answer.chunks()])
+            assert client.pool.idle_count == 1  # read to the end: back in the pool
+        await client.aclose()
+
+    def events(data: bytes) -> list[bytes]:
+        return [line for line in data.split(b"\n") if line.startswith(b"event:")]
+
+    first, second = (events(b"".join(p)) for p in pieces)
+    assert first == second and first.count(b"event: content_block_delta") >= 50
+    assert all(1 <= len(p) <= len(first) for p in pieces)
+    assert first[-1] == b"event: message_stop"
