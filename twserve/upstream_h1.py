@@ -18,8 +18,10 @@ pooled:
   past it is closed.
 * **One write per request.** The request's head and body go out in one ``send``. Only a
   request larger than `WRITE_SCOPE_BYTES` is written under the write timeout (`WRITE_TIMEOUT`):
-  a smaller one on a connection whose last answer was read to its end fits in the transport's
-  buffer and is never waited on, so it needs no deadline scope.
+  a smaller one, on a connection whose last answer was read to its end, stays under the
+  transport's high-water mark (64 KiB in asyncio and uvloop), so ``send`` hands it over without
+  waiting and needs no deadline scope; an upstream that does not read it never answers, which
+  the attempt machine's timers see.
 * **No timeout while reading.** The attempt machine's idle timer decides when silence is too
   long; cancelling the attempt closes the connection. Connecting (TCP, then TLS for https)
   happens under one deadline, the connect timeout.
@@ -35,9 +37,11 @@ TLS: the system's default certificate store (which honours ``SSL_CERT_FILE`` and
 ``SSL_CERT_DIR``) plus certifi's bundle, hostname checks on, ALPN ``http/1.1`` — the context
 httpcore builds. It is made once and made again when those variables change.
 
-Failures map to `UpstreamUnreachable` before the head (`TransportFault.CONNECT_TIMEOUT`,
-``TLS``, ``DNS``, ``CONNECT_REFUSED``, else ``RESET_BEFORE_HEAD``; a malformed response head
-too) and `UpstreamBroken` after it.
+Failures map to `UpstreamUnreachable` before the head — `TransportFault.CONNECT_TIMEOUT`
+(TCP and TLS together past the connect timeout), ``TLS`` (an `ssl.SSLError` in the handshake),
+``DNS`` (the name did not resolve), ``CONNECT_REFUSED`` (any other failure to connect), else
+``RESET_BEFORE_HEAD`` (the connection broke, or the response head was malformed) — and to
+`UpstreamBroken` after it.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def _target(url: str) -> _Target:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    return _Target((scheme, host, port), path.encode("ascii"), host_header.encode("ascii"))
+    return _Target((scheme, host, port), path.encode(), host_header.encode())
 
 
 def _fault_for_connect(exc: BaseException, tls: bool) -> TransportFault:
@@ -388,9 +392,12 @@ class H1Pool:
             self._waiters.append(waiter)
             try:
                 await waiter.wait()
-            finally:
+            except BaseException:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+                elif waiter.is_set():
+                    self._wake()  # woken, then cancelled: the turn goes to the next one
+                raise
 
     async def release(self, conn: _Connection) -> None:
         """Hand `conn` back after a request: kept if it ended cleanly and there is room."""
