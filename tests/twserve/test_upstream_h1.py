@@ -418,6 +418,47 @@ async def test_max_connections_makes_a_request_wait_for_a_connection() -> None:
     await pool.aclose()
 
 
+async def test_a_waiter_cancelled_once_woken_leaves_no_one_waiting() -> None:
+    pool = H1Pool(max_connections=1)
+    opened, finish = anyio.Event(), anyio.Event()
+    b_scope = anyio.CancelScope()
+    results: list[tuple[str, int, bytes]] = []
+
+    async with raw_server(keep_alive) as server:
+
+        async def a() -> None:
+            async with pool.open(_request(server.port), 5.0) as answer:
+                opened.set()
+                await finish.wait()
+                body = b"".join([piece async for piece in answer.chunks()])
+                results.append(("a", answer.status, body))
+            # Leaving handed the connection back and woke b, which has not run yet.
+            b_scope.cancel()
+
+        async def b() -> None:
+            with b_scope:
+                results.append(("b", *await _ask(pool, _request(server.port))))
+
+        async def c() -> None:
+            results.append(("c", *await _ask(pool, _request(server.port))))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(a)
+                await opened.wait()
+                tg.start_soon(b)
+                await anyio.sleep(0.05)
+                tg.start_soon(c)
+                await anyio.sleep(0.05)  # b and c wait for the one connection, b first
+                finish.set()
+        await pool.aclose()
+    # c was not left waiting. (b, cancelled once awake, may have taken the connection and
+    # closed it: then c made a new one.)
+    assert results == [("a", 200, b"ok"), ("c", 200, b"ok")]
+    assert len(server.conns) <= 2
+    assert pool.open_count == 0
+
+
 async def test_a_mock_stream_through_the_client_is_whole_and_its_connection_reused() -> None:
     settings = MockSettings(script=Script(chunks=200, chunk_size=4))
     body = (
