@@ -2,10 +2,12 @@
 
 One task per connection. For each request the task reads the head and the whole body (bounded),
 then runs the handler with a `Responder` that streams the answer as chunked transfer coding.
-While the handler runs, a watcher task keeps reading the socket: end of file or a reset means the
-client has gone, and the handler's cancel scope is cancelled so that the upstream call it makes
-is torn down with it (anyio cancel scopes, never a bare task cancel — see docs/operations.md, "What
-a client may send").
+While the handler runs, the socket is still read: end of file or a reset means the client has
+gone, and the handler's cancel scope is cancelled so that the upstream call it makes is torn
+down with it (anyio cancel scopes, never a bare task cancel — see docs/operations.md, "What a
+client may send"). Over anyio's asyncio socket stream that watch is kept from the event loop's
+callbacks (`twserve.client_watch`), with no task of its own; over any other stream a watcher
+task per request reads.
 
 Limits guard against bad or slow clients:
 
@@ -16,7 +18,8 @@ Limits guard against bad or slow clients:
   front and against the bytes actually received for chunked bodies.
 * Reading a head or body is bounded in time as a whole, not per read (408): a client that
   sends one byte every few seconds gets no more time than one that sends nothing. An idle
-  keep-alive connection is closed after its own, longer, wait.
+  keep-alive connection is closed after its own, longer, wait. A head or body already read
+  whole (the usual case: it came with the request's first bytes) is parsed without a wait.
 * Before the body is read, an application hook (`HeadCheck`) may refuse the request from its
   head alone (the gateway checks the address and the key there), so nobody without a key gets
   the gateway to buffer a body.
@@ -24,8 +27,9 @@ Limits guard against bad or slow clients:
   overdraw it is answered 503 with ``Retry-After`` at once rather than waited for.
 * Every write to a client has a deadline (`ServerLimits.write_timeout`): a client that stops
   reading is taken as gone, exactly as one that closes, so its upstream call is cancelled and
-  what it held is freed. While a handler runs, the connection's watcher keeps that deadline
-  (checked every quarter of it), not a timer per write.
+  what it held is freed. While a handler runs, a write only waits when the client has not
+  read what it was sent; such a wait alone gets a timer (over a stream without a transport, the
+  watcher task checks every quarter of the deadline).
 * While a handler runs, what it writes in one turn of the event loop goes to the socket in one
   system call (`_Connection.write`): the response head with the first piece of the body, the
   last piece with the chunked terminator. A system call per piece cost more than the rest of
@@ -59,10 +63,12 @@ from typing import Any
 import anyio
 import anyio.abc
 import h11
-from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
+from anyio._backends._asyncio import AsyncIOBackend
+from anyio.lowlevel import cancel_shielded_checkpoint
 
 from twproto import json_dumps
 from twproto.paths import split_target
+from twserve.client_watch import ClientWatch
 from twserve.httptypes import Handler, Headers, Request
 
 log = logging.getLogger("twserve.http1")
@@ -91,6 +97,7 @@ FLUSH_BYTES = 65536
 LINGER_SECS = 2.0
 # accept() failing for want of descriptors or memory: wait, doubling, up to the last value.
 ACCEPT_BACKOFF = (0.01, 1.0)
+_checkpoint_if_cancelled = AsyncIOBackend.checkpoint_if_cancelled
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
@@ -305,6 +312,16 @@ class _Connection:
         # The event loop's transport under the socket stream, when it is anyio's asyncio one:
         # a handler's writes are gathered and written to it once per loop turn (`_gather`).
         self._transport, self._protocol = _raw_transport(stream)
+        # Over such a transport the client is watched from the loop's callbacks while a handler
+        # runs (twserve.client_watch); over any other stream, by a reader task (`_watch_client`).
+        self._watch: ClientWatch | None = None
+        if self._transport is not None:
+            self._watch = ClientWatch(
+                self._transport,
+                self._protocol,
+                limit=limits.max_header_bytes * 2,
+                on_gone=self._client_left,
+            )
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._flush_scheduled = False
@@ -379,18 +396,23 @@ class _Connection:
             raise ClientGone()
         if not protocol.write_event.is_set():
             self._flush()
-            self.writing_since = anyio.current_time()
+            # The client has not read what it was sent: this write waits at most write_timeout
+            # (one timer, only for a write that has to wait).
+            stall = asyncio.get_running_loop().call_later(
+                self.limits.write_timeout, self._write_stalled
+            )
             try:
                 # Replaced by the protocol on each pause: read it again for every wait.
                 await protocol.write_event.wait()
             finally:
-                self.writing_since = None
+                stall.cancel()
             if self.closed or transport.is_closing() or protocol.exception is not None:
                 self._gone()
                 raise ClientGone()
         else:
-            # As anyio's send does: a cancelled handler stops at its next write.
-            await checkpoint_if_cancelled()
+            # As anyio's send does: a cancelled handler stops at its next write. (The asyncio
+            # backend's own, called directly: the transport is that backend's.)
+            await _checkpoint_if_cancelled()
         self._pending.append(data)
         self._pending_size += len(data)
         if self._pending_size >= FLUSH_BYTES:
@@ -425,6 +447,19 @@ class _Connection:
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         except (RuntimeError, OSError):
             self._gone()
+
+    def _write_stalled(self) -> None:
+        # The client stopped reading: as good as gone. Cancelling the handler stops the
+        # upstream call and frees its slot and key permit (the relay's cleanup); the connection
+        # is closed when its task ends.
+        log.info("client %s stopped reading; dropping the connection", self.peer[0])
+        self._gone()
+
+    def _client_left(self) -> None:
+        """The client closed or reset the connection while its handler ran."""
+        self.client_gone.set()
+        if self.handler_scope is not None:
+            self.handler_scope.cancel()
 
     def _gone(self) -> None:
         self.closed = True
@@ -469,25 +504,40 @@ class _Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
 
-    async def _next_event(self) -> Any:
-        """The next h11 event, reading from the socket as needed (callers bound the time)."""
+    async def _receive_by(self, deadline: float) -> bytes:
+        """Read from the socket before `deadline` (loop time); TimeoutError after it."""
+        with anyio.CancelScope(deadline=deadline):
+            return await self._receive()
+        raise TimeoutError
+
+    async def _next_event_by(self, deadline: float) -> Any:
+        """The next h11 event, reading from the socket as needed before `deadline`. An event
+        already in h11's buffer (a head and body that came in one read) needs no wait, and so
+        no deadline scope."""
         while True:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await self._receive()
-            self.h11.receive_data(data)
+            self.h11.receive_data(await self._receive_by(deadline))
 
-    async def _first_byte(self) -> bool:
-        """Wait, at most the keep-alive time, for a kept-alive connection's next request to
-        begin. False: nothing came (or the client closed)."""
+    async def _await_request(self, fresh: bool) -> bool:
+        """Wait for the next request to begin: a new connection `head_timeout` (its whole head
+        has that long, counted from the connection's start), a kept-alive one
+        `keepalive_timeout`. A drain ends the wait (`idle_scope`). False: nothing came (or the
+        client closed)."""
         if self.h11.trailing_data[0]:
             return True
-        with anyio.move_on_after(self.limits.keepalive_timeout):
-            data = await self._receive()
-            self.h11.receive_data(data)
-            return bool(data)
-        return False
+        wait = self.limits.head_timeout if fresh else self.limits.keepalive_timeout
+        scope = anyio.CancelScope(deadline=anyio.current_time() + wait)
+        self.idle_scope = scope
+        data = b""
+        try:
+            with scope:
+                data = await self._receive()
+                self.h11.receive_data(data)
+        finally:
+            self.idle_scope = None
+        return bool(data)
 
     async def run(self) -> None:
         graceful = False
@@ -515,22 +565,19 @@ class _Connection:
         self.requests += 1
         try:
             try:
+                # The head's deadline: a new connection has head_timeout for its whole head from
+                # its start (docs/operations.md, 30 s); a kept-alive one may idle for
+                # keepalive_timeout first, and has head_timeout from the head's first byte.
+                deadline = anyio.current_time() + self.limits.head_timeout
                 if first:
-                    # Waiting for a request to begin: a drain may end this wait at once. A new
-                    # connection has head_timeout for its whole head (docs/operations.md, 30 s); a
-                    # kept-alive one may idle for keepalive_timeout first.
-                    self.idle_scope = anyio.CancelScope()
-                    with self.idle_scope:
-                        if not fresh and not await self._first_byte():
-                            return False
-                        with anyio.fail_after(self.limits.head_timeout):
-                            event = await self._next_event()
-                    self.idle_scope = None
+                    # Waiting for a request to begin: a drain may end this wait at once.
+                    if not await self._await_request(fresh):
+                        return False
+                    if not fresh:
+                        deadline = anyio.current_time() + self.limits.head_timeout
                     if self.closing and self.h11.their_state is h11.IDLE:
                         return False
-                else:
-                    with anyio.fail_after(self.limits.head_timeout):
-                        event = await self._next_event()
+                event = await self._next_event_by(deadline)
             except TimeoutError:
                 if self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0]:
                     return False  # a connection that never sent anything: close quietly
@@ -640,30 +687,30 @@ class _Connection:
     async def _read_body(self, request: Request) -> bytes:
         parts: list[bytes] = []
         size = 0
+        # One deadline for the whole body: progress does not buy more time.
+        deadline = anyio.current_time() + self.limits.body_timeout
         try:
-            # One deadline for the whole body: progress does not buy more time.
-            with anyio.fail_after(self.limits.body_timeout):
-                while True:
-                    event = await self._next_event()
-                    if isinstance(event, h11.Data):
-                        size += len(event.data)
-                        if size > self.limits.max_body_bytes:
-                            raise _Reject(
-                                413,
-                                "gw.request.body_too_large",
-                                f"request body larger than {self.limits.max_body_bytes} bytes",
-                                request.path,
-                            )
-                        # Bytes count against the budget as they arrive: a length announced
-                        # and never sent holds nothing back from anyone else.
-                        self._reserve(len(event.data), request.path)
-                        parts.append(bytes(event.data))
-                    elif isinstance(event, h11.EndOfMessage):
-                        return b"".join(parts)
-                    else:  # ConnectionClosed mid-body
+            while True:
+                event = await self._next_event_by(deadline)
+                if isinstance(event, h11.Data):
+                    size += len(event.data)
+                    if size > self.limits.max_body_bytes:
                         raise _Reject(
-                            400, "gw.request.bad_http", "request body truncated", request.path
+                            413,
+                            "gw.request.body_too_large",
+                            f"request body larger than {self.limits.max_body_bytes} bytes",
+                            request.path,
                         )
+                    # Bytes count against the budget as they arrive: a length announced
+                    # and never sent holds nothing back from anyone else.
+                    self._reserve(len(event.data), request.path)
+                    parts.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    return b"".join(parts)
+                else:  # ConnectionClosed mid-body
+                    raise _Reject(
+                        400, "gw.request.bad_http", "request body truncated", request.path
+                    )
         except TimeoutError:
             raise _Reject(
                 408, "gw.request.timeout", "request body not received in time", request.path
@@ -734,6 +781,28 @@ class _Connection:
 
     async def _dispatch(self, request: Request) -> bool:
         responder = _Responder(self)
+        watch = self._watch
+        if watch is None:
+            return await self._dispatch_with_reader(request, responder)
+        handler_scope = anyio.CancelScope()
+        self.handler_scope = handler_scope
+        self.watched = True
+        watch.start()
+        try:
+            with handler_scope:
+                await self.handler(request, responder)
+        except ClientGone:
+            pass
+        except Exception:
+            if not await self._handler_failed(request, responder):
+                return False
+        finally:
+            watch.stop()
+            self._handler_done()
+        return await self._after_answer(request, responder)
+
+    async def _dispatch_with_reader(self, request: Request, responder: _Responder) -> bool:
+        """`_dispatch` over a stream without a transport to watch: a reader task watches."""
         async with anyio.create_task_group() as tg:
             handler_scope = anyio.CancelScope()
 
@@ -749,19 +818,33 @@ class _Connection:
             except ClientGone:
                 pass
             except Exception:
-                log.exception("handler failed for %s %s", request.method, request.path)
-                if not responder.started and not self.closed:
-                    await self._send_rejection(
-                        _Reject(500, "gw.internal", "internal gateway error", request.path)
-                    )
+                if not await self._handler_failed(request, responder):
                     tg.cancel_scope.cancel()
                     return False
             finally:
-                self._flush()
-                self._held_end = False
-                self.handler_scope = None
-                self.watched = False
+                self._handler_done()
             tg.cancel_scope.cancel()
+        return await self._after_answer(request, responder)
+
+    async def _handler_failed(self, request: Request, responder: _Responder) -> bool:
+        """Log the handler's failure; answer 500 if nothing was written yet (False: the
+        connection is done)."""
+        log.exception("handler failed for %s %s", request.method, request.path)
+        if not responder.started and not self.closed:
+            await self._send_rejection(
+                _Reject(500, "gw.internal", "internal gateway error", request.path)
+            )
+            return False
+        return True
+
+    def _handler_done(self) -> None:
+        self._flush()
+        self._held_end = False
+        self.handler_scope = None
+        self.watched = False
+
+    async def _after_answer(self, request: Request, responder: _Responder) -> bool:
+        """After the handler: whether the connection takes another request."""
         if self.closed or self.client_gone.is_set():
             return False
         if not responder.started:
