@@ -45,6 +45,8 @@ from twserve.upstream import client_headers
 __all__ = ["AttemptFeed"]
 
 Snapshot = Callable[[float], dict[str, set[str]]]
+# The items a reader posts last: after them it only closes its upstream request.
+_LAST = frozenset({ErrorBody, Whole, End, Broken, AttemptFailed})
 
 
 class AttemptFeed:
@@ -109,6 +111,7 @@ class AttemptFeed:
         live = self.live
         if live is None or item.index != live.index:
             return []  # from an attempt already given up
+        live.last_taken = type(item) in _LAST
         match item:
             case Head(status=status, headers=headers):
                 live.status, live.headers = status, headers
@@ -205,7 +208,8 @@ class AttemptFeed:
             self.live = None
 
     def _close(self, live: Attempt) -> None:
-        live.scope.cancel()
+        if live.running():  # (a cancel costs something even when it has nothing to stop)
+            live.scope.cancel()
         usage = self._billed_usage(live)
         if usage is not None:
             self.attempt_usage[live.index] = usage

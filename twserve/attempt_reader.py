@@ -332,6 +332,15 @@ class Attempt:
     opening_bytes: list[bytes] = field(default_factory=list)
     upstream_sse: bool = True
     content_at: float = 0.0  # when the reader last wrote content itself
+    done: bool = False  # the reader has returned
+    # The loop took the reader's last item (end, whole answer, error, break): all the reader
+    # still does is close the upstream request, which it is left to finish.
+    last_taken: bool = False
+
+    def running(self) -> bool:
+        """The reader has work left that cancelling its scope would cut short."""
+        return not (self.done or self.last_taken or self.scope.cancel_called)
+
     reported_at: float = 0.0  # the latest content time the attempt machine has heard
 
 
@@ -393,3 +402,5 @@ async def read_attempt(
                 await post(Broken(index, str(exc)))
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, ClientGone):
         pass  # the request is over; nobody reads this attempt any more
+    finally:
+        attempt.done = True

@@ -7,7 +7,7 @@ its actions out, one `match` arm per verb, and feeds it what happened:
 
 * Each `Send` starts a reader task (`twserve.attempt_reader`) that posts what the upstream sends
   into the request's inbox. The loop takes one inbox item at a time, or wakes at the ledger's
-  `next_deadline()` and calls `on_timer`.
+  `next_deadline()` (a timer, `twserve.relay_wake`) and calls `on_timer`.
 * A stream is held by `twproto.upstream_stream.UpstreamStream` until first content; its verdict
   becomes `first_content` or `failed`, and its translator writes the rest to the client.
 * The bookkeeping verbs (slots, slot waits, health records) go to
@@ -49,6 +49,7 @@ from twserve.client_answer import ClientAnswer, RelayOutcome
 from twserve.http1 import ClientGone
 from twserve.httptypes import Responder
 from twserve.relay_hooks import RelayHooks, SlotHolds
+from twserve.relay_wake import DeadlineWake, Wake, next_item
 from twserve.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class _Granted:
     permit: Permit
 
 
-_Item = AttemptItem | _Granted
+_Taken = AttemptItem | _Granted
+_Item = _Taken | Wake
 
 
 class _Relay:
@@ -128,6 +130,9 @@ class _Relay:
             self.ledger, responder, self.dests, self._snapshot, clock=clock, wall=wall
         )
         self.tg: anyio.abc.TaskGroup | None = None
+        self.started: list[Attempt] = []  # every attempt whose reader was started
+        # The ledger's deadline wakes the loop through the inbox (twserve.relay_wake).
+        self.wake = DeadlineWake(self.inbox_send.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
 
     def _snapshot(self, now: float) -> dict[str, set[str]]:
@@ -143,12 +148,9 @@ class _Relay:
                 now = self.clock()
                 await self._do(ledger.start(now, **self._snapshot(now)))
                 while not ledger.done:
-                    deadline = ledger.next_deadline()
-                    item: _Item | None = None
-                    with anyio.move_on_after(
-                        None if deadline is None else max(0.0, deadline - self.clock())
-                    ):
-                        item = await self.inbox.receive()
+                    item: _Taken | None = await next_item(
+                        self.inbox, self.wake, ledger.next_deadline
+                    )
                     now = self.clock()
                     if isinstance(item, _Granted):
                         self.slots.granted(item.permit)
@@ -162,12 +164,12 @@ class _Relay:
                 # The answer (or its error) is written and ended: a client that leaves from here
                 # on had all of it.
                 self.out.delivered = not self.out.cancelled
-                tg.cancel_scope.cancel()
+                if any(a.running() for a in self.started):
+                    tg.cancel_scope.cancel()
         except* ClientGone:
             pass  # the client left mid-answer; _cleanup records it
         finally:
-            with anyio.CancelScope(shield=True):
-                self._cleanup()
+            self._cleanup()
         return self.out
 
     def _cleanup(self) -> None:
@@ -186,6 +188,7 @@ class _Relay:
         out.attempts = self.ledger.attempts
         out.attempt_usage = dict(self.feed.attempt_usage)
         self.slots.close()  # a grant posted but never read, a wait cut short
+        self.wake.cancel()
         self.inbox_send.close()
         self.inbox.close()
 
@@ -253,6 +256,7 @@ class _Relay:
         live = Attempt(index=index, provider=provider, scope=anyio.CancelScope(), sent_at=0.0)
         live.sent_at = self.clock()
         self.feed.live = live
+        self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
         self.tg.start_soon(
