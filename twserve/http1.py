@@ -266,7 +266,7 @@ class _Responder:
 
     async def send(self, data: bytes) -> None:
         if data:
-            await self._conn.write(h11.Data(data=data))
+            await self._conn.write_data(data)
 
     async def end(self) -> None:
         if not self._ended:
@@ -326,6 +326,8 @@ class _Connection:
         self._pending_size = 0
         self._flush_scheduled = False
         self._held_end = False  # the answer has ended; its last bytes wait for the handler
+        # The answer in progress goes in chunked transfer coding, framed here (`write_data`).
+        self._chunked = False
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.closed = False
         self._stream_closed = False
@@ -345,8 +347,13 @@ class _Connection:
         if self.closed:
             raise ClientGone()
         data = self.h11.send(event)
+        kind = type(event)
+        if kind is h11.Response:
+            self._chunked = _frames_in_chunks(self.h11)
+        elif kind is h11.EndOfMessage:
+            self._chunked = False
         if self.watched and self._transport is not None:
-            if type(event) is h11.EndOfMessage:
+            if kind is h11.EndOfMessage:
                 # The answer's last bytes go when the handler returns (`_dispatch`): a client
                 # that has the whole answer finds done what the handler records after it.
                 self._held_end = True
@@ -381,6 +388,15 @@ class _Connection:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 self._gone()
                 raise ClientGone() from exc
+
+    async def write_data(self, data: bytes) -> None:
+        """A piece of the answer's body (not empty). While a handler writes a chunked answer
+        it is framed here rather than by h11: h11's state does not change with body data in
+        chunked coding, and its per-call bookkeeping cost as much as the rest of the write."""
+        if self._chunked and self.watched and self._transport is not None and not self.closed:
+            await self._gather(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            await self.write(h11.Data(data=data))
 
     async def _gather(self, data: bytes) -> None:
         """A handler's write: kept with the others of this loop turn and written with them in
@@ -1017,6 +1033,13 @@ def _raw_transport(stream: Any) -> tuple[Any, Any]:
     if transport is None or not hasattr(protocol, "write_event"):
         return None, None
     return transport, protocol
+
+
+def _frames_in_chunks(conn: h11.Connection) -> bool:
+    """Whether h11 writes the response it was just given in chunked transfer coding (not a
+    HEAD answer, an HTTP/1.0 client or a Content-Length). Asked of h11's body writer; should
+    h11 ever name it otherwise, every piece simply goes through h11."""
+    return type(getattr(conn, "_writer", None)).__name__ == "ChunkedWriter"
 
 
 def _peer_host(stream: anyio.abc.SocketStream) -> str:

@@ -98,6 +98,23 @@ async def test_streamed_answer_is_chunked(server) -> None:
     assert b"data: 0\n\n" in out and b"data: 2\n\n" in out and out.endswith(b"0\r\n\r\n")
 
 
+async def test_streamed_pieces_are_framed_one_chunk_each(server) -> None:
+    # The server frames a chunked answer's pieces itself (not through h11): each piece is one
+    # chunk, hex length first, and the terminator follows the last.
+    port, _ = server
+    out = await exchange(port, b"GET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    body = out.split(b"\r\n\r\n", 1)[1]
+    assert body == b"9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+
+
+async def test_http10_client_gets_the_stream_unframed(server) -> None:
+    port, _ = server
+    out = await exchange(port, b"GET /stream HTTP/1.0\r\nhost: x\r\n\r\n")
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert b"transfer-encoding" not in head.lower()
+    assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+
+
 async def test_query_string_is_split_off(server) -> None:
     port, rec = server
     await exchange(
