@@ -229,3 +229,40 @@ async def test_what_a_handler_wrote_before_it_aborts_reaches_the_client() -> Non
         tg.cancel_scope.cancel()
     assert out.startswith(b"HTTP/1.1 200") and b"data: partial\n\n" in out
     assert not out.endswith(b"0\r\n\r\n")  # cut off, not ended
+
+
+async def test_a_request_sent_while_the_last_is_answered_is_served_next() -> None:
+    # Bytes that come while a handler runs (a pipelined request) are kept for the connection's
+    # next read, not taken for a client that left.
+    release = anyio.Event()
+    paths: list[str] = []
+
+    async def handler(request: Request, responder: Responder) -> None:
+        paths.append(request.path)
+        if request.path == "/first":
+            await release.wait()
+        body = request.path.encode()
+        await responder.start(200, [(b"content-length", str(len(body)).encode())])
+        await responder.send(body)
+        await responder.end()
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(
+            lambda task_status: http1.serve(handler, port=0, limits=LIMITS, task_status=task_status)
+        )
+        async with await anyio.connect_tcp("127.0.0.1", port) as sock:
+            await sock.send(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
+            with anyio.fail_after(3):
+                while not paths:
+                    await anyio.sleep(0.01)
+            await sock.send(b"GET /second HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            await anyio.sleep(0.05)
+            assert paths == ["/first"]  # still running, not cancelled
+            release.set()
+            out = b""
+            with anyio.fail_after(3):
+                while out.count(b"HTTP/1.1 200") < 2 or not out.endswith(b"/second"):
+                    out += await sock.receive()
+        tg.cancel_scope.cancel()
+    assert paths == ["/first", "/second"]
+    assert out.index(b"/first") < out.index(b"/second")
