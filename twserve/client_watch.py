@@ -58,6 +58,12 @@ class ClientWatch(asyncio.Protocol):
         if not self.transport.is_closing():
             self.transport.pause_reading()
 
+    def release(self) -> None:
+        """The connection is over: drop the reference back to it (which would otherwise leave
+        the connection, its socket stream and this object to the cycle collector)."""
+        self.watching = False
+        self.on_gone = _nothing
+
     def _over_limit(self) -> bool:
         queue = self.inner.read_queue
         return bool(queue) and sum(map(len, queue)) > self.limit
@@ -88,3 +94,7 @@ class ClientWatch(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.inner.resume_writing()
+
+
+def _nothing() -> None:
+    pass

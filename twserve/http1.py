@@ -490,6 +490,8 @@ class _Connection:
         if not self._stream_closed:
             self._flush()  # what the handler wrote before it dropped the connection goes out
             self._stream_closed = True
+            if self._watch is not None:
+                self._watch.release()
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
 
