@@ -17,7 +17,7 @@ applies wherever its path exists; `required` rows must exist where their parent 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -142,47 +142,91 @@ def _at(where: str, key: str | int) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _nodes(body: Mapping[str, object], path: str) -> list[tuple[str, Mapping[str, object], str]]:
-    """(where, parent object, field name) for each place field `path` belongs, present or not."""
-    *parents, last = path.split(".")
-    found: list[tuple[str, object]] = [("", body)]
-    for segment in parents:
-        name = segment.removesuffix("[]")
-        step: list[tuple[str, object]] = []
-        for where, node in found:
+def _render(keys: tuple[str | int, ...]) -> str:
+    where = ""
+    for key in keys:
+        where = _at(where, key)
+    return where
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A `FieldShape` taken apart once: the steps to its parents (name, over a list's items),
+    the field's name, and the kinds in `JsonKind` order for a fault's message."""
+
+    steps: tuple[tuple[str, bool], ...]
+    name: str
+    items: bool  # ``name[]``: the kinds are those of the list's items
+    kinds: frozenset[JsonKind]
+    expected: tuple[JsonKind, ...]
+    required: bool
+
+
+def _compile(shape: FieldShape) -> _Compiled:
+    *parents, last = shape.path.split(".")
+    return _Compiled(
+        steps=tuple((p.removesuffix("[]"), p.endswith("[]")) for p in parents),
+        name=last.removesuffix("[]"),
+        items=last.endswith("[]"),
+        kinds=shape.kinds,
+        expected=tuple(k for k in JsonKind if k in shape.kinds),
+        required=shape.required,
+    )
+
+
+# Taken apart once, not on every request (the table is constant).
+_COMPILED: Mapping[Dialect, tuple[_Compiled, ...]] = {
+    dialect: tuple(_compile(shape) for shape in shapes) for dialect, shapes in SHAPES.items()
+}
+
+_Node = tuple[tuple[str | int, ...], Mapping[str, object]]
+
+
+def _nodes(body: Mapping[str, object], steps: tuple[tuple[str, bool], ...]) -> list[_Node]:
+    """(keys to it, parent object) for each place a field below `steps` belongs, present or
+    not. The keys become a path string only for a fault."""
+    found: list[tuple[tuple[str | int, ...], object]] = [((), body)]
+    for name, over_items in steps:
+        step: list[tuple[tuple[str | int, ...], object]] = []
+        for keys, node in found:
             if not isinstance(node, Mapping) or name not in node:
                 continue
-            value, here = node[name], _at(where, name)
-            if segment.endswith("[]"):
+            value, here = node[name], (*keys, name)
+            if over_items:
                 if isinstance(value, list | tuple):
-                    step.extend((_at(here, i), item) for i, item in enumerate(value))
+                    step.extend(((*here, i), item) for i, item in enumerate(value))
             else:
                 step.append((here, value))
         found = step
-    return [(where, node, last) for where, node in found if isinstance(node, Mapping)]
+    return [(keys, node) for keys, node in found if isinstance(node, Mapping)]
 
 
 def check_structure(dialect: Dialect, body: Mapping[str, object]) -> StructureFault | None:
     """The first field of `body` whose JSON kind `dialect`'s API does not take, or None."""
-    for shape in SHAPES[dialect]:
-        expected = tuple(k for k in JsonKind if k in shape.kinds)
-        for where, parent, last in _nodes(body, shape.path):
-            name = last.removesuffix("[]")
+    for shape in _COMPILED[dialect]:
+        name, kinds = shape.name, shape.kinds
+        parents = _nodes(body, shape.steps) if shape.steps else [((), body)]
+        for keys, parent in parents:
             if name not in parent:
-                if shape.required and not last.endswith("[]"):
-                    return StructureFault(path=_at(where, name), expected=expected, found=None)
+                if shape.required and not shape.items:
+                    return StructureFault(
+                        path=_render((*keys, name)), expected=shape.expected, found=None
+                    )
                 continue
             value = parent[name]
-            if last.endswith("[]"):
-                items: Sequence[object] = value if isinstance(value, list | tuple) else ()
-                for i, item in enumerate(items):
+            if shape.items:
+                if not isinstance(value, list | tuple):
+                    continue
+                for i, item in enumerate(value):
                     kind = _kind(item)
-                    if kind not in shape.kinds:
+                    if kind not in kinds:
                         return StructureFault(
-                            path=_at(_at(where, name), i), expected=expected, found=kind
+                            path=_render((*keys, name, i)), expected=shape.expected, found=kind
                         )
                 continue
             kind = _kind(value)
-            if kind not in shape.kinds:
-                return StructureFault(path=_at(where, name), expected=expected, found=kind)
+            if kind not in kinds:
+                return StructureFault(
+                    path=_render((*keys, name)), expected=shape.expected, found=kind
+                )
     return None

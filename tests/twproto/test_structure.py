@@ -106,3 +106,86 @@ json_values = st.recursive(
 def test_any_json_object_is_checked_without_raising(dialect: Dialect, body: dict[str, Any]) -> None:
     fault = check_structure(dialect, body)
     assert fault is None or fault.message
+
+
+def _reference(dialect: Dialect, body: dict[str, Any]) -> tuple[str, JsonKind | None] | None:
+    """The table read path by path on every call (the check before its shapes were taken apart
+    once): the compiled check must name the same first fault."""
+
+    def at(where: str, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{where}[{key}]"
+        return f"{where}.{key}" if where else key
+
+    for shape in SHAPES[dialect]:
+        *parents, last = shape.path.split(".")
+        found: list[tuple[str, Any]] = [("", body)]
+        for segment in parents:
+            name = segment.removesuffix("[]")
+            step: list[tuple[str, Any]] = []
+            for where, node in found:
+                if isinstance(node, dict) and name in node:
+                    here = at(where, name)
+                    if not segment.endswith("[]"):
+                        step.append((here, node[name]))
+                    elif isinstance(node[name], list):
+                        step.extend((at(here, i), v) for i, v in enumerate(node[name]))
+            found = step
+        name = last.removesuffix("[]")
+        for where, parent in found:
+            if not isinstance(parent, dict):
+                continue
+            if name not in parent:
+                if shape.required and not last.endswith("[]"):
+                    return at(where, name), None
+                continue
+            value = parent[name]
+            values = enumerate(value) if last.endswith("[]") and isinstance(value, list) else ()
+            if not last.endswith("[]"):
+                kind = _kind_of(value)
+                if kind not in shape.kinds:
+                    return at(where, name), kind
+            for i, item in values:
+                kind = _kind_of(item)
+                if kind not in shape.kinds:
+                    return at(at(where, name), i), kind
+    return None
+
+
+def _kind_of(value: object) -> JsonKind | None:
+    if value is None:
+        return JsonKind.NULL
+    if isinstance(value, bool):
+        return JsonKind.BOOLEAN
+    if isinstance(value, int | float):
+        return JsonKind.NUMBER
+    if isinstance(value, str):
+        return JsonKind.TEXT
+    if isinstance(value, dict):
+        return JsonKind.OBJECT
+    return JsonKind.LIST if isinstance(value, list) else None
+
+
+message_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": json_values,
+        "content": st.one_of(json_values, st.lists(json_values, max_size=3)),
+        "parts": st.one_of(json_values, st.lists(json_values, max_size=3)),
+        "tool_calls": st.one_of(json_values, st.lists(json_values, max_size=3)),
+    },
+)
+
+
+@given(
+    st.sampled_from(list(SHAPES)),
+    st.dictionaries(
+        st.sampled_from(["messages", "contents", "input", "system", "tools", "instructions"]),
+        st.one_of(json_values, st.lists(st.one_of(message_like, json_values), max_size=4)),
+        max_size=4,
+    ),
+)
+def test_compiled_check_names_what_the_table_says(dialect: Dialect, body: dict[str, Any]) -> None:
+    fault = check_structure(dialect, body)
+    got = None if fault is None else (fault.path, fault.found)
+    assert got == _reference(dialect, body)
