@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from twserve.store import RequestRow, RequestStore
+from twserve.store import RequestRow, RequestStore, StoredBody
 
 pytestmark = pytest.mark.anyio
 
@@ -99,4 +99,41 @@ async def test_an_awaited_commit_settles_once_the_row_is_in_the_file(tmp_path: P
     # The three shared one batch with the row nobody waited for.
     assert _ids(path) == {"c0", "c1", "c2", "plain"} and store.written == 4
     assert store.status()["commit_waits_late"] == 1
+    store.close_db()
+
+
+async def test_a_batch_larger_than_one_insert_is_one_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    store = RequestStore(path)
+    rows = [
+        RequestRow(
+            id=f"b{i}",
+            ts=float(i),
+            path="/p",
+            output_tokens=i,
+            body=StoredBody(request=b"q%d" % i, answer=None) if i % 100 == 0 else None,
+        )
+        for i in range(450)  # seven INSERTs of 64 rows and one of 2
+    ]
+    await store._write(rows)
+    with closing(sqlite3.connect(path)) as db:
+        got = dict(db.execute("SELECT id, output_tokens FROM requests"))
+        kept = dict(db.execute("SELECT id, request FROM bodies"))
+    assert got == {f"b{i}": i for i in range(450)}
+    assert kept == {f"b{i}": b"q%d" % i for i in range(0, 450, 100)}
+    # Three rows go in one INSERT made for four; the padding leaves nothing behind.
+    await store._write([RequestRow(id=f"t{i}", ts=1.0, path="/p") for i in range(3)])
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT COUNT(*) FROM requests").fetchone() == (453,)
+    # A row id written again replaces its row (INSERT OR REPLACE).
+    await store._write([RequestRow(id="b7", ts=7.0, path="/p", output_tokens=70)])
+    # A batch whose last INSERT fails leaves nothing of the batch behind.
+    broken = [RequestRow(id=f"z{i}", ts=1.0, path="/p") for i in range(300)]
+    broken[-1].path = None  # type: ignore[assignment]  # NOT NULL
+    with pytest.raises(sqlite3.IntegrityError):
+        await store._write(broken)
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT output_tokens FROM requests WHERE id = 'b7'").fetchone() == (70,)
+        assert db.execute("SELECT COUNT(*) FROM requests WHERE id LIKE 'z%'").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM requests").fetchone() == (453,)
     store.close_db()
