@@ -207,6 +207,7 @@ from twengine.router import (
 )
 from twengine.rules import (
     Candidate,
+    Decisions,
     RequestFacts,
     RoutingDecision,
     Skipped,
@@ -278,6 +279,7 @@ __all__ = (
     "ConversationView",
     "Cost",
     "CostState",
+    "Decisions",
     "DryRunCandidate",
     "DryRunReport",
     "DryRunSkip",

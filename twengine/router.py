@@ -78,7 +78,7 @@ from twengine.config.model import (
 from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
 from twengine.groups import URL_TEST_MIN_SAMPLES, order_members, url_test_latency
 from twengine.health import Health, HealthSettings, PauseChanged
-from twengine.rules import Candidate, RequestFacts, RoutingDecision, Skipped, resolve
+from twengine.rules import Candidate, Decisions, RequestFacts, RoutingDecision, Skipped
 from twengine.slots import Grant, Slots
 from twproto.failures import Failure
 
@@ -272,6 +272,7 @@ class Router:
         "_catalog",
         "_config",
         "_connection_tests",
+        "_decisions",
         "_generation",
         "_health",
         "_max_lead",
@@ -288,6 +289,8 @@ class Router:
         conversation_ttl_secs: float = 3600.0,
     ) -> None:
         self._config = config
+        # Decisions of routes without rules, remembered for this config (twengine.rules).
+        self._decisions = Decisions(config)
         self._catalog: Catalog = catalog if catalog is not None else ConfigCatalog()
         self._max_lead = max_lead
         self._health = Health(health_settings(config.failover))
@@ -336,6 +339,7 @@ class Router:
         """
         old = self._config
         self._config = config
+        self._decisions = Decisions(config)
         if _routing_view(old) != _routing_view(config):
             self._generation += 1
         self._health.configure(health_settings(config.failover))
@@ -459,7 +463,7 @@ class Router:
                 )
                 if reused is not None:
                     return reused.decision, True
-        decision = resolve(self._config, facts)
+        decision = self._decisions.resolve(facts)
         if commit and conversation is not None and decision.candidates and not decision.denied:
             self._affinity.begin_turn(
                 conversation,

@@ -38,6 +38,12 @@ What this module does not do
     pauses and slots belong to the group and balance modules. The decision carries the group's
     type, ``balance_by`` and ``selected`` for them, and keeps members in declared order.
 
+Remembered decisions
+    Under a route without rules (or no route), the decision depends on nothing of the request
+    but its key (which route) and its model. `Decisions` keeps those decisions for one config,
+    so that a request does not walk every upstream's model list again; a reload makes a new
+    `Decisions`. A route with rules is read for every request.
+
 Model globs are matched case-sensitively with `fnmatch.fnmatchcase`, the same on every
 platform.
 """
@@ -64,6 +70,7 @@ from twproto.dialect import Dialect
 
 __all__ = [
     "Candidate",
+    "Decisions",
     "RequestFacts",
     "RoutingDecision",
     "SkipReason",
@@ -294,3 +301,29 @@ def resolve(config: Config, facts: RequestFacts) -> RoutingDecision:
         overrides=merged,
         resume=(route is not None and route.resume) or (group is not None and group.resume),
     )
+
+
+class Decisions:
+    """`resolve` for one config, remembered per (key, model) where the route has no rules
+    (see the module notes)."""
+
+    __slots__ = ("_memo", "config")
+
+    # Model names come from clients: the memo stops growing here (later ones are resolved).
+    LIMIT = 10_000
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._memo: dict[tuple[str | None, str], RoutingDecision] = {}
+
+    def resolve(self, facts: RequestFacts) -> RoutingDecision:
+        route = route_for(self.config, facts.client)
+        if route is not None and route.rules:
+            return resolve(self.config, facts)
+        key = (facts.client, facts.model)
+        decision = self._memo.get(key)
+        if decision is None:
+            decision = resolve(self.config, facts)
+            if len(self._memo) < self.LIMIT:
+                self._memo[key] = decision
+        return decision

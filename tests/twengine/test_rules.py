@@ -18,8 +18,10 @@ from twengine.config import (
     build_config,
     parse_comparison,
 )
+from twengine.router import Router
 from twengine.rules import (
     Candidate,
+    Decisions,
     RequestFacts,
     Skipped,
     SkipReason,
@@ -536,3 +538,44 @@ _PROPERTY_CONFIG = one_route(
     groups=[{"name": "mix", "providers": ["relay", "any", "official"]}],
     aliases={"sonnet": ["claude-sonnet-4-5", "anthropic/claude-sonnet-4.5"]},
 )
+
+
+# --- remembered decisions ------------------------------------------------------------------
+
+
+def test_decisions_are_remembered_per_key_and_model_without_rules() -> None:
+    cfg = config(
+        routes=[{"name": "own", "rules": []}],
+        clients=[{"name": "a", "key": "k1", "route": "own"}, {"name": "b", "key": "k2"}],
+    )
+    decisions = Decisions(cfg)
+    first = decisions.resolve(facts("gpt-5", client="a", input_tokens=10))
+    # Another request of the same key and model: the same decision, not walked again.
+    again = decisions.resolve(facts("gpt-5", client="a", input_tokens=99_999, tools=True))
+    assert again is first and first == resolve(cfg, facts("gpt-5", client="a"))
+    assert first.route == "own"
+    other_key = decisions.resolve(facts("gpt-5", client="b"))
+    assert other_key.route is None and other_key == resolve(cfg, facts("gpt-5", client="b"))
+    claude = decisions.resolve(facts("claude-sonnet-4-5", client="a"))
+    assert names(claude) == [("official", "claude-sonnet-4-5"), ("any", "claude-sonnet-4-5")]
+
+
+def test_a_route_with_rules_is_read_for_every_request() -> None:
+    cfg = one_route({"name": "big", "when": {"input_tokens": "> 1000"}, "to": "official"})
+    decisions = Decisions(cfg)
+    small = decisions.resolve(facts("claude-sonnet-4-5", input_tokens=10))
+    big = decisions.resolve(facts("claude-sonnet-4-5", input_tokens=5000))
+    assert small.rule is None and big.rule == "big"
+    assert names(big) == [("official", "claude-sonnet-4-5")]
+    assert decisions.resolve(facts("claude-sonnet-4-5", input_tokens=10)) == small
+
+
+def test_a_reloaded_config_is_not_answered_from_the_old_decisions() -> None:
+    router = Router(config())
+    assert names(router.plan(facts("gpt-5"), now=0.0).decision) == [
+        ("relay", "gpt-5"),
+        ("any", "gpt-5"),
+    ]
+    reloaded = build_config({"version": 1, "providers": PROVIDERS[:2]})  # "any" is gone
+    router.configure(reloaded)
+    assert names(router.plan(facts("gpt-5"), now=1.0).decision) == [("relay", "gpt-5")]
