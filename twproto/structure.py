@@ -35,7 +35,25 @@ class JsonKind(StrEnum):
     NULL = "null"
 
 
+# What a decoded JSON body holds, by exact type; anything else (a Mapping that is not a dict, a
+# subclass) goes through `_kind_of`.
+_KINDS: dict[type, JsonKind] = {
+    dict: JsonKind.OBJECT,
+    list: JsonKind.LIST,
+    str: JsonKind.TEXT,
+    int: JsonKind.NUMBER,
+    float: JsonKind.NUMBER,
+    bool: JsonKind.BOOLEAN,
+    type(None): JsonKind.NULL,
+}
+
+
 def _kind(value: object) -> JsonKind | None:
+    kind = _KINDS.get(type(value))
+    return kind if kind is not None else _kind_of(value)
+
+
+def _kind_of(value: object) -> JsonKind | None:
     if value is None:
         return JsonKind.NULL
     if isinstance(value, bool):
@@ -189,16 +207,16 @@ def _nodes(body: Mapping[str, object], steps: tuple[tuple[str, bool], ...]) -> l
     for name, over_items in steps:
         step: list[tuple[tuple[str | int, ...], object]] = []
         for keys, node in found:
-            if not isinstance(node, Mapping) or name not in node:
+            if not (type(node) is dict or isinstance(node, Mapping)) or name not in node:
                 continue
             value, here = node[name], (*keys, name)
             if over_items:
-                if isinstance(value, list | tuple):
+                if type(value) is list or isinstance(value, list | tuple):
                     step.extend(((*here, i), item) for i, item in enumerate(value))
             else:
                 step.append((here, value))
         found = step
-    return [(keys, node) for keys, node in found if isinstance(node, Mapping)]
+    return [(keys, node) for keys, node in found if type(node) is dict or isinstance(node, Mapping)]
 
 
 def check_structure(dialect: Dialect, body: Mapping[str, object]) -> StructureFault | None:
