@@ -6,9 +6,11 @@ worker thread, and goes back for more, so a burst of finished streams costs one 
 than one each. After each write it waits `BATCH_WINDOW` before taking the next batch, unless an
 answer's end is waiting for a commit: under steady traffic the rows of that window share one
 transaction and one hop to the worker thread (a row each would cost a thread hop per request); a
-row reaches the file at most that much later. On shutdown the writer drains the queue before the
-connection closes: no finished row is lost on a clean stop. `record_committed` queues a row the
-same way and hands back a `Commit` the writer settles after the row's transaction
+row reaches the file at most that much later. A batch of up to 64 rows is one multi-row INSERT
+(`_inserts`): the worker thread gives up and retakes the GIL once per statement, not once per
+row. Each request writes its row once, when it ends. On shutdown the writer drains the queue
+before the connection closes: no finished row is lost on a clean stop. `record_committed` queues
+a row the same way and hands back a `Commit` the writer settles after the row's transaction
 (``store.commit_before_end``: the answer's end waits for it, twserve.commit_wait); rows that end
 together share that commit.
 
