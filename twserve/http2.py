@@ -305,6 +305,10 @@ class _Responder:
     async def end(self) -> None:
         if not self._ended:
             self._ended = True
+            # The body's share of the budget goes back before the client can see the end: a
+            # client with the whole answer may send its next body at once, while the handler
+            # still closes its upstream call and records the request.
+            self._conn._release(self._stream)
             self._conn.act(self._stream, partial(self._conn.h2.end_stream, self._stream.id))
             await self._conn.flush()
 
