@@ -29,7 +29,7 @@ import anyio
 import httpcore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, report
+from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, ratio, report
 
 
 def config(mock_port: int, port: int, upstream_h2: bool) -> str:
@@ -148,10 +148,10 @@ def main() -> None:
         "concurrent_gateway_cpu_ms_per_request": medians(rps_cpu),
     }
     figures["ratio_h2_to_http1"] = {
-        "sequential_ms": round(medians(seq)["h2"] / medians(seq)["http1"], 3),
-        "sequential_cpu": round(medians(seq_cpu)["h2"] / medians(seq_cpu)["http1"], 3),
-        "rps": round(medians(rps)["h2"] / medians(rps)["http1"], 3),
-        "concurrent_cpu": round(medians(rps_cpu)["h2"] / medians(rps_cpu)["http1"], 3),
+        "sequential_ms": ratio(seq, "h2", "http1"),
+        "sequential_cpu": ratio(seq_cpu, "h2", "http1"),
+        "rps": ratio(rps, "h2", "http1"),
+        "concurrent_cpu": ratio(rps_cpu, "h2", "http1"),
     }
     report(figures, args.json)
 

@@ -137,6 +137,13 @@ def medians(values: dict[str, list[float]], digits: int = 3) -> dict[str, float]
     return {k: round(statistics.median(v), digits) for k, v in values.items()}
 
 
+def ratio(values: dict[str, list[float]], top: str, bottom: str) -> float | None:
+    """The ratio of two medians, rounded; None when the bottom one is zero (a short run whose
+    CPU stayed under one clock tick)."""
+    below = statistics.median(values[bottom])
+    return round(statistics.median(values[top]) / below, 3) if below else None
+
+
 def report(figures: dict[str, object], json_path: str | None) -> None:
     """Print the figures as JSON, and write them to `json_path` when given."""
     text = json.dumps(figures, indent=2)

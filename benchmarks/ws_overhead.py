@@ -30,7 +30,7 @@ import httpcore
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, report
+from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, ratio, report
 
 TURN = {"model": "bench", "input": "benchmark", "max_output_tokens": 64}
 
@@ -138,8 +138,8 @@ def main() -> None:
         "wall_ms_per_turn": medians(wall),
         "gateway_cpu_ms_per_turn": medians(cpu),
         "ratio_websocket_to_http": {
-            "wall": round(medians(wall)["websocket"] / medians(wall)["http"], 3),
-            "cpu": round(medians(cpu)["websocket"] / medians(cpu)["http"], 3),
+            "wall": ratio(wall, "websocket", "http"),
+            "cpu": ratio(cpu, "websocket", "http"),
         },
     }
     report(figures, args.json)
