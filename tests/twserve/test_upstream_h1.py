@@ -1,6 +1,7 @@
-"""The HTTP/1.1 upstream pool (twserve/upstream_h1.py) against raw loopback servers and the mock:
-reuse, liveness, bounds and expiry, what is pooled and what is closed, the faults, and one
-piece per socket read."""
+"""The HTTP/1.1 upstream pool (twserve/upstream_h1.py, its connections in
+twserve/upstream_h1_conn.py) against raw loopback servers and the mock: reuse, liveness, bounds
+and expiry, what is pooled and what is closed, the faults, one piece per arrival, and reading
+paused for a slow reader. On the standard asyncio loop and on uvloop (the gateway's default)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,20 @@ from twproto.upstream_request import UpstreamRequest
 from twserve.upstream import UpstreamClient, read_prefix
 from twserve.upstream_errors import UpstreamBroken, UpstreamUnreachable
 from twserve.upstream_h1 import H1Pool
+from twserve.upstream_h1_conn import PAUSE_BYTES, H1Connection
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("asyncio", {}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    ]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    return request.param
+
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
@@ -146,12 +159,26 @@ async def test_a_request_goes_out_in_one_write_and_the_connection_is_reused() ->
     assert b"content-length: %d\r\n" % len(BODY) in conn.reads[0]
 
 
+def _idle(pool: H1Pool) -> list[H1Connection]:
+    return [conn for conns in pool._idle.values() for conn in conns]
+
+
+async def _until_unfit(pool: H1Pool) -> None:
+    """Until the pool's one idle connection has seen what its upstream did (the next turn of
+    the event loop on loopback)."""
+    (conn,) = _idle(pool)
+    with anyio.fail_after(5):
+        while conn.fit:
+            await anyio.sleep(0.001)
+
+
 async def test_a_connection_the_upstream_closed_while_idle_is_not_used() -> None:
     pool = H1Pool()
     async with raw_server(close_after_answer) as server:
         assert await _ask(pool, _request(server.port)) == (200, b"ok")
         await server.conns[0].ended.wait()
-        # The liveness check sees the end of file: a new connection, not a failed request.
+        await _until_unfit(pool)
+        # The connection saw the end of file: a new connection, not a failed request.
         assert await _ask(pool, _request(server.port)) == (200, b"ok")
         assert len(server.conns) == 2
         assert server.conns[0].peer_port != server.conns[1].peer_port
@@ -484,3 +511,93 @@ async def test_a_mock_stream_through_the_client_is_whole_and_its_connection_reus
     assert first == second and first.count(b"event: content_block_delta") >= 50
     assert all(1 <= len(p) <= len(first) for p in pieces)
     assert first[-1] == b"event: message_stop"
+
+
+async def test_an_idle_connection_sent_something_unasked_for_is_not_used() -> None:
+    answered, sent = anyio.Event(), anyio.Event()
+
+    async def chatty(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(OK)
+        await answered.wait()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno")
+        sent.set()
+        await conn.until_end()
+
+    async def second(conn: Conn) -> None:
+        await keep_alive(conn)
+
+    handlers = [chatty, second]
+
+    async def handler(conn: Conn) -> None:
+        await handlers.pop(0)(conn)
+
+    pool = H1Pool()
+    async with raw_server(handler) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert pool.idle_count == 1
+        answered.set()
+        await sent.wait()
+        await _until_unfit(pool)
+        # Not read as the next request's answer: a new connection answers it.
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert len(server.conns) == 2
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()  # the gateway closed the chatty one
+        assert pool.open_count == 1
+        await pool.aclose()
+
+
+async def test_bytes_after_an_answer_in_the_same_read_keep_it_out_of_the_pool() -> None:
+    async def extra(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(OK + b"HTTP/1.1 200 OK\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(extra) as server:
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        assert (pool.idle_count, pool.open_count) == (0, 0)
+        with anyio.fail_after(5):
+            await server.conns[0].ended.wait()
+
+
+async def test_a_slow_reader_pauses_reading_and_the_stream_still_completes() -> None:
+    frame = b"data: " + b"x" * 4090 + b"\n\n"  # 4 KiB a chunk
+    count = 1024  # 4 MiB in all, far past what the connection keeps unread
+
+    async def flood(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(count):
+            await conn.stream.send(b"%x\r\n%s\r\n" % (len(frame), frame))
+        await conn.stream.send(b"0\r\n\r\n")
+        await keep_alive(conn)
+
+    pool = H1Pool()
+    async with raw_server(flood) as server:
+        total = 0
+        most_kept = 0
+        paused = False
+        async with pool.open(_request(server.port), 5.0) as answer:
+            conn = answer._conn
+            async for piece in answer.chunks():
+                total += len(piece)
+                if not paused:
+                    # A reader that stops: the connection stops reading past PAUSE_BYTES.
+                    with anyio.fail_after(5):
+                        while not conn._read_paused:
+                            await anyio.sleep(0.001)
+                    paused = True
+                    await anyio.sleep(0.05)  # more would have arrived, were it reading
+                most_kept = max(most_kept, conn._unread)
+        assert paused
+        # At most the bound plus what one socket read brings.
+        assert PAUSE_BYTES < most_kept <= PAUSE_BYTES + 256 * 1024 + len(frame)
+        assert total == count * len(frame)
+        assert pool.idle_count == 1  # read to its end: reading is on again, the connection kept
+        (kept,) = _idle(pool)
+        assert not kept._read_paused
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")  # and it is usable
+        await pool.aclose()
+    assert len(server.conns) == 1

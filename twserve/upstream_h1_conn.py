@@ -1,0 +1,281 @@
+"""One HTTP/1.1 upstream connection as an asyncio protocol, and the answer read from it.
+
+The pool (twserve/upstream_h1.py) makes the connection with ``loop.create_connection`` and
+speaks to it with h11. The event loop calls the protocol as bytes arrive:
+
+* **Parsed as it arrives.** ``data_received`` feeds h11 at once and keeps the answer's head and
+  body pieces; the reader awaits (one future per wait) only when nothing is there, and then
+  takes everything h11 produced since as *one* piece, so the relay writes once for what a read
+  brought (several SSE events often arrive together). Reading stays on while an answer is read:
+  no per-read ``resume_reading``/``pause_reading`` (each an ``epoll_ctl`` on uvloop) and no
+  cancellation checkpoint per read.
+* **Bounded.** When more than `PAUSE_BYTES` of body is kept unread (a reader slower than its
+  upstream, a slow client behind it), reading pauses, and resumes once the reader has taken
+  it: the connection holds at most that plus one socket read.
+* **Written directly.** A request goes out with one ``transport.write``; only when the
+  transport's buffer is above its high-water mark (``pause_writing``) does the writer wait for
+  it to drain, under the write timeout.
+* **Liveness known, not polled.** An idle connection (between answers) that the upstream closes
+  (``eof_received``, ``connection_lost``) or sends anything unasked for is marked unfit and
+  closed there and then; the pool drops it instead of using it (`H1Connection.fit`).
+* **Outcomes.** A connection that breaks or is closed wakes the reader: before the answer's
+  head it is `UpstreamUnreachable` (``RESET_BEFORE_HEAD``, the pool's mapping), after it
+  `UpstreamBroken`, always after the body that came before the break.
+
+Futures are only ever given a result (never an exception), so a reader cancelled while it waits
+leaves nothing unretrieved; a cancelled reader's connection is closed by the pool, never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+import anyio
+import h11
+
+from twserve.upstream_errors import UpstreamBroken
+
+__all__ = ["MAX_HEAD_BYTES", "PAUSE_BYTES", "WRITE_TIMEOUT", "H1Answer", "H1Connection"]
+
+# Unread body kept past this pauses reading until the reader has taken it.
+PAUSE_BYTES = 256 * 1024
+WRITE_TIMEOUT = 60.0
+# The largest response head h11 buffers (httpcore's figure).
+MAX_HEAD_BYTES = 100 * 1024
+
+Origin = tuple[str, str, int]
+
+_CLOSED = "the upstream closed the connection"
+
+
+class WriteTimeout(Exception):
+    """The request could not be handed to the transport within `WRITE_TIMEOUT`."""
+
+
+class H1Connection(asyncio.Protocol):
+    """One upstream connection: its transport, its h11 state, and what has arrived."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
+        self.loop = loop
+        self.origin = origin
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.idle_until = 0.0
+        self.transport: asyncio.Transport | None = None
+        # False once the connection is closed, or broke or was sent something while idle.
+        self.fit = True
+        # An answer is being read: what arrives is fed to h11.
+        self._active = False
+        self.head: h11.Response | None = None
+        self._pieces: list[bytes] = []
+        self._unread = 0
+        self.done = False  # the answer's end has arrived
+        self.failure: str | None = None  # why the answer broke off, after `_pieces`
+        self._eof = False  # h11 was told of the end of file
+        self.lost = False  # connection_lost was called
+        self._read_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+
+    # -- the event loop's calls
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._active:
+            # Idle (or the answer ended): nothing was asked for.
+            self.fit = False
+            self._active = False
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self._feed(data)
+
+    def eof_received(self) -> bool | None:
+        self.fit = False
+        if self._active:
+            self._feed_eof()
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fit = False
+        self.lost = True
+        if self._active:
+            if exc is not None:
+                self._fail(str(exc) or type(exc).__name__)
+            else:
+                self._feed_eof()
+            if not self.done:
+                self._fail(_CLOSED)
+        self._wake()
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    # -- h11
+
+    def _feed(self, data: bytes) -> None:
+        conn = self.h11
+        conn.receive_data(data)
+        pieces = self._pieces
+        size = 0
+        try:
+            while True:
+                event = conn.next_event()
+                kind = type(event)
+                if kind is h11.Data:
+                    piece = cast(h11.Data, event).data
+                    if piece:
+                        pieces.append(piece)
+                        size += len(piece)
+                elif event is h11.NEED_DATA:
+                    break
+                elif kind is h11.EndOfMessage:
+                    self.done = True
+                    self._active = False  # anything after it is unasked for
+                    break
+                elif kind is h11.Response:
+                    self.head = cast(h11.Response, event)
+                elif kind is h11.InformationalResponse:
+                    continue
+                else:  # PAUSED, ConnectionClosed
+                    self._fail(_CLOSED)
+                    break
+        except h11.RemoteProtocolError as exc:
+            self._fail(str(exc) or type(exc).__name__)
+        if size:
+            self._unread += size
+            if self._unread > PAUSE_BYTES and not self._read_paused and self.transport:
+                self._read_paused = True
+                self.transport.pause_reading()
+        self._wake()
+
+    def _feed_eof(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self._feed(b"")
+
+    def _fail(self, why: str) -> None:
+        if self.failure is None and not self.done:
+            self.failure = why
+        self._active = False
+        self.fit = False
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the pool's and the reader's calls
+
+    async def send(self, data: bytes) -> None:
+        """Start an exchange: write the request and read what comes back. Raises
+        `WriteTimeout` if the transport does not drain in time; a connection that breaks is
+        left for the read to report (an upstream may answer before reading all of it)."""
+        self.head = None
+        self.done = False
+        self.failure = None
+        self._pieces = []
+        self._unread = 0
+        transport = self.transport
+        if transport is None or self.lost or not self.fit:
+            self._active = True
+            self._fail(_CLOSED)
+            return
+        self._active = True
+        transport.write(data)
+        if self._write_paused and not self.lost:
+            drain = self._drain = self.loop.create_future()
+            try:
+                with anyio.fail_after(WRITE_TIMEOUT):
+                    await drain
+            except TimeoutError as exc:
+                raise WriteTimeout from exc
+            finally:
+                self._drain = None
+
+    async def wait(self) -> None:
+        """Until something arrives (or the connection ends)."""
+        waiter = self._waiter = self.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def take(self) -> bytes:
+        """The body pieces that arrived since the last call, joined; resumes a paused read."""
+        pieces = self._pieces
+        if not pieces:
+            return b""
+        self._pieces = []
+        self._unread = 0
+        if self._read_paused:
+            self._read_paused = False
+            if self.transport is not None and not self.lost:
+                self.transport.resume_reading()
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+
+    def next_cycle(self) -> bool:
+        """Ready the connection for another request if the last exchange ended cleanly and
+        nothing came after it."""
+        conn = self.h11
+        if not self.fit or self._active:
+            return False
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            return False
+        if conn.trailing_data[0]:
+            return False
+        conn.start_next_cycle()
+        self.take()  # drop what the reader left, and read again if that was paused
+        self.head = None
+        return True
+
+    def close(self) -> None:
+        """Close the connection now (no clean-up to wait for)."""
+        self.fit = False
+        self._active = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+
+
+class H1Answer:
+    """An answer whose head has arrived; `chunks` reads the body, one piece per arrival."""
+
+    __slots__ = ("_conn", "headers", "status")
+
+    def __init__(self, conn: H1Connection, response: h11.Response) -> None:
+        self.status = response.status_code
+        self.headers: list[tuple[bytes, bytes]] = list(response.headers.raw_items())
+        self._conn = conn
+
+    def chunks(self) -> H1Answer:
+        """The body as it arrives; raises `UpstreamBroken` if it breaks off."""
+        return self
+
+    def __aiter__(self) -> H1Answer:
+        return self
+
+    async def __anext__(self) -> bytes:
+        conn = self._conn
+        while True:
+            piece = conn.take()
+            if piece:
+                return piece
+            if conn.failure is not None:
+                raise UpstreamBroken(conn.failure)
+            if conn.done:
+                raise StopAsyncIteration
+            await conn.wait()
