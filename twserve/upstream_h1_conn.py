@@ -56,6 +56,27 @@ class WriteTimeout(Exception):
 class H1Connection(asyncio.Protocol):
     """One upstream connection: its transport, its h11 state, and what has arrived."""
 
+    __slots__ = (
+        "_active",
+        "_drain",
+        "_eof",
+        "_pieces",
+        "_read_paused",
+        "_unread",
+        "_waiter",
+        "_write_paused",
+        "done",
+        "failure",
+        "fit",
+        "h11",
+        "head",
+        "idle_until",
+        "loop",
+        "lost",
+        "origin",
+        "transport",
+    )
+
     def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
         self.loop = loop
         self.origin = origin
@@ -195,7 +216,11 @@ class H1Connection(asyncio.Protocol):
             self._fail(_CLOSED)
             return
         self._active = True
-        transport.write(data)
+        try:
+            transport.write(data)
+        except (OSError, RuntimeError) as exc:  # uvloop raises on a transport that just closed
+            self._fail(str(exc) or type(exc).__name__)
+            return
         if self._write_paused and not self.lost:
             drain = self._drain = self.loop.create_future()
             try:
