@@ -997,7 +997,9 @@ def test_h2_bodies_draw_on_the_servers_one_budget(stack: StackFactory) -> None:
 
 
 def test_a_stream_whose_window_stays_shut_is_taken_as_gone(stack: StackFactory) -> None:
-    big = MockSettings(script=Script(chunks=400, chunk_size=256))
+    # Far longer than the upstream connection keeps unread (upstream_h1_conn.PAUSE_BYTES), so
+    # the upstream call is still going when the client is taken as gone.
+    big = MockSettings(script=Script(chunks=4000, chunk_size=256))
     st = stack(
         {
             "a": Upstream(
