@@ -39,7 +39,7 @@ from twserve.upstream_errors import UpstreamBroken
 __all__ = ["MAX_HEAD_BYTES", "PAUSE_BYTES", "WRITE_TIMEOUT", "H1Answer", "H1Connection"]
 
 # Unread body kept past this pauses reading until the reader has taken it.
-PAUSE_BYTES = 256 * 1024
+PAUSE_BYTES = 64 * 1024
 WRITE_TIMEOUT = 60.0
 # The largest response head h11 buffers (httpcore's figure).
 MAX_HEAD_BYTES = 100 * 1024
