@@ -43,7 +43,7 @@ from twproto.first_content import Released
 from twproto.formats import StreamDecoder, StreamEncoder, new_stream_decoder, new_stream_encoder
 from twproto.formats._common import gateway_error, merge_dropped
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
-from twproto.stream_translate import _Restorer
+from twproto.stream_translate import _Restorer, _UpstreamOutcome
 
 __all__ = [
     "CONTINUE_INSTRUCTION",
@@ -306,7 +306,7 @@ class _Splice:
 Framing = SSEDecoder | JSONArrayDecoder
 
 
-class ResumableStream:
+class ResumableStream(_UpstreamOutcome):
     """The client's stream across upstreams: a `StreamTranslator` that can take a next leg.
 
     Built like `twproto.stream_translate.ConvertedStream` (also for a same-format stream, which
@@ -416,22 +416,6 @@ class ResumableStream:
         if held is not None:
             return self._encoder.take() + self._encoder.fail(gateway_error(held))
         return self._encoder.take() + self._encoder.fail(err)
-
-    @property
-    def usage(self) -> ir.Usage | None:
-        return self._decoder.usage
-
-    @property
-    def broken(self) -> bool:
-        return self._broken
-
-    @property
-    def finished(self) -> bool:
-        return self._decoder.finished and self._decoder.error is None and not self._broken
-
-    @property
-    def error(self) -> ir.StreamErrorEvent | None:
-        return self._decoder.error
 
     @property
     def dropped(self) -> tuple[str, ...]:

@@ -149,7 +149,37 @@ def new_stream_translator(
     )
 
 
-class _Translator:
+class _UpstreamOutcome:
+    """What a translator reports of the upstream's stream: its usage, a broken framing, its
+    proper end, an in-stream error. Read from `_decoder` and `_broken`, which the class that
+    takes this in keeps (`_Translator`, and `twproto.resume.ResumableStream` across legs)."""
+
+    __slots__ = ()
+    _decoder: StreamDecoder
+    _broken: bool
+
+    @property
+    def usage(self) -> ir.Usage | None:
+        """The latest (cumulative) usage the upstream reported."""
+        return self._decoder.usage
+
+    @property
+    def broken(self) -> bool:
+        """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
+        return self._broken
+
+    @property
+    def finished(self) -> bool:
+        """Whether the upstream's proper terminal event (or finish reason) was seen."""
+        return self._decoder.finished and self._decoder.error is None and not self.broken
+
+    @property
+    def error(self) -> ir.StreamErrorEvent | None:
+        """An error the upstream reported inside its stream (already sent on to the client)."""
+        return self._decoder.error
+
+
+class _Translator(_UpstreamOutcome):
     """The upstream side every translator shares: framing, the format's decoder, the record."""
 
     __slots__ = ("_broken", "_client", "_client_model", "_created", "_decoder", "_framing")
@@ -176,26 +206,6 @@ class _Translator:
         except SSEError:
             self._broken = True
             return []
-
-    @property
-    def usage(self) -> ir.Usage | None:
-        """The latest (cumulative) usage the upstream reported."""
-        return self._decoder.usage
-
-    @property
-    def broken(self) -> bool:
-        """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
-        return self._broken
-
-    @property
-    def finished(self) -> bool:
-        """Whether the upstream's proper terminal event (or finish reason) was seen."""
-        return self._decoder.finished and self._decoder.error is None and not self.broken
-
-    @property
-    def error(self) -> ir.StreamErrorEvent | None:
-        """An error the upstream reported inside its stream (already sent on to the client)."""
-        return self._decoder.error
 
     @property
     def dropped(self) -> tuple[str, ...]:
