@@ -390,23 +390,33 @@ async def test_an_idle_connection_past_keepalive_expiry_is_closed() -> None:
         await pool.aclose()
 
 
-async def test_idle_connections_are_bounded_by_max_keepalive() -> None:
-    release = anyio.Event()
+def _held_until(release: anyio.Event) -> Handler:
+    """A server that answers each request once `release` is set."""
 
-    async def slow(conn: Conn) -> None:
+    async def held(conn: Conn) -> None:
         while await conn.request() is not None:
             await release.wait()
             await conn.stream.send(OK)
 
+    return held
+
+
+def _ask_into(
+    results: list[tuple[int, bytes]], pool: H1Pool, port: int
+) -> Callable[[], Awaitable[None]]:
+    async def one() -> None:
+        results.append(await _ask(pool, _request(port)))
+
+    return one
+
+
+async def test_idle_connections_are_bounded_by_max_keepalive() -> None:
+    release = anyio.Event()
     pool = H1Pool(max_keepalive=1)
-    async with raw_server(slow) as server, anyio.create_task_group() as tg:
-        results: list[tuple[int, bytes]] = []
-
-        async def one() -> None:
-            results.append(await _ask(pool, _request(server.port)))
-
-        tg.start_soon(one)
-        tg.start_soon(one)
+    results: list[tuple[int, bytes]] = []
+    async with raw_server(_held_until(release)) as server, anyio.create_task_group() as tg:
+        tg.start_soon(_ask_into(results, pool, server.port))
+        tg.start_soon(_ask_into(results, pool, server.port))
         with anyio.fail_after(5):
             while len(server.conns) < 2:
                 await anyio.sleep(0.01)
@@ -419,21 +429,11 @@ async def test_idle_connections_are_bounded_by_max_keepalive() -> None:
 
 async def test_max_connections_makes_a_request_wait_for_a_connection() -> None:
     release = anyio.Event()
-
-    async def slow(conn: Conn) -> None:
-        while await conn.request() is not None:
-            await release.wait()
-            await conn.stream.send(OK)
-
     pool = H1Pool(max_connections=1)
-    async with raw_server(slow) as server, anyio.create_task_group() as tg:
-        results: list[tuple[int, bytes]] = []
-
-        async def one() -> None:
-            results.append(await _ask(pool, _request(server.port)))
-
-        tg.start_soon(one)
-        tg.start_soon(one)
+    results: list[tuple[int, bytes]] = []
+    async with raw_server(_held_until(release)) as server, anyio.create_task_group() as tg:
+        tg.start_soon(_ask_into(results, pool, server.port))
+        tg.start_soon(_ask_into(results, pool, server.port))
         with anyio.fail_after(5):
             while not server.conns or not server.conns[0].reads:
                 await anyio.sleep(0.01)
