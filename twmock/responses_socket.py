@@ -129,6 +129,12 @@ class _TurnResponder:
             raise _Dropped() from exc
         await self._send([e.data for e in events if e.data])
 
+    def ready(self) -> bool:
+        return False  # events go out as messages, through `send`
+
+    def send_now(self, data: bytes) -> None:
+        raise RuntimeError("a turn is written with send")
+
     async def end(self) -> None:
         if self._decoder is not None:
             await self._send([e.data for e in self._decoder.end() if e.data])

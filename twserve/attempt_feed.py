@@ -5,8 +5,9 @@ which turns it into the ledger's input — a response head, a failure classified
 `twproto.failures`, the opening hold's verdict (`twproto.upstream_stream`), content, the end —
 and returns the actions that input led to, for the relay to carry out. Items of an attempt that
 was already given up are dropped. A committed stream's chunks are translated and written here
-(or by the reader itself, `write_direct`); the ledger hears of content the reader wrote when the
-loop next wakes (`report_content`), which keeps it off the per-chunk path.
+(or by the reader itself, `write_direct`, or in the upstream connection's callback,
+`sink_for`); the ledger hears of content the reader wrote when the loop next wakes
+(`report_content`), which keeps it off the per-chunk path.
 
 With resuming on (docs/failover.md, "Resuming a broken stream") the committed answer is a
 `twproto.resume.ResumableStream` (`answer`): at a break or an idle timeout the ledger hears how
@@ -264,7 +265,33 @@ class AttemptFeed:
         assert translator is not None
         data = translator.feed(chunk)
         if data:
-            await self.responder.send(data)
+            live.writing = True  # the sink leaves what arrives meanwhile for this reader
+            try:
+                await self.responder.send(data)
+            finally:
+                live.writing = False
             # The idle clock only needs to know that content keeps coming: the loop reads this
             # when it wakes, which keeps the ledger off the per-chunk path.
             live.content_at = self.clock()
+
+    def sink_for(self, live: Attempt) -> Callable[[bytes], bool]:
+        """What `write_direct` does, done in the upstream connection's callback
+        (`twserve.upstream_h1_conn`): True once `chunk` is translated and written, False
+        (nothing done) when it has to wait — the client is behind, the reader is writing, the
+        attempt is over — and is left for the reader."""
+        translator = live.translator
+        assert translator is not None
+        responder, clock = self.responder, self.clock
+
+        def sink(chunk: bytes) -> bool:
+            if live.writing or self.live is not live or live.scope.cancel_called:
+                return False
+            if not responder.ready():
+                return False
+            data = translator.feed(chunk)
+            if data:
+                responder.send_now(data)
+                live.content_at = clock()
+            return True
+
+        return sink

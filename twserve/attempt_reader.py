@@ -7,13 +7,19 @@ growing a buffer. Cancelling the attempt's scope closes the upstream request.
 
 Once the answer is committed and no chunk of it waits in the inbox, the reader writes to the
 client itself (`Attempt.direct`): each chunk then skips the hop through the request's loop.
-The loop still hears that content keeps coming, from `Attempt.content_at`.
+After its first such write it hands the upstream connection a sink
+(`AttemptFeed.sink_for`), so that where the connection is an asyncio protocol
+(`twserve.upstream_h1_conn`) a chunk is translated and written to the client in the callback
+that read it, with no task woken; the reader then only wakes for what the sink could not
+take (a client that is behind), the end or a break. The loop still hears that content keeps
+coming, from `Attempt.content_at`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 
@@ -327,6 +333,7 @@ class Attempt:
     queued: int = 0
     committed: bool = False
     direct: bool = False
+    writing: bool = False  # the reader is in the middle of a write of its own
     # The opening's bytes as they came (streams), read for usage if the attempt ends before
     # content.
     opening_bytes: list[bytes] = field(default_factory=list)
@@ -344,16 +351,30 @@ class Attempt:
     reported_at: float = 0.0  # the latest content time the attempt machine has heard
 
 
+class DirectWriter(Protocol):
+    """Who writes a committed stream's chunks to the client (`twserve.attempt_feed`)."""
+
+    async def write_direct(self, attempt: Attempt, chunk: bytes) -> None:
+        """Translate and write `chunk` (the reader's own write)."""
+        ...
+
+    def sink_for(self, attempt: Attempt) -> Callable[[bytes], bool]:
+        """The same, done in the event loop's callback where possible (False: not now)."""
+        ...
+
+
 async def read_attempt(
     attempt: Attempt,
     up: Upstream,
     build: Callable[[], tuple[UpstreamRequest, UpstreamStream | None]],
     post: Callable[[AttemptItem], Awaitable[None]],
-    write_direct: Callable[[Attempt, bytes], Awaitable[None]],
+    direct: DirectWriter,
     connect_timeout: float | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
-    through `up`, and `post` what arrives."""
+    through `up`, and `post` what arrives. A committed stream's chunks are written by
+    `direct`, and once one has been, handed to its sink as they arrive where the upstream
+    connection can (`UpstreamAnswer.divert`)."""
     index = attempt.index
     try:
         with attempt.scope:
@@ -389,9 +410,12 @@ async def read_attempt(
                         else:
                             await post(Whole(index, b"".join(parts)))
                         return
+                    diverted = False
                     async for chunk in answer.chunks():
                         if attempt.direct:
-                            await write_direct(attempt, chunk)
+                            await direct.write_direct(attempt, chunk)
+                            if not diverted:
+                                diverted = answer.divert(direct.sink_for(attempt))
                         else:
                             attempt.queued += 1
                             await post(Chunk(index, chunk))

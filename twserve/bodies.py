@@ -63,6 +63,17 @@ class BodyTap:
         await self._inner.start(status, headers)
 
     async def send(self, data: bytes) -> None:
+        self._keep(data)
+        await self._inner.send(data)
+
+    def ready(self) -> bool:
+        return self._inner.ready()
+
+    def send_now(self, data: bytes) -> None:
+        self._keep(data)
+        self._inner.send_now(data)
+
+    def _keep(self, data: bytes) -> None:
         room = self._limit - self._kept
         if room > 0:
             piece = data[:room]
@@ -70,7 +81,6 @@ class BodyTap:
             self._kept += len(piece)
         if len(data) > max(room, 0):
             self.truncated = True
-        await self._inner.send(data)
 
     async def end(self) -> None:
         await self._inner.end()

@@ -54,6 +54,12 @@ class EndAfterCommit:
         if out:
             await self._inner.send(out)
 
+    def ready(self) -> bool:
+        return not self._whole and self._inner.ready()
+
+    def send_now(self, data: bytes) -> None:
+        self._inner.send_now(data)
+
     async def end(self) -> None:
         if self.commit is None:
             self._end_due = True  # the row is not recorded yet: `release` ends

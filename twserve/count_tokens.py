@@ -48,6 +48,12 @@ class LocalFallbackResponder:
         if not self.held:
             await self.inner.send(data)
 
+    def ready(self) -> bool:
+        return not self.held and self.inner.ready()
+
+    def send_now(self, data: bytes) -> None:
+        self.inner.send_now(data)
+
     async def end(self) -> None:
         if not self.held:
             await self.inner.end()

@@ -268,6 +268,13 @@ class _Responder:
         if data:
             await self._conn.write_data(data)
 
+    def ready(self) -> bool:
+        return self._conn.ready()
+
+    def send_now(self, data: bytes) -> None:
+        if data:
+            self._conn.write_now(data)
+
     async def end(self) -> None:
         if not self._ended:
             self._ended = True
@@ -397,6 +404,27 @@ class _Connection:
             await self._gather(b"%x\r\n%b\r\n" % (len(data), data))
         else:
             await self.write(h11.Data(data=data))
+
+    def ready(self) -> bool:
+        """A piece of the chunked answer in progress can be written now, in order: the client's
+        transport is open and not above its high-water mark."""
+        transport, protocol = self._transport, self._protocol
+        return (
+            self._chunked
+            and self.watched
+            and transport is not None
+            and protocol is not None
+            and not self.closed
+            and not self._held_end
+            and protocol.write_event.is_set()
+            and protocol.exception is None
+            and not transport.is_closing()
+        )
+
+    def write_now(self, data: bytes) -> None:
+        """A piece of the answer written at once (after `ready`), behind what `_gather` kept."""
+        self._pending.append(b"%x\r\n%b\r\n" % (len(data), data))
+        self._flush()
 
     async def _gather(self, data: bytes) -> None:
         """A handler's write: kept with the others of this loop turn and written with them in

@@ -290,6 +290,12 @@ class _Responder:
         conn.act(self._stream, partial(conn.h2.send_headers, self._stream.id, fields))
         await self._conn.flush()
 
+    def ready(self) -> bool:
+        return False  # flow control and frames are the connection task's to manage
+
+    def send_now(self, data: bytes) -> None:
+        raise RuntimeError("an HTTP/2 answer is written with send")
+
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:

@@ -41,6 +41,16 @@ class Responder(Protocol):
 
     async def send(self, data: bytes) -> None: ...
 
+    def ready(self) -> bool:
+        """Whether `send_now` may write a piece of the answer at once: the connection takes it
+        without waiting, after everything sent before (callable from the event loop's
+        callbacks)."""
+        ...
+
+    def send_now(self, data: bytes) -> None:
+        """Write `data` now, without waiting; only right after `ready` said so."""
+        ...
+
     async def end(self) -> None: ...
 
     async def abort(self) -> None: ...

@@ -265,7 +265,7 @@ class _Relay:
             self.up,
             lambda: self._build(self.dests[provider]),
             self.inbox_send.send,
-            self.feed.write_direct,
+            self.feed,
             self.dests[provider].connect_timeout,
         )
 

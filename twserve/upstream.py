@@ -59,6 +59,12 @@ class UpstreamAnswer(Protocol):
         """The body as it arrives; raises `UpstreamBroken` if it breaks off."""
         ...
 
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        """Hand what arrives from now on to `sink` in the event loop's callback where the
+        transport can (`twserve.upstream_h1_conn`); what it does not take — and everything
+        where this returns False — `chunks` still reads, in order."""
+        ...
+
 
 class Upstream(Protocol):
     """Where the relay sends upstream requests: the httpcore pool (`UpstreamClient`), or an
@@ -110,6 +116,9 @@ class _HttpcoreAnswer:
                     yield chunk
         except (httpcore.ReadError, httpcore.RemoteProtocolError, httpcore.ReadTimeout) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        return False  # httpcore's streams are read by a task
 
 
 def _fault_for(exc: Exception) -> TransportFault:

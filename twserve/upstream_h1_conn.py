@@ -9,6 +9,14 @@ speaks to it with h11. The event loop calls the protocol as bytes arrive:
   brought (several SSE events often arrive together). Reading stays on while an answer is read:
   no per-read ``resume_reading``/``pause_reading`` (each an ``epoll_ctl`` on uvloop) and no
   cancellation checkpoint per read.
+* **Handed on in the callback.** Once the reader has nothing unread and the answer may go
+  straight to the client, it hands the connection a `Sink` (`H1Answer.divert`): what a read
+  brings is then given to the sink inside ``data_received`` — for a committed passthrough
+  stream, translated and written to the client's transport there and then, with no task
+  woken and no loop turn in between. A sink that cannot take a piece now (the client's buffer
+  is full) returns False; the piece is kept for the reader as before, and so is everything
+  after it until the reader has taken it, so the order never changes. A sink that raises
+  leaves its error for the reader (`__anext__` raises it).
 * **Bounded.** When more than `PAUSE_BYTES` of body is kept unread (a reader slower than its
   upstream, a slow client behind it), reading pauses, and resumes once the reader has taken
   it: the connection holds at most that plus one socket read.
@@ -29,6 +37,7 @@ leaves nothing unretrieved; a cancelled reader's connection is closed by the poo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 
 import anyio
@@ -36,7 +45,7 @@ import h11
 
 from twserve.upstream_errors import UpstreamBroken
 
-__all__ = ["MAX_HEAD_BYTES", "PAUSE_BYTES", "WRITE_TIMEOUT", "H1Answer", "H1Connection"]
+__all__ = ["MAX_HEAD_BYTES", "PAUSE_BYTES", "WRITE_TIMEOUT", "H1Answer", "H1Connection", "Sink"]
 
 # Unread body kept past this pauses reading until the reader has taken it.
 PAUSE_BYTES = 64 * 1024
@@ -47,6 +56,9 @@ MAX_HEAD_BYTES = 100 * 1024
 Origin = tuple[str, str, int]
 
 _CLOSED = "the upstream closed the connection"
+
+# Takes a piece of the body in the event loop's callback (True), or leaves it for the reader.
+Sink = Callable[[bytes], bool]
 
 
 class WriteTimeout(Exception):
@@ -74,6 +86,8 @@ class H1Connection(asyncio.Protocol):
         "loop",
         "lost",
         "origin",
+        "sink",
+        "sink_error",
         "transport",
     )
 
@@ -98,6 +112,9 @@ class H1Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
+        # Given the body as it arrives while the reader has nothing unread (`H1Answer.divert`).
+        self.sink: Sink | None = None
+        self.sink_error: Exception | None = None
 
     # -- the event loop's calls
 
@@ -176,12 +193,31 @@ class H1Connection(asyncio.Protocol):
                     break
         except h11.RemoteProtocolError as exc:
             self._fail(str(exc) or type(exc).__name__)
-        if size:
+        if size and (self.sink is None or self._unread or not self._hand_on(pieces)):
             self._unread += size
             if self._unread > PAUSE_BYTES and not self._read_paused and self.transport:
                 self._read_paused = True
                 self.transport.pause_reading()
-        self._wake()
+        # With a sink, the reader is woken only for what it has to do: a piece the sink left,
+        # the end, a break, the sink's error.
+        if self.sink is None or self._unread or self.done or self.failure is not None:
+            self._wake()
+
+    def _hand_on(self, pieces: list[bytes]) -> bool:
+        """Give what this read brought (all of `pieces`: nothing older is unread) to the sink;
+        False if it left them for the reader."""
+        sink = self.sink
+        assert sink is not None
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        try:
+            taken = sink(bytes(data))
+        except Exception as exc:  # the reader raises it; the piece is not offered again
+            self.sink = None  # (which also wakes the reader)
+            self.sink_error = exc
+            taken = True
+        if taken:
+            pieces.clear()
+        return taken
 
     def _feed_eof(self) -> None:
         if not self._eof:
@@ -208,6 +244,8 @@ class H1Connection(asyncio.Protocol):
         self.head = None
         self.done = False
         self.failure = None
+        self.sink = None
+        self.sink_error = None
         self._pieces = []
         self._unread = 0
         transport = self.transport
@@ -265,12 +303,14 @@ class H1Connection(asyncio.Protocol):
         conn.start_next_cycle()
         self.take()  # drop what the reader left, and read again if that was paused
         self.head = None
+        self.sink = None
         return True
 
     def close(self) -> None:
         """Close the connection now (no clean-up to wait for)."""
         self.fit = False
         self._active = False
+        self.sink = None
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.abort()
@@ -293,12 +333,24 @@ class H1Answer:
     def __aiter__(self) -> H1Answer:
         return self
 
+    def divert(self, sink: Sink) -> bool:
+        """From now on, give `sink` what arrives while nothing is left unread (see the module
+        docs); what it does not take, `chunks` reads as before."""
+        conn = self._conn
+        if not conn._active:
+            return False  # the answer has ended or broken off: nothing more arrives
+        conn.sink = sink
+        return True
+
     async def __anext__(self) -> bytes:
         conn = self._conn
         while True:
             piece = conn.take()
             if piece:
                 return piece
+            if conn.sink_error is not None:
+                error, conn.sink_error = conn.sink_error, None
+                raise error
             if conn.failure is not None:
                 raise UpstreamBroken(conn.failure)
             if conn.done:

@@ -53,6 +53,9 @@ class _Playing:
         if answer.breaks:
             raise UpstreamBroken("the scripted answer breaks off")
 
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        return False  # everything goes through `chunks`
+
 
 class MemoryUpstream:
     """Answers every request with what `script` says (see the module notes)."""

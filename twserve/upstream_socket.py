@@ -175,6 +175,9 @@ class _Whole:
         if self.body:
             yield self.body
 
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        return False
+
 
 class _Stream:
     """A 200 event stream read off the socket: `first` and what follows up to the end."""
@@ -217,6 +220,9 @@ class _Stream:
                     yield chunk
         except _Gone as exc:
             raise UpstreamBroken(str(exc)) from exc
+
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        return False  # messages are read and framed by `chunks`
 
 
 class UpstreamSockets:

@@ -219,6 +219,12 @@ class _TurnResponder:
         if status < 400 and content_type.startswith(b"text/event-stream"):
             self._decoder = SSEDecoder(max_event_size=_MAX_EVENT)
 
+    def ready(self) -> bool:
+        return False  # events are decoded and framed as messages by `send`
+
+    def send_now(self, data: bytes) -> None:
+        raise RuntimeError("a WebSocket turn is written with send")
+
     async def send(self, data: bytes) -> None:
         if self._decoder is None:
             if len(self._body) + len(data) <= WS_MAX_ERROR_BODY:
