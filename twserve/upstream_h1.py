@@ -1,4 +1,4 @@
-"""The HTTP/1.1 upstream pool: keep-alive connections per origin, spoken to with h11.
+"""The HTTP/1.1 upstream pool: keep-alive connections per origin.
 
 Built for what the gateway does with an upstream — one request per connection at a time, the
 answer read as it arrives — so that a request costs the same however many connections are
@@ -23,12 +23,11 @@ writes and bounds what it keeps):
 * **No timeout while reading.** The attempt machine's idle timer decides when silence is too
   long; cancelling the attempt closes the connection. Connecting (TCP, then TLS for https)
   happens under one deadline, the connect timeout.
-* **One piece per arrival.** What h11 made of the bytes that arrived since the reader last
-  looked is one piece, so the relay writes once for what a read brought (several SSE events
-  often arrive together).
+* **One piece per arrival.** The body that arrived since the reader last looked is one piece,
+  so the relay writes once for what a read brought (several SSE events often arrive together).
 
-A connection goes back to the pool only when its answer was read to its end, h11 can start
-the next cycle (neither side asked to close) and nothing unasked for came after it; otherwise
+A connection goes back to the pool only when its answer was read to its end, the upstream keeps
+it alive (`H1Connection.next_cycle`) and nothing unasked for came after it; otherwise
 leaving the answer (or cancelling it) closes the connection at once (an abort of its transport:
 nothing to await, so nothing a cancellation can interrupt).
 
@@ -38,10 +37,10 @@ httpcore builds. It is made once and made again when those variables change.
 
 Failures map to `UpstreamUnreachable` before the head — `TransportFault.CONNECT_TIMEOUT`
 (TCP and TLS together past the connect timeout), ``TLS`` (an `ssl.SSLError` in the handshake),
-``DNS`` (the name did not resolve), ``CONNECT_REFUSED`` (any other failure to connect), else
-``RESET_BEFORE_HEAD`` (the connection broke, the write timed out, or the response head was
-malformed) — and to
-`UpstreamBroken` after it.
+``DNS`` (the name did not resolve), ``CONNECT_REFUSED`` (any other failure to connect),
+``PROTOCOL_ERROR`` (a request head HTTP/1.1 cannot carry: a header value with a line break),
+else ``RESET_BEFORE_HEAD`` (the connection broke, the write timed out, or the response head
+was malformed) — and to `UpstreamBroken` after it.
 """
 
 from __future__ import annotations
@@ -59,12 +58,18 @@ from urllib.parse import urlsplit
 
 import anyio
 import certifi
-import h11
 
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream_errors import UpstreamUnreachable
-from twserve.upstream_h1_conn import WRITE_TIMEOUT, H1Answer, H1Connection, WriteTimeout
+from twserve.upstream_h1_conn import (
+    WRITE_TIMEOUT,
+    H1Answer,
+    H1Connection,
+    RequestHeadError,
+    WriteTimeout,
+    request_bytes,
+)
 
 __all__ = ["WRITE_TIMEOUT", "H1Answer", "H1Pool"]
 
@@ -124,10 +129,16 @@ class _Exchange:
         pool = self._pool
         request = self._request
         target = pool.target(request.url)
+        body = request.body
+        headers = [(b"host", target.host), *request.headers, (b"content-length", b"%d" % len(body))]
+        try:
+            data = request_bytes(request.method.encode(), target.target, headers, body)
+        except RequestHeadError as exc:
+            raise UpstreamUnreachable(TransportFault.PROTOCOL_ERROR, str(exc)) from exc
         conn = await pool.acquire(target, self._timeout)
         self._conn = conn
         try:
-            return await _exchange(conn, request, target)
+            return await _exchange(conn, data)
         except BaseException:
             self._conn = None
             await pool.release(conn)
@@ -145,16 +156,8 @@ class _Exchange:
             await self._pool.release(conn)
 
 
-async def _exchange(conn: H1Connection, request: UpstreamRequest, target: _Target) -> H1Answer:
-    """Send `request` on `conn` in one write and wait for its answer's head."""
-    h = conn.h11
-    body = request.body
-    headers = [(b"host", target.host), *request.headers, (b"content-length", b"%d" % len(body))]
-    data = h.send(h11.Request(method=request.method, target=target.target, headers=headers))
-    assert data is not None
-    if body:
-        data += h.send(h11.Data(data=body)) or b""
-    data += h.send(h11.EndOfMessage()) or b""
+async def _exchange(conn: H1Connection, data: bytes) -> H1Answer:
+    """Send the request `data` on `conn` in one write and wait for its answer's head."""
     try:
         await conn.send(data)
     except WriteTimeout as exc:
