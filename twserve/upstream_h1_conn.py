@@ -76,6 +76,7 @@ MAX_HEAD_BYTES = 100 * 1024
 Origin = tuple[str, str, int]
 
 _CLOSED = "the upstream closed the connection"
+_TOO_LARGE = "the response head is too large"
 
 # Takes a piece of the body in the event loop's callback (True), or leaves it for the reader.
 Sink = Callable[[bytes], bool]
@@ -121,6 +122,7 @@ class H1Connection(asyncio.Protocol):
         "_drain",
         "_framed",
         "_head_seen",
+        "_head_size",
         "_headers",
         "_parser",
         "_pieces",
@@ -155,6 +157,7 @@ class H1Connection(asyncio.Protocol):
         self.head: tuple[int, Headers] | None = None  # status and headers, once complete
         self._headers: Headers = []
         self._head_seen = 0  # bytes fed before the head was complete
+        self._head_size = 0  # the head's headers, as counted on the wire
         self._framed = False  # the head gave a Content-Length or Transfer-Encoding
         self._reusable = False  # the parser said keep-alive when the answer ended
         self._pieces: list[bytes] = []
@@ -221,6 +224,7 @@ class H1Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.head is None:
             self._headers.append((name, value))
+            self._head_size += len(name) + len(value) + 4
             if name.lower() in _FRAMING:
                 self._framed = True
 
@@ -234,10 +238,13 @@ class H1Connection(asyncio.Protocol):
             self._headers = []
             self._framed = False
             return
+        if self._head_size > MAX_HEAD_BYTES:
+            self._fail(_TOO_LARGE)
+            return
         self.head = (status, self._headers)
 
     def on_body(self, body: bytes) -> None:
-        if not self.done and body:
+        if body and self.head is not None and not self.done:
             self._pieces.append(body)
             self._arrived += len(body)
 
@@ -268,10 +275,12 @@ class H1Connection(asyncio.Protocol):
                 self.fit = False  # garbage after the answer
             else:
                 self._fail(str(exc) or type(exc).__name__)
-        if self.head is None and not self.done:
+        if self.head is None and self.failure is None:
+            # A head not complete after this much is refused before it is all kept (its
+            # headers' total is checked when it is complete, `on_headers_complete`).
             self._head_seen += len(data)
             if self._head_seen > MAX_HEAD_BYTES:
-                self._fail("the response head is too large")
+                self._fail(_TOO_LARGE)
         size = self._arrived
         if size and (self.sink is None or self._unread or not self._hand_on(self._pieces)):
             self._unread += size
@@ -323,14 +332,15 @@ class H1Connection(asyncio.Protocol):
 
     # -- the pool's and the reader's calls
 
-    async def send(self, data: bytes) -> None:
-        """Start an exchange: write the request and read what comes back. Raises
-        `WriteTimeout` if the transport does not drain in time; a connection that breaks is
-        left for the read to report (an upstream may answer before reading all of it)."""
+    def start(self, data: bytes) -> None:
+        """Start an exchange: write the request `data` and read what comes back. A connection
+        that is closed or breaks is left for the read to report (an upstream may answer before
+        reading all of the request)."""
         self._parser = httptools.HttpResponseParser(self)
         self.head = None
         self._headers = []
         self._head_seen = 0
+        self._head_size = 0
         self._framed = False
         self._reusable = False
         self.done = False
@@ -339,18 +349,21 @@ class H1Connection(asyncio.Protocol):
         self.sink_error = None
         self._pieces = []
         self._unread = 0
+        self._active = True
         transport = self.transport
         if transport is None or self.lost or not self.fit:
-            self._active = True
             self._fail(_CLOSED)
             return
-        self._active = True
         try:
             transport.write(data)
         except (OSError, RuntimeError) as exc:  # uvloop raises on a transport that just closed
             self._fail(str(exc) or type(exc).__name__)
-            return
-        if self._write_paused and not self.lost:
+
+    async def send(self, data: bytes) -> None:
+        """`start`, then wait for the transport to take the request if its buffer is full;
+        raises `WriteTimeout` if it does not drain in time."""
+        self.start(data)
+        if self._write_paused and not self.lost and self.failure is None:
             drain = self._drain = self.loop.create_future()
             try:
                 with anyio.fail_after(WRITE_TIMEOUT):
@@ -430,12 +443,12 @@ class H1Answer:
     async def __anext__(self) -> bytes:
         conn = self._conn
         while True:
+            if conn.sink_error is not None:  # before what arrived after it
+                error, conn.sink_error = conn.sink_error, None
+                raise error
             piece = conn.take()
             if piece:
                 return piece
-            if conn.sink_error is not None:
-                error, conn.sink_error = conn.sink_error, None
-                raise error
             if conn.failure is not None:
                 raise UpstreamBroken(conn.failure)
             if conn.done:

@@ -8,9 +8,12 @@ mock — same settings, same seed, same frozen clock — asked directly with the
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from typing import Any
 
+import h11
 import pytest
 
 from tests.data.agents.bodies import (
@@ -204,3 +207,62 @@ def test_sdk_same_format(
     assert (row["status"], row["provider"], row["stream"]) == (200, "up", int(stream))
     assert (row["input_tokens"], row["cache_read_tokens"], row["output_tokens"]) == (60, 40, 12)
     assert row["ttfb_ms"] is not None and row["duration_ms"] is not None
+
+
+def test_a_client_that_falls_behind_gets_a_long_stream_whole_and_in_order(
+    stack: StackFactory, frozen_mock_clock: None
+) -> None:
+    # A committed stream is written from the upstream connection's callback while the client
+    # keeps up, and by the attempt's reader while it is behind (twserve/attempt_feed.py,
+    # sink_for). Here the upstream pauses between events (so the callback path takes over),
+    # and the client, with a small receive buffer, stops reading for a while, then reads in
+    # sips: the answer switches between the two paths many times. What the client gets must
+    # still be the upstream's stream, byte for byte.
+    script = {"chunks": 400, "chunk_size": 8192, "chunk_delay": 0.001}
+    st = stack(_twins("anthropic", script), config=ONLY_UP)
+    body = json.dumps(
+        {
+            "model": "claude-e2e-1",
+            "max_tokens": 64,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
+    head = (
+        b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"anthropic-version: 2023-06-01\r\nx-api-key: %s\r\ncontent-length: %d\r\n\r\n"
+    ) % (KEY.encode(), len(body))
+    client = h11.Connection(h11.CLIENT)
+    parts: list[bytes] = []
+    status = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", st.port))
+        sock.sendall(head + body)
+        client.send(h11.Request(method="POST", target="/", headers=[("host", "gw")]))
+        sips = 0
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                sips += 1
+                if sips == 4:
+                    time.sleep(1.0)  # behind: the buffers between fill up
+                client.receive_data(sock.recv(4096))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                break
+    assert status == 200
+    direct = http(
+        mock_origin(st, "twin") + "/v1/messages",
+        body=body,
+        headers=[("content-type", "application/json"), ("anthropic-version", "2023-06-01")],
+    )
+    got = b"".join(parts)
+    assert len(got) > 3_000_000  # far more than the buffers between hold
+    assert got == direct.body
+    (row,) = st.wait_rows(1)
+    assert (row["status"], row["provider"], row["cancelled"]) == (200, "up", 0)

@@ -601,3 +601,191 @@ async def test_a_slow_reader_pauses_reading_and_the_stream_still_completes() -> 
         assert await _ask(pool, _request(server.port)) == (200, b"ok")  # and it is usable
         await pool.aclose()
     assert len(server.conns) == 1
+
+
+# --- what the parser makes of an answer -------------------------------------------------------
+
+
+async def _answer_with(reply: bytes) -> tuple[H1Pool, tuple[int, bytes] | UpstreamBroken]:
+    """`reply` sent for one request, then the upstream closes; the pool and what was read."""
+
+    async def once(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(reply)
+
+    pool = H1Pool()
+    got: tuple[int, bytes] | UpstreamBroken
+    async with raw_server(once) as server:
+        try:
+            got = await _ask(pool, _request(server.port))
+        except UpstreamBroken as exc:
+            got = exc
+    return pool, got
+
+
+async def test_a_body_framed_by_nothing_ends_at_end_of_file_and_is_not_pooled() -> None:
+    pool, got = await _answer_with(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nhello")
+    assert got == (200, b"hello")
+    assert (pool.idle_count, pool.open_count) == (0, 0)
+
+
+async def test_an_informational_head_is_skipped() -> None:
+    reply = b"HTTP/1.1 100 Continue\r\nx-early: 1\r\n\r\n" + OK
+    pool = H1Pool()
+
+    async def once(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(reply)
+        await conn.until_end()
+
+    async with raw_server(once) as server:
+        async with pool.open(_request(server.port), 5.0) as answer:
+            assert answer.status == 200
+            assert answer.headers == [(b"content-length", b"2")]  # not the 100's
+            assert b"".join([p async for p in answer.chunks()]) == b"ok"
+        await pool.aclose()
+
+
+async def test_a_switch_of_protocols_is_unreachable() -> None:
+    async def upgrade(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(upgrade) as server:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port))
+    assert caught.value.fault is TransportFault.RESET_BEFORE_HEAD
+    assert pool.open_count == 0
+
+
+async def test_a_head_past_the_bound_is_unreachable() -> None:
+    async def endless_head(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(40):  # 160 KiB of headers, and never the blank line
+            await conn.stream.send(b"x-filler: " + b"f" * 4086 + b"\r\n")
+        await conn.until_end()
+
+    pool = H1Pool()
+    async with raw_server(endless_head) as server:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, _request(server.port))
+    assert "too large" in str(caught.value)
+    assert pool.open_count == 0
+
+
+async def test_a_content_length_body_cut_short_is_broken() -> None:
+    pool, got = await _answer_with(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+    assert isinstance(got, UpstreamBroken)
+    assert pool.open_count == 0
+
+
+async def test_a_chunked_body_without_its_last_chunk_is_broken() -> None:
+    reply = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n"
+    pool, got = await _answer_with(reply)
+    assert isinstance(got, UpstreamBroken)
+    assert pool.open_count == 0
+
+
+@pytest.mark.parametrize(
+    "header",
+    [(b"x-bad", b"a\r\nx-injected: 1"), (b"x-bad", b"nul\x00"), (b"bad name", b"v")],
+    ids=["line-break", "nul", "space-in-name"],
+)
+async def test_a_header_that_would_split_the_head_is_never_sent(
+    header: tuple[bytes, bytes],
+) -> None:
+    pool = H1Pool()
+    async with raw_server(keep_alive) as server:
+        request = _request(server.port)
+        bad = UpstreamRequest(method="POST", url=request.url, headers=[header], body=BODY, sse=True)
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await _ask(pool, bad)
+        assert caught.value.fault is TransportFault.PROTOCOL_ERROR
+        assert server.conns == []  # refused before any connection was made
+        assert await _ask(pool, request) == (200, b"ok")
+        await pool.aclose()
+
+
+# --- a sink takes the body in the loop's callback ---------------------------------------------
+
+
+def _bursts(count: int) -> tuple[Handler, list[anyio.Event]]:
+    """An upstream that sends chunk i+1 (b"p<i+1>") only after event i is set."""
+    gates = [anyio.Event() for _ in range(count)]
+
+    async def serve(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\np0\r\n")
+        for i, gate in enumerate(gates):
+            await gate.wait()
+            await conn.stream.send(b"2\r\np%d\r\n" % (i + 1))
+        await conn.stream.send(b"0\r\n\r\n")
+        await keep_alive(conn)
+
+    return serve, gates
+
+
+async def _sink_run(
+    sink_says: Callable[[int], bool | Exception],
+) -> tuple[list[bytes], list[bytes], Exception | None]:
+    """Four pieces, the first read by the reader, who then diverts; `sink_says(n)` decides the
+    sink's n-th call. What the sink took, what the reader read, and what reading raised."""
+    serve, gates = _bursts(3)
+    taken: list[bytes] = []
+    arrived = 0  # bytes the sink was offered and did not give back
+    calls = 0
+
+    def sink(data: bytes) -> bool:
+        nonlocal calls, arrived
+        verdict = sink_says(calls)
+        calls += 1
+        if isinstance(verdict, Exception):
+            arrived += len(data)
+            raise verdict
+        if verdict:
+            taken.append(data)
+            arrived += len(data)
+        return verdict
+
+    read: list[bytes] = []
+    failed: Exception | None = None
+    pool = H1Pool()
+    async with raw_server(serve) as server, pool.open(_request(server.port), 5.0) as answer:
+        conn = answer._conn
+        pieces = answer.chunks().__aiter__()
+        read.append(await pieces.__anext__())
+        assert answer.divert(sink)
+        for i, gate in enumerate(gates):
+            gate.set()
+            with anyio.fail_after(5):  # until piece i+1 has arrived, taken or kept
+                while arrived + conn._unread < 2 * (i + 1):
+                    await anyio.sleep(0.001)
+        try:
+            async for piece in pieces:
+                read.append(piece)
+        except ValueError as exc:
+            failed = exc
+        await pool.aclose()
+    return taken, read, failed
+
+
+async def test_a_sink_takes_what_arrives_and_the_reader_only_sees_the_end() -> None:
+    taken, read, failed = await _sink_run(lambda n: True)
+    assert (read, taken, failed) == ([b"p0"], [b"p1", b"p2", b"p3"], None)
+
+
+async def test_what_a_sink_declines_waits_for_the_reader_with_all_after_it() -> None:
+    # p1 declined: it and everything after it (nothing is offered while it is unread) reach
+    # the reader, in order.
+    taken, read, failed = await _sink_run(lambda n: n != 0)
+    assert (b"".join(read), taken, failed) == (b"p0p1p2p3", [], None)
+    assert read[:2] == [b"p0", b"p1p2p3"]
+
+
+async def test_a_sink_that_raises_fails_the_read_with_its_error() -> None:
+    taken, read, failed = await _sink_run(lambda n: ValueError("sink broke"))
+    assert isinstance(failed, ValueError) and str(failed) == "sink broke"
+    assert (read, taken) == ([b"p0"], [])
