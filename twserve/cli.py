@@ -396,9 +396,9 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from twmock import add_mock_arguments
-
+def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
+    """The command line; `mock_options`: with ``mock-upstream``'s own options, which load the
+    mock server (about 0.7 MiB the gateway has no use for)."""
     parser = argparse.ArgumentParser(prog="twserve", description="LLM API gateway")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -441,7 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mock-upstream", help="a scriptable fake upstream speaking all four APIs")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9100)
-    add_mock_arguments(p)
+    if mock_options:
+        from twmock import add_mock_arguments
+
+        add_mock_arguments(p)
     p.set_defaults(func=cmd_mock)
 
     p = sub.add_parser("dryrun", help="where a request would go, and why")
@@ -467,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(mock_options="mock-upstream" in argv).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

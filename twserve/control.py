@@ -26,7 +26,6 @@ Secrets never leave: upstream keys and header values are not shown, gateway keys
 from __future__ import annotations
 
 import hmac
-import importlib.metadata
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -34,7 +33,6 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlencode
 
 import anyio
-import httpcore
 
 from twengine.config import Config, Problem, TemplateError, resolve_template
 from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
@@ -222,6 +220,8 @@ def fetch_dryrun(
     if dialect:
         params["dialect"] = dialect
     url = base_url.rstrip("/") + "/dryrun?" + urlencode(params)
+    import httpcore  # the command line's, not the gateway's: loaded only here
+
     try:
         response = httpcore.request(
             "GET",
@@ -415,6 +415,8 @@ class ControlPlane:
 
     async def _status(self, request: Request) -> dict[str, Any]:
         config = self.config
+        import importlib.metadata  # asked for rarely: not loaded with the gateway
+
         try:
             version = importlib.metadata.version("twserve")
         except importlib.metadata.PackageNotFoundError:
