@@ -15,7 +15,7 @@ import copy
 import itertools
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -482,7 +482,8 @@ def _atheris_one_input(data: bytes) -> None:  # pragma: no cover - run by atheri
         stream_error_target(dialect, rest.decode("utf-8", "replace"))
 
 
-def main() -> None:  # pragma: no cover - manual use
+def fuzz_main(path: str, one_input: Callable[[bytes], None]) -> None:  # pragma: no cover
+    """Run `one_input` under atheris; without it, the Hypothesis properties of `path`."""
     try:
         import atheris
     except ImportError:
@@ -490,11 +491,15 @@ def main() -> None:  # pragma: no cover - manual use
 
         print("atheris is not installed; running the Hypothesis fuzz targets instead")
         # A fresh interpreter: pytest must start before Hypothesis is imported.
-        code = subprocess.call([sys.executable, "-m", "pytest", __file__, "-q"])
+        code = subprocess.call([sys.executable, "-m", "pytest", path, "-q"])
         raise SystemExit(code) from None
     atheris.instrument_all()
-    atheris.Setup(sys.argv, _atheris_one_input)
+    atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()
+
+
+def main() -> None:  # pragma: no cover - manual use
+    fuzz_main(__file__, _atheris_one_input)
 
 
 if __name__ == "__main__":

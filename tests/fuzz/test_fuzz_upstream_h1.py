@@ -10,13 +10,12 @@ the target goes to atheris when it is installed::
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.test_fuzz_parsers import split
+from tests.fuzz.test_fuzz_parsers import fuzz_main, split
 from twserve.upstream_h1_conn import MAX_HEAD_BYTES, PAUSE_BYTES, H1Connection
 
 
@@ -173,17 +172,7 @@ def _atheris_one_input(data: bytes) -> None:  # pragma: no cover - run by atheri
 
 
 def main() -> None:  # pragma: no cover - manual use
-    try:
-        import atheris
-    except ImportError:
-        import subprocess
-
-        print("atheris is not installed; running the Hypothesis properties instead")
-        code = subprocess.call([sys.executable, "-m", "pytest", __file__, "-q"])
-        raise SystemExit(code) from None
-    atheris.instrument_all()
-    atheris.Setup(sys.argv, _atheris_one_input)
-    atheris.Fuzz()
+    fuzz_main(__file__, _atheris_one_input)
 
 
 if __name__ == "__main__":

@@ -302,18 +302,26 @@ async def test_an_error_body_read_in_part_closes_the_connection() -> None:
         assert (pool.idle_count, pool.open_count) == (0, 0)
 
 
-async def test_a_malformed_answer_head_is_unreachable() -> None:
-    async def garbage(conn: Conn) -> None:
+async def _unreachable(*sends: bytes) -> UpstreamUnreachable:
+    """What asking an upstream that sends `sends` (and keeps the connection) raises."""
+
+    async def send(conn: Conn) -> None:
         await conn.request()
-        await conn.stream.send(b"HTTP/1.1 two hundred\r\n\r\n")
+        for data in sends:
+            await conn.stream.send(data)
         await conn.until_end()
 
     pool = H1Pool()
-    async with raw_server(garbage) as server:
+    async with raw_server(send) as server:
         with pytest.raises(UpstreamUnreachable) as caught:
             await _ask(pool, _request(server.port))
-        assert caught.value.fault is TransportFault.RESET_BEFORE_HEAD
-        assert pool.open_count == 0
+    assert pool.open_count == 0
+    return caught.value
+
+
+async def test_a_malformed_answer_head_is_unreachable() -> None:
+    refused = await _unreachable(b"HTTP/1.1 two hundred\r\n\r\n")
+    assert refused.fault is TransportFault.RESET_BEFORE_HEAD
 
 
 async def test_a_connection_closed_before_the_head_is_reset_before_head() -> None:
@@ -647,33 +655,15 @@ async def test_an_informational_head_is_skipped() -> None:
 
 
 async def test_a_switch_of_protocols_is_unreachable() -> None:
-    async def upgrade(conn: Conn) -> None:
-        await conn.request()
-        await conn.stream.send(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n")
-        await conn.until_end()
-
-    pool = H1Pool()
-    async with raw_server(upgrade) as server:
-        with pytest.raises(UpstreamUnreachable) as caught:
-            await _ask(pool, _request(server.port))
-    assert caught.value.fault is TransportFault.RESET_BEFORE_HEAD
-    assert pool.open_count == 0
+    refused = await _unreachable(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n")
+    assert refused.fault is TransportFault.RESET_BEFORE_HEAD
 
 
 async def test_a_head_past_the_bound_is_unreachable() -> None:
-    async def endless_head(conn: Conn) -> None:
-        await conn.request()
-        await conn.stream.send(b"HTTP/1.1 200 OK\r\n")
-        for _ in range(40):  # 160 KiB of headers, and never the blank line
-            await conn.stream.send(b"x-filler: " + b"f" * 4086 + b"\r\n")
-        await conn.until_end()
-
-    pool = H1Pool()
-    async with raw_server(endless_head) as server:
-        with pytest.raises(UpstreamUnreachable) as caught:
-            await _ask(pool, _request(server.port))
-    assert "too large" in str(caught.value)
-    assert pool.open_count == 0
+    filler = b"x-filler: " + b"f" * 4086 + b"\r\n"
+    # 160 KiB of headers, and never the blank line.
+    refused = await _unreachable(b"HTTP/1.1 200 OK\r\n", *[filler] * 40)
+    assert "too large" in str(refused)
 
 
 async def test_a_content_length_body_cut_short_is_broken() -> None:
