@@ -38,7 +38,6 @@ from twengine.attempt_ledger import (
     RecordSuccess,
     ReleaseSlot,
 )
-from twengine.slots import Permit
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream_translate import keepalive_comments
@@ -48,7 +47,7 @@ from twserve.attempt_reader import Attempt, AttemptItem, AttemptRequests, Destin
 from twserve.client_answer import ClientAnswer, RelayOutcome
 from twserve.http1 import ClientGone
 from twserve.httptypes import Responder
-from twserve.relay_hooks import RelayHooks, SlotHolds
+from twserve.relay_hooks import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
 from twserve.relay_wake import DeadlineWake, Wake, next_item
 from twserve.upstream import Upstream
 
@@ -78,12 +77,7 @@ class RelayRequest:
     last_keepalive: float | None = None  # sent while it waited for its key (twserve.key_turn)
 
 
-@dataclass(frozen=True, slots=True)
-class _Granted:
-    permit: Permit
-
-
-_Taken = AttemptItem | _Granted
+_Taken = AttemptItem | Granted
 _Item = _Taken | Wake
 
 
@@ -122,10 +116,13 @@ class _Relay:
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
-        self.slots = SlotHolds(hooks, req.owner, deliver=self._deliver, clock=clock)
         send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
         self.inbox_send: MemoryObjectSendStream[_Item] = send
         self.inbox: MemoryObjectReceiveStream[_Item] = receive
+        # Callbacks that are not bound methods of this relay: no reference cycle through it.
+        deliver = grant_poster(send.send_nowait)
+        self.slots = SlotHolds(hooks, req.owner, deliver=deliver, clock=clock)
+        self._snapshot = snapshot_of(hooks, self.names)
         self.feed = AttemptFeed(
             self.ledger, responder, self.dests, self._snapshot, clock=clock, wall=wall
         )
@@ -134,9 +131,6 @@ class _Relay:
         # The ledger's deadline wakes the loop through the inbox (twserve.relay_wake).
         self.wake = DeadlineWake(self.inbox_send.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
-
-    def _snapshot(self, now: float) -> dict[str, set[str]]:
-        return {"free": self.hooks.free(self.names), "paused": self.hooks.paused(self.names, now)}
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -152,7 +146,7 @@ class _Relay:
                         self.inbox, self.wake, ledger.next_deadline
                     )
                     now = self.clock()
-                    if isinstance(item, _Granted):
+                    if isinstance(item, Granted):
                         self.slots.granted(item.permit)
                         await self._do(ledger.slot_granted(item.permit.name, now))
                     elif item is not None:
@@ -244,13 +238,6 @@ class _Relay:
                 self.observer(action)
             except Exception:  # an observer's bug must not fail the request
                 log.exception("relay observer failed")
-
-    def _deliver(self, permit: Permit) -> bool:
-        try:
-            self.inbox_send.send_nowait(_Granted(permit))
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return False
-        return True
 
     async def _send(self, provider: str, index: int) -> None:
         live = Attempt(index=index, provider=provider, scope=anyio.CancelScope(), sent_at=0.0)

@@ -7,6 +7,12 @@ grants to waiting requests (handing a slot straight on when its waiter is gone),
 health changes. `SlotHolds` is one request's side: it carries out the attempt ledger's
 bookkeeping verbs (slots, slot waits, health records) and holds the permits and the ticket they
 leave it with, given back whatever happens.
+
+`snapshot_of` and `grant_poster` are the two callbacks a relayed request hands out (to its
+attempt feed and to its slot holds). They are closures over what they use, not methods of the
+relay: a request's objects then form no reference cycle and are freed by reference counting the
+moment it ends, instead of lingering (and being promoted through the generations) until Python's
+cycle collector finds them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Protocol, assert_never
 
 import anyio
@@ -32,7 +39,15 @@ from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 from twproto.ir import Usage
 
-__all__ = ["Bookkeeping", "RelayHooks", "RouterHooks", "SlotHolds"]
+__all__ = [
+    "Bookkeeping",
+    "Granted",
+    "RelayHooks",
+    "RouterHooks",
+    "SlotHolds",
+    "grant_poster",
+    "snapshot_of",
+]
 
 #: The attempt ledger's verbs that only touch the shared state: slots, waits, health records.
 Bookkeeping = AcquireSlot | ReleaseSlot | WaitForSlot | CancelWait | RecordFailure | RecordSuccess
@@ -60,6 +75,37 @@ class RelayHooks(Protocol):
     def failed(self, provider: str, failure: Failure, now: float) -> None: ...
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A slot grant, as posted to the waiting request's inbox."""
+
+    permit: Permit
+
+
+def grant_poster(post: Callable[[Granted], None]) -> Callable[[Permit], bool]:
+    """`SlotHolds`'s ``deliver``: post the grant with `post` (an inbox's ``send_nowait``);
+    False when the inbox is full or closed (the grant then goes to the next waiter)."""
+
+    def deliver(permit: Permit) -> bool:
+        try:
+            post(Granted(permit))
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+    return deliver
+
+
+def snapshot_of(hooks: RelayHooks, names: list[str]) -> Callable[[float], dict[str, set[str]]]:
+    """The attempt ledger's view of `names` at a time: which have a free slot, which are
+    paused (the ``free`` and ``paused`` arguments of its inputs)."""
+
+    def snapshot(now: float) -> dict[str, set[str]]:
+        return {"free": hooks.free(names), "paused": hooks.paused(names, now)}
+
+    return snapshot
 
 
 class SlotHolds:

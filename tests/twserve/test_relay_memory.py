@@ -9,6 +9,7 @@ closed.
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -17,16 +18,19 @@ import anyio
 import pytest
 
 from twengine.attempt import AttemptSettings
+from twengine.attempt_ledger import AttemptLedger
 from twengine.config import build_config
 from twengine.router import Router
 from twproto.dialect import Dialect
 from twproto.failures import TransportFault
 from twproto.paths import Operation
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget
+from twserve.attempt_feed import AttemptFeed
 from twserve.attempt_reader import Destination
+from twserve.client_answer import ClientAnswer
 from twserve.http1 import ClientGone
 from twserve.relay import RelayOutcome, RelayRequest, relay
-from twserve.relay_hooks import RouterHooks
+from twserve.relay_hooks import RouterHooks, SlotHolds
 from twserve.upstream_memory import MemoryAnswer, MemoryUpstream
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
@@ -190,6 +194,24 @@ async def test_a_stream_is_relayed_unchanged() -> None:
     assert headers[b"anthropic-beta"] == b"x"  # same format: protocol headers go along
     assert headers[b"anthropic-version"] == b"2023-06-01"
     setup.assert_all_given_back(up)
+
+
+async def test_a_relayed_request_is_freed_as_it_ends() -> None:
+    """Nothing of a request forms a reference cycle: its objects go the moment it ends, not at
+    the cycle collector's next pass (which would walk them again and again on a busy gateway)."""
+    setup = Setup({"a": {}})
+    up = by_host(a=MemoryAnswer(headers=SSE, chunks=_split(STREAM)))
+    client = Collected()
+    gc.collect()
+    gc.disable()
+    try:
+        out = await setup.run(up, client)
+        kinds = (AttemptLedger, AttemptFeed, ClientAnswer, SlotHolds)
+        left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, kinds)]
+    finally:
+        gc.enable()
+    assert (client.status, client.body, out.provider) == (200, STREAM, "a")
+    assert left == []
 
 
 async def test_an_error_response_fails_over_and_is_counted() -> None:
