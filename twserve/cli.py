@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, ConfigError
-from twserve import eventloop
+from twserve import cyclegc, eventloop
 from twserve.app import FD_RESERVE, GatewayApp, raise_fd_limit
 from twserve.configfile import (
     data_dir,
@@ -139,6 +139,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with anyio.open_signal_receiver(*sigs_wanted) as sigs:
             async with anyio.create_task_group() as tg:
                 bound = await tg.start(app.run)
+                cyclegc.settle()  # what startup built is not walked again (twserve.cyclegc)
                 if bound.gateway_port is not None:
                     print(
                         f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True
