@@ -139,6 +139,10 @@ class Metrics:
         self.in_flight.set_function(lambda: float(len(self._open)))
         reg.register(_LiveState(router, clock))
         self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
+        self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
+        self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
+        self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
+        self._unpriced = _Children(self.unpriced)
 
     @property
     def open_requests(self) -> int:
@@ -155,7 +159,7 @@ class Metrics:
         """A gateway row listener: count one ended request."""
         provider = row.provider or "none"
         status = "none" if row.status is None else str(row.status)
-        self.requests.labels(row.format or "unknown", status, provider).inc()
+        self._requests(row.format or "unknown", status, provider).inc()
         self.totals["requests"] += 1
         if row.cancelled:
             self.totals["cancelled"] += 1
@@ -164,19 +168,19 @@ class Metrics:
         else:
             self.totals["failed"] += 1
         if row.ttfb_ms is not None and row.provider:
-            self.ttfb.labels(row.provider).observe(row.ttfb_ms / 1000)
+            self._ttfb(row.provider).observe(row.ttfb_ms / 1000)
         self._observe_spend(row, provider)
         attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
         previous: dict[str, Any] | None = None
         for attempt in attempts:
             name = str(attempt.get("provider"))
             outcome = str(attempt.get("outcome"))
-            self.attempts.labels(name, outcome).inc()
+            self._attempts(name, outcome).inc()
             if outcome == "skipped":
                 continue
             round_ = int(attempt.get("retry") or 0)
             if round_ > 0:
-                self.retries.labels(name).inc()
+                self._retries(name).inc()
             if (
                 previous is not None
                 and previous.get("provider") != name
@@ -195,15 +199,33 @@ class Metrics:
             ("output", row.output_tokens),
         ):
             if count:
-                self.tokens.labels(key, provider, model, kind).inc(count)
+                self._tokens(key, provider, model, kind).inc(count)
         if row.cost_micros:
-            self.cost.labels(key, provider, model).inc(row.cost_micros / 1_000_000)
+            self._cost(key, provider, model).inc(row.cost_micros / 1_000_000)
         if row.cost_state == "unknown":
-            self.unpriced.labels(provider, model).inc()
+            self._unpriced(provider, model).inc()
 
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(_WithoutCreated(self.registry))
+
+
+class _Children:
+    """A labelled metric's children by their label values, kept in a dict: prometheus-client's
+    ``labels()`` checks and converts its arguments on every call, and a request's row takes
+    several. Nothing removes a child from these metrics, so a kept one stays the metric's."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
 
 
 class _WithoutCreated(CollectorRegistry):
