@@ -82,18 +82,14 @@ class Gateway:
         # Body copies of requests in progress, by request id (retention.store_bodies); answers
         # whose end waits for their row (store.commit_before_end).
         self.taps, self.ends = BodyTaps(), EndsAfterCommit()
-        self.upstream = upstream
-        self.env = env
-        self.clock = clock
-        self.wall = wall
+        self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
         # Called with every stored row, after `on_finished` (metrics, the control plane).
         self.row_listeners: list[Callable[[RequestRow], None]] = []
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
         self._configured = False
-        # Request ids: a random prefix per process and a counter (one urandom call, not one
-        # per request).
+        # Request ids: a random prefix per process and a counter (one urandom call in all).
         self._id_prefix = uuid.uuid4().hex[:12]
         self._id_counter = itertools.count(1)
         self.rng = random.Random()
@@ -119,6 +115,9 @@ class Gateway:
             self.usage.apply_config(config)
         self.settings = AttemptSettings.from_failover(config.failover)
         self.callers = Callers(config)
+        # No body copy (retention.store_bodies), no commit wait (store.commit_before_end).
+        store = config.store
+        self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def check_head(self, request: Request) -> http1.Refusal | None:
         """The refusal a request's head is enough for (address, key), asked by the transport
@@ -136,6 +135,9 @@ class Gateway:
             else:
                 assert route.dialect is not None
                 rid, config = self.next_request_id(), self.config
+                if self._bare:  # nothing wraps the responder: no context managers to enter
+                    await self._generate(request, responder, route, route.dialect, client_name, rid)
+                    return
                 async with self.ends.hold(rid, responder, config.store) as held:
                     with self.taps.keep(rid, held, config.retention, request.body) as kept:
                         await self._generate(request, kept, route, route.dialect, client_name, rid)
