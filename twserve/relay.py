@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -116,9 +116,11 @@ class _Relay:
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
-        send, receive = anyio.create_memory_object_stream[_Item](INBOX_SIZE)
-        self.inbox_send: MemoryObjectSendStream[_Item] = send
-        self.inbox: MemoryObjectReceiveStream[_Item] = receive
+        # Not create_memory_object_stream[_Item]: the subscripted call costs a typing alias.
+        send: MemoryObjectSendStream[_Item]
+        receive: MemoryObjectReceiveStream[_Item]
+        send, receive = anyio.create_memory_object_stream(INBOX_SIZE)
+        self.inbox_send, self.inbox = send, receive
         # Callbacks that are not bound methods of this relay: no reference cycle through it.
         deliver = grant_poster(send.send_nowait)
         self.slots = SlotHolds(hooks, req.owner, deliver=deliver, clock=clock)
@@ -262,7 +264,7 @@ class _Relay:
         return built
 
 
-async def relay(
+def relay(
     up: Upstream,
     hooks: RelayHooks,
     destinations: list[Destination],
@@ -275,13 +277,14 @@ async def relay(
     rng: Callable[[], float],
     out: RelayOutcome | None = None,
     observer: Callable[[act.Action], None] | None = None,
-) -> RelayOutcome:
+) -> Coroutine[Any, Any, RelayOutcome]:
     """Carry `req` to `destinations` under the attempt ledger; write the answer or an error.
 
     `out` is filled in as the request goes, so a caller whose scope is cancelled (the client
     left) still has the attempts made so far. `observer` sees the `Backoff` actions and the
-    `Send` that ends a wait (for the retry events).
+    `Send` that ends a wait (for the retry events). To be awaited: the relay's own coroutine,
+    with no frame of this function's above it on every resume.
     """
     out = out if out is not None else RelayOutcome()
     r = _Relay(up, hooks, destinations, req, responder, settings, clock, wall, rng, out, observer)
-    return await r.run()
+    return r.run()
