@@ -75,6 +75,8 @@ MODEL_HEADER = b"x-twserve-model"
 
 def _header_value(text: str) -> bytes:
     """`text` as a header value: visible ASCII and spaces; anything else becomes ``?``."""
+    if text.isascii() and text.isprintable():  # the usual name: nothing to replace
+        return text.strip().encode("ascii")
     return "".join(c if " " <= c <= "~" else "?" for c in text).strip().encode("ascii")
 
 
