@@ -395,12 +395,14 @@ class EventBus:
     def publish(self, event: Event) -> None:
         """Deliver `event` now; never waits and never raises into the caller."""
         self._seq += 1
-        item = Published(seq=self._seq, event=event)
         for listener in self.listeners:
             try:
                 listener(event)
             except Exception:  # a listener's bug must not fail the request that published
                 log.exception("event listener failed on %s", event_name(event))
+        if not self._subscribers:
+            return  # nobody watches /events (the usual case): no numbered item to build
+        item = Published(seq=self._seq, event=event)
         gone = [sub for sub in self._subscribers if not sub.offer(item)]
         for sub in gone:
             self.unsubscribe(sub)
