@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from twengine import attempt as act
 from twengine.attempt_ledger import (
@@ -48,6 +47,7 @@ from twserve.client_answer import ClientAnswer, RelayOutcome
 from twserve.http1 import ClientGone
 from twserve.httptypes import Responder
 from twserve.relay_hooks import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
+from twserve.relay_inbox import Inbox
 from twserve.relay_wake import DeadlineWake, Wake, next_item
 from twserve.upstream import Upstream
 
@@ -116,13 +116,9 @@ class _Relay:
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
-        # Not create_memory_object_stream[_Item]: the subscripted call costs a typing alias.
-        send: MemoryObjectSendStream[_Item]
-        receive: MemoryObjectReceiveStream[_Item]
-        send, receive = anyio.create_memory_object_stream(INBOX_SIZE)
-        self.inbox_send, self.inbox = send, receive
+        self.inbox: Inbox[_Item] = Inbox(INBOX_SIZE)  # twserve.relay_inbox
         # Callbacks that are not bound methods of this relay: no reference cycle through it.
-        deliver = grant_poster(send.send_nowait)
+        deliver = grant_poster(self.inbox.send_nowait)
         self.slots = SlotHolds(hooks, req.owner, deliver=deliver, clock=clock)
         self._snapshot = snapshot_of(hooks, self.names)
         self.feed = AttemptFeed(
@@ -131,7 +127,7 @@ class _Relay:
         self.tg: anyio.abc.TaskGroup | None = None
         self.started: list[Attempt] = []  # every attempt whose reader was started
         # The ledger's deadline wakes the loop through the inbox (twserve.relay_wake).
-        self.wake = DeadlineWake(self.inbox_send.send_nowait, clock)
+        self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
 
     # -- the loop --------------------------------------------------------------------------
@@ -185,7 +181,6 @@ class _Relay:
         out.attempt_usage = dict(self.feed.attempt_usage)
         self.slots.close()  # a grant posted but never read, a wait cut short
         self.wake.cancel()
-        self.inbox_send.close()
         self.inbox.close()
 
     # -- the verbs -------------------------------------------------------------------------
@@ -253,7 +248,7 @@ class _Relay:
             live,
             self.up,
             lambda: self._build(self.dests[provider]),
-            self.inbox_send.send,
+            self.inbox.send,
             self.feed,
             self.dests[provider].connect_timeout,
         )

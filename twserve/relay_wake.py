@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-__all__ = ["WAKE", "DeadlineWake", "Wake", "next_item"]
+__all__ = ["WAKE", "DeadlineWake", "Receiving", "Wake", "next_item"]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Receiving(Protocol[T_co]):
+    """An inbox as `next_item` takes from it (twserve.relay_inbox.Inbox)."""
+
+    def receive_nowait(self) -> T_co: ...
+
+    async def receive(self) -> T_co: ...
 
 
 class Wake:
@@ -81,7 +89,7 @@ class DeadlineWake:
 
 
 async def next_item(
-    inbox: MemoryObjectReceiveStream[T | Wake],
+    inbox: Receiving[T | Wake],
     wake: DeadlineWake,
     next_deadline: Callable[[], float | None],
 ) -> T | None:
