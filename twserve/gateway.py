@@ -64,6 +64,7 @@ class Gateway:
 
     router: Router
     hooks: RouterHooks
+    _LISTINGS = (Operation.LIST_MODELS, Operation.GET_MODEL)
 
     def __init__(
         self,
@@ -126,22 +127,22 @@ class Gateway:
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route, client_name, verdict = self.callers.check(request)
+        listing = route is not None and route.operation in self._LISTINGS
+        if verdict is None and not listing:
+            assert route is not None and route.dialect is not None and client_name is not None
+            rid, config = self.next_request_id(), self.config
+            if self._bare:  # nothing wraps the responder: no context managers to enter
+                await self._generate(request, responder, route, route.dialect, client_name, rid)
+                return
+            async with self.ends.hold(rid, responder, config.store) as held:
+                with self.taps.keep(rid, held, config.retention, request.body) as kept:
+                    await self._generate(request, kept, route, route.dialect, client_name, rid)
+            return
+        # A refusal's or a listing's shape follows the client (a generated answer's, its path).
         dialect = guess_client_dialect(request.path, request.headers)
         if verdict is None:
-            assert route is not None and client_name is not None
-            if route.operation in (Operation.LIST_MODELS, Operation.GET_MODEL):
-                # A listing's shape follows the client (guess_client_dialect).
-                verdict = answer_models(self.config, route, dialect, table=self.usage.table)
-            else:
-                assert route.dialect is not None
-                rid, config = self.next_request_id(), self.config
-                if self._bare:  # nothing wraps the responder: no context managers to enter
-                    await self._generate(request, responder, route, route.dialect, client_name, rid)
-                    return
-                async with self.ends.hold(rid, responder, config.store) as held:
-                    with self.taps.keep(rid, held, config.retention, request.body) as kept:
-                        await self._generate(request, kept, route, route.dialect, client_name, rid)
-                return
+            assert route is not None
+            verdict = answer_models(self.config, route, dialect, table=self.usage.table)
         await answer(responder, dialect, verdict)
 
     async def _generate(
