@@ -2,8 +2,9 @@
 
 The relay starts one reader task per attempt. The reader opens the upstream request and posts
 what arrives — head, error body, whole answer, chunks, end, break, a failure — into the
-request's inbox, a small memory stream, so a slow client slows the upstream read instead of
-growing a buffer. Cancelling the attempt's scope closes the upstream request.
+request's inbox, a small bounded queue (`twserve.relay_inbox`), so a slow client slows the
+upstream read instead of growing a buffer. Cancelling the attempt's scope closes the upstream
+request.
 
 Once the answer is committed and no chunk of it waits in the inbox, the reader writes to the
 client itself (`Attempt.direct`): each chunk then skips the hop through the request's loop.

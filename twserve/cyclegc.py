@@ -13,8 +13,9 @@ alive then to the permanent generation (``gc.freeze``: never walked again; freed
 its last reference goes), and raises the young generation's threshold to `YOUNG_THRESHOLD`
 allocations. Reference cycles are still collected, only less often: at most that many objects
 wait for it, a few MB. One thing changes: a reference cycle made only of frozen objects is not
-collected (such as startup state a config reload replaces, if it refers to itself); that is
-bounded by the reloads done.
+collected (such as the startup config, if it refers to itself, once a reload has replaced it);
+only what was alive at startup is frozen, so that is bounded by the startup heap, however many
+reloads follow.
 
 ``TWSERVE_GC=default`` in the environment leaves Python's collector as it is, e.g. to rule this
 out when chasing memory (docs/operations.md).

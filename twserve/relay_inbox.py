@@ -94,9 +94,13 @@ class Inbox(Generic[T]):
                 return
 
     def close(self) -> None:
-        """No more sends; a sender waiting for room gets `anyio.BrokenResourceError`."""
+        """No more sends; a sender waiting for room gets `anyio.BrokenResourceError`, a
+        receiver waiting for an item `anyio.EndOfStream`."""
         self._closed = True
         self._items.clear()
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
         while self._putters:
             room = self._putters.popleft()
             if not room.done():

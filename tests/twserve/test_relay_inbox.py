@@ -91,3 +91,20 @@ async def test_a_sender_that_gives_up_waiting_leaves_the_room_to_the_next() -> N
         await anyio.wait_all_tasks_blocked()
     assert sent == [3]
     assert inbox.receive_nowait() == 3
+
+
+async def test_close_ends_a_receive_that_waits() -> None:
+    inbox: Inbox[int] = Inbox(2)
+    ended = False
+
+    async def receive() -> None:
+        nonlocal ended
+        with pytest.raises(anyio.EndOfStream):
+            await inbox.receive()
+        ended = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(receive)
+        await anyio.sleep(0.01)
+        inbox.close()
+    assert ended
