@@ -12,8 +12,10 @@ HERE = Path(__file__).resolve().parent
 
 def test_load_harness_runs_every_phase_and_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    # Enough long requests that the gateway spends several clock ticks (10 ms each) on them.
-    args = ["--runs", "1", "--long-requests", "8", "--short-requests", "4", "--ttfb-requests", "2"]
+    # Enough long requests that the gateway spends several clock ticks (10 ms each) on them:
+    # about 5 µs a chunk, 200 chunks each, so 48 of them take some 50 ms.
+    args = ["--runs", "1", "--long-requests", "48", "--short-requests", "4"]
+    args += ["--ttfb-requests", "2"]
     args += ["--warmup", "1", "--pace", "0.0001"]
     done = subprocess.run(
         [sys.executable, str(HERE / "load.py"), *args, "--json", str(out)],
