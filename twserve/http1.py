@@ -58,6 +58,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import anyio
@@ -262,7 +263,9 @@ class _Responder:
         if self._conn.closing:
             # Draining: tell the client this connection ends with this answer.
             headers = [*headers, (b"connection", b"close")]
-        await self._conn.write(h11.Response(status_code=status, headers=headers))
+        await self._conn.write(
+            h11.Response(status_code=status, headers=headers, reason=_reason(status))
+        )
 
     async def send(self, data: bytes) -> None:
         if data:
@@ -778,7 +781,10 @@ class _Connection:
         headers = [*headers, (b"content-length", length), (b"connection", b"close")]
         try:
             if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                await self.write(h11.Response(status_code=refusal.status, headers=headers))
+                response = h11.Response(
+                    status_code=refusal.status, headers=headers, reason=_reason(refusal.status)
+                )
+                await self.write(response)
                 await self.write(h11.Data(data=body))
                 await self.write(h11.EndOfMessage())
         except (ClientGone, h11.LocalProtocolError):
@@ -1050,6 +1056,14 @@ class Server:
         if self._all is not None:
             self._all.cancel()
         return finished
+
+
+# The status line's reason phrase (RFC 9112 lets it be empty; people and some tools read it).
+_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+
+def _reason(status: int) -> bytes:
+    return _REASONS.get(status, b"")
 
 
 def _raw_transport(stream: Any) -> tuple[Any, Any]:

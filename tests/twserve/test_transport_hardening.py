@@ -185,6 +185,18 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(
     assert len(st.mock("c").received) == 0
 
 
+def test_status_lines_carry_their_reason_phrase(stack: StackFactory) -> None:
+    st = stack({"c": Upstream("openai-chat")})
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+        _, ok, _ = read_reply(sock)
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BODY), key="not-the-key") + BODY)
+        _, refused, _ = read_reply(sock)
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert refused.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
+
+
 def test_a_malformed_head_is_not_echoed(stack: StackFactory) -> None:
     st = stack({"c": Upstream("openai-chat")})
     with connect(st.port) as sock:
