@@ -211,23 +211,38 @@ def test_sdk_over_h2c_prior_knowledge(h2_stack: Stack, fmt: str, stream: bool) -
 
 @pytest.mark.sdk
 def test_sdk_streams_share_one_h2_connection(h2_stack: Stack) -> None:
-    """Eight SDK calls from threads at once on one HTTP/2-only client: one TCP connection."""
-    with _h2_sdks(h2_stack) as clients:
-        results: list[str] = []
+    """Eight SDK streams at once on one HTTP/2-only client: one TCP connection.
 
-        def one() -> None:
-            results.append(_ask("openai-chat", clients, stream=True)[0])
+    The async client, from one event loop: httpcore's sync HTTP/2 connection lets threads
+    interleave inside h2 (which is not thread-safe), so two threads' HEADERS can go out in the
+    wrong stream order, and the gateway then ends the connection with PROTOCOL_ERROR, as RFC
+    9113 (5.1.1) says it must."""
 
-        with start_blocking_portal() as portal:
+    async def many() -> tuple[list[str], int]:
+        async with httpx2.AsyncClient(http1=False, http2=True, timeout=5.0) as client:
+            oai = openai.AsyncOpenAI(
+                base_url=h2_stack.url + "/v1", api_key=KEY, max_retries=0, http_client=client
+            )
+            results: list[str] = []
 
-            async def many() -> None:
-                async with anyio.create_task_group() as tg:
-                    for _ in range(8):
-                        tg.start_soon(anyio.to_thread.run_sync, one)
+            async def one() -> None:
+                parts: list[str] = []
+                stream = await oai.chat.completions.create(
+                    model=MODELS["openai-chat"],
+                    messages=[{"role": "user", "content": PROMPT}],
+                    stream=True,
+                )
+                async for chunk in stream:
+                    parts += [c.delta.content or "" for c in chunk.choices]
+                results.append("".join(parts))
 
-            portal.call(many)
-        pool = clients[1]._client._transport._pool
-        assert len(pool.connections) == 1
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(one)
+            return results, len(client._transport._pool.connections)
+
+    results, connections = anyio.run(many)
+    assert connections == 1
     assert results == [TEXT] * 8
 
 
