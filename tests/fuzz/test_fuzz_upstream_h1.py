@@ -43,7 +43,8 @@ class _Transport:
         self.aborted = True
 
 
-def _connection() -> tuple[H1Connection, _Transport]:
+def started_connection() -> tuple[H1Connection, _Transport]:
+    """A connection whose request went out (to a recording transport), reading its answer."""
     conn = H1Connection(None, ("http", "upstream", 80))  # type: ignore[arg-type]
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
@@ -54,7 +55,7 @@ def _connection() -> tuple[H1Connection, _Transport]:
 def answer_target(pieces: list[bytes], eof: bool) -> dict[str, Any]:
     """Feed `pieces` (then the end of file, with `eof`); what the reader would see. Never
     raises: every answer ends as a head with its body, or as a failure."""
-    conn, transport = _connection()
+    conn, transport = started_connection()
     body: list[bytes] = []
     for piece in filter(None, pieces):  # (a transport never hands on an empty read)
         if transport.aborted:
@@ -132,7 +133,7 @@ def test_a_chunked_answer_in_any_reads_is_its_body_and_reusable(
 def test_a_sink_and_the_reader_between_them_see_the_body_once_in_order(
     chunks: list[bytes], points: list[int], verdicts: list[bool]
 ) -> None:
-    conn, _ = _connection()
+    conn, _ = started_connection()
     pieces = [p for p in split(_chunked(chunks), points) if p]
     got: list[bytes] = []
     says = iter(verdicts)
