@@ -841,17 +841,11 @@ class _Connection:
         self.watched = True
         watch.start()
         try:
-            with handler_scope:
-                await self.handler(request, responder)
-        except ClientGone:
-            pass
-        except Exception:
-            if not await self._handler_failed(request, responder):
-                return False
+            kept = await self._run_handler(request, responder, handler_scope)
         finally:
             watch.stop()
             self._handler_done()
-        return await self._after_answer(request, responder)
+        return kept and await self._after_answer(request, responder)
 
     async def _dispatch_with_reader(self, request: Request, responder: _Responder) -> bool:
         """`_dispatch` over a stream without a transport to watch: a reader task watches."""
@@ -865,18 +859,24 @@ class _Connection:
             self.handler_scope = handler_scope
             self.watched = True
             try:
-                with handler_scope:
-                    await self.handler(request, responder)
-            except ClientGone:
-                pass
-            except Exception:
-                if not await self._handler_failed(request, responder):
-                    tg.cancel_scope.cancel()
-                    return False
+                kept = await self._run_handler(request, responder, handler_scope)
             finally:
                 self._handler_done()
             tg.cancel_scope.cancel()
-        return await self._after_answer(request, responder)
+        return kept and await self._after_answer(request, responder)
+
+    async def _run_handler(
+        self, request: Request, responder: _Responder, scope: anyio.CancelScope
+    ) -> bool:
+        """The handler, under `scope`; False when its failure ends the connection."""
+        try:
+            with scope:
+                await self.handler(request, responder)
+        except ClientGone:
+            pass
+        except Exception:
+            return await self._handler_failed(request, responder)
+        return True
 
     async def _handler_failed(self, request: Request, responder: _Responder) -> bool:
         """Log the handler's failure; answer 500 if nothing was written yet (False: the
