@@ -137,7 +137,9 @@ class AttemptFeed:
                 follow: list[LedgerAction] = []
                 sent = live.translator.feed(data)
                 if sent:
+                    live.writing = True
                     await self.responder.send(sent)
+                    live.writing = False
                     live.reported_at = now
                     follow = self.ledger.content(now)
                 # Only after our own write is done may the reader write (one writer at a time).
@@ -228,20 +230,14 @@ class AttemptFeed:
                 out.usage = live.translator.usage
         self.end_attempt()
 
-    def client_left(self, out: RelayOutcome, answer_started: bool) -> None:
-        """The client left before the ledger was done: whether it had the whole answer, and
-        which upstream what it had came from."""
+    def client_left(self, out: RelayOutcome, answer_started: bool) -> bool:
+        """The client left before the ledger was done: whether it had the whole answer
+        (returned), and which upstream what it had came from."""
         live = self.live
         # A client that leaves right after the answer's final event (its SDK is done) has the
         # whole answer: that is not a cancelled request, even if the upstream's own end had not
         # arrived yet.
-        delivered = (
-            live is not None
-            and live.committed
-            and live.translator is not None
-            and live.translator.finished
-            and live.pending == b""
-        )
+        delivered = live is not None and live.delivered()
         out.cancelled, out.delivered = not delivered, delivered
         if live is not None:
             # What the client had already received came from this upstream.
@@ -250,6 +246,14 @@ class AttemptFeed:
                 out.status = 200 if answer_started else None
             if live.translator is not None:
                 out.usage = live.translator.usage
+                if delivered:
+                    out.dropped.extend(live.translator.dropped)
+        return delivered
+
+    def delivered(self) -> bool:
+        """The attempt in flight (if any) has written the whole answer to the client."""
+        live = self.live
+        return live is not None and live.delivered()
 
     def _billed_usage(self, live: Attempt) -> ir.Usage | None:
         if live.translator is not None:
@@ -265,11 +269,11 @@ class AttemptFeed:
         assert translator is not None
         data = translator.feed(chunk)
         if data:
-            live.writing = True  # the sink leaves what arrives meanwhile for this reader
-            try:
-                await self.responder.send(data)
-            finally:
-                live.writing = False
+            # The sink leaves what arrives meanwhile for this reader. Not cleared when the write
+            # is cut short: the answer's last bytes did not go out (`Attempt.delivered`).
+            live.writing = True
+            await self.responder.send(data)
+            live.writing = False
             # The idle clock only needs to know that content keeps coming: the loop reads this
             # when it wakes, which keeps the ledger off the per-chunk path.
             live.content_at = self.clock()

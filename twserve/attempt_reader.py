@@ -334,7 +334,10 @@ class Attempt:
     queued: int = 0
     committed: bool = False
     direct: bool = False
-    writing: bool = False  # the reader is in the middle of a write of its own
+    # A write of the client's bytes is under way: set before it and cleared only once it
+    # returned, so a write cut short (the client left) leaves it set. The sink leaves what
+    # arrives meanwhile for the writer.
+    writing: bool = False
     # The opening's bytes as they came (streams), read for usage if the attempt ends before
     # content.
     opening_bytes: list[bytes] = field(default_factory=list)
@@ -348,6 +351,19 @@ class Attempt:
     def running(self) -> bool:
         """The reader has work left that cancelling its scope would cut short."""
         return not (self.done or self.last_taken or self.scope.cancel_called)
+
+    def delivered(self) -> bool:
+        """The client has the whole answer: the stream's final event was translated and every
+        byte of it handed to the connection (nothing held, no write cut short). What the
+        client does next does not change that (docs/operations.md, "A client that leaves")."""
+        translator = self.translator
+        return (
+            self.committed
+            and translator is not None
+            and translator.finished
+            and not self.pending
+            and not self.writing
+        )
 
     reported_at: float = 0.0  # the latest content time the attempt machine has heard
 

@@ -220,8 +220,9 @@ class ClientAnswer:
         if live is not None:
             live.committed = True
             if live.pending:
-                data, live.pending = live.pending, b""
-                await self.responder.send(data)
+                # Given up only once written: a write cut short has not delivered it.
+                await self.responder.send(live.pending)
+                live.pending = b""
             live.direct = live.queued == 0 and live.translator is not None
 
     async def finish_stream(self, live: Attempt) -> None:
@@ -233,8 +234,8 @@ class ClientAnswer:
         out.usage = translator.usage
         out.dropped.extend(translator.dropped)
         if live.pending:
-            data, live.pending = live.pending, b""
-            await self.responder.send(data)
+            await self.responder.send(live.pending)
+            live.pending = b""
         await self.responder.end()
 
     async def end_stream_with_error(

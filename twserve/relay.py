@@ -168,15 +168,27 @@ class _Relay:
         out = self.out
         out.ttfb_ms = self.feed.ttfb_ms
         if not self.ledger.done:
-            self.feed.client_left(out, self.client.started)
-            for action in self.ledger.client_gone(self.clock()):
+            now = self.clock()
+            # A client that leaves once it has the whole answer ends a delivered stream: the
+            # attempt succeeded (its sample and success are booked), only the upstream's own
+            # end is not waited for.
+            if self.feed.client_left(out, self.client.started):
+                actions = self.ledger.ended(now, clean=True)
+            else:
+                actions = self.ledger.client_gone(now)
+            for action in actions:
                 match action:
-                    case ReleaseSlot() | CancelWait() | RecordFailure():
+                    case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
                         self.slots.book(action)
-                    case act.CancelAttempt():
+                    case act.CancelAttempt() | act.Finish():
                         self.feed.end_attempt()
                     case _:
                         pass  # the client is gone: nothing more is written
+        elif not out.cancelled and not out.delivered:
+            # The ledger was done and its last verbs were being carried out when the client
+            # left (the stream's end, the row's wait): its answer was delivered if every byte
+            # of the final event had been written.
+            out.delivered = self.feed.delivered()
         out.attempts = self.ledger.attempts
         out.attempt_usage = dict(self.feed.attempt_usage)
         self.slots.close()  # a grant posted but never read, a wait cut short

@@ -23,6 +23,7 @@ from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
 from twserve import http1
 from twserve.app import GatewayApp
+from twserve.httptypes import Handler
 from twserve.websocket import WebSocketLimits
 
 KEY = "test-key"
@@ -42,6 +43,9 @@ class Upstream:
     settings: MockSettings = field(default_factory=MockSettings)
     models: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Stands in front of the mock (to record or change what it sends); the mock is still
+    # `Stack.mock(name)`.
+    wrap: Callable[[Handler], Handler] | None = None
 
 
 @dataclass
@@ -96,15 +100,16 @@ def running_stack(
         mocks: dict[str, tuple[MockHandler, int]] = {}
         providers = []
         for name, up in upstreams.items():
-            handler = make_handler(up.settings)
+            mock = make_handler(up.settings)
+            handler: Handler = mock if up.wrap is None else up.wrap(mock)
             # The mocks speak h2c too, for upstreams configured with ``http2: true``, and
             # take Realtime and Responses sockets (twmock.realtime, twmock.responses_socket).
-            server = http1.Server(handler, switches=mock_switches(handler))
+            server = http1.Server(handler, switches=mock_switches(mock))
             fut, port = portal.start_task(
                 partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
             )
             futures.append(fut)
-            mocks[name] = (handler, port)
+            mocks[name] = (mock, port)
             entry: dict[str, Any] = {
                 "name": name,
                 "protocol": up.protocol,

@@ -52,15 +52,24 @@ class Collected:
     """A responder that keeps what the client would have received.
 
     With `gone_after`, the client leaves after that many writes: as twserve.http1 does, the
-    handler's scope is cancelled and the write fails.
+    handler's scope is cancelled and the write fails. `gone_on` leaves at the first write that
+    contains those bytes; `gone_at_end` at the answer's end, once its last bytes were written.
     """
 
-    def __init__(self, *, gone_after: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        gone_after: int | None = None,
+        gone_on: bytes | None = None,
+        gone_at_end: bool = False,
+    ) -> None:
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.parts: list[bytes] = []
         self.ended = False
         self.gone_after = gone_after
+        self.gone_on = gone_on
+        self.gone_at_end = gone_at_end
         self.scope: anyio.CancelScope | None = None
 
     @property
@@ -75,13 +84,21 @@ class Collected:
         self.status, self.headers = status, headers
 
     async def send(self, data: bytes) -> None:
-        if self.gone_after is not None and len(self.parts) >= self.gone_after:
+        if (self.gone_after is not None and len(self.parts) >= self.gone_after) or (
+            self.gone_on is not None and self.gone_on in data
+        ):
             assert self.scope is not None
             self.scope.cancel()
             raise ClientGone("the client left")
         self.parts.append(data)
 
     async def end(self) -> None:
+        if self.gone_at_end:
+            # As twserve.http1 does when the client's close is seen just before the end goes
+            # out: the handler's scope is cancelled, and the end's write stops at its checkpoint.
+            assert self.scope is not None
+            self.scope.cancel()
+            await anyio.lowlevel.checkpoint()
         self.ended = True
 
     async def abort(self) -> None:
@@ -341,4 +358,30 @@ async def test_a_client_that_leaves_gives_everything_back() -> None:
     assert out.cancelled and out.provider == "a"
     assert [a.outcome.value for a in out.attempts] == ["cancelled"]
     assert setup.router.health.snapshot("a", 0.0).failures_in_row == 0  # not the upstream's fault
+    setup.assert_all_given_back(up)
+
+
+async def test_a_client_that_leaves_as_the_end_is_written_had_the_whole_answer() -> None:
+    # The final event went out; the client is seen gone while the stream's end is written.
+    setup = Setup({"a": {}})
+    up = by_host(a=MemoryAnswer(headers=SSE, chunks=_split(STREAM)))
+    client = Collected(gone_at_end=True)
+    out = await setup.run(up, client)
+    assert client.body == STREAM and not client.ended
+    assert (out.delivered, out.cancelled, out.status, out.provider) == (True, False, 200, "a")
+    assert [a.outcome.value for a in out.attempts] == ["ok"]
+    assert out.usage is not None
+    setup.assert_all_given_back(up)
+
+
+async def test_a_final_event_whose_write_was_cut_short_was_not_delivered() -> None:
+    # The translator saw the final event, but the write carrying it failed: the client does not
+    # have the whole answer.
+    setup = Setup({"a": {}})
+    up = by_host(a=MemoryAnswer(headers=SSE, chunks=_split(STREAM, 40), gap=0.002))
+    client = Collected(gone_on=b"message_stop")
+    out = await setup.run(up, client)
+    assert b"message_stop" not in client.body
+    assert (out.delivered, out.cancelled) == (False, True)
+    assert [a.outcome.value for a in out.attempts] == ["cancelled"]
     setup.assert_all_given_back(up)
