@@ -14,7 +14,9 @@ list (docs/failover.md, "The attempt machine"; docs/balancing.md for slots and h
   passed, the client left). A grant that arrives after that is given straight back.
 * `RecordFailure` for every failure the request counts against an upstream (the `failed` input,
   an idle timeout's `CancelAttempt`), before anything else happens; `RecordSuccess` before
-  `Finish`, with the time from sending to first content for a streamed answer.
+  `Finish`, with the time from sending to first content for a streamed answer. A streamed
+  answer that stays silent until its idle timeout is slow as well as failed: its
+  `RecordFailure` carries the whole wait as its first-content sample (docs/balancing.md).
 
 A slot the request holds counts as free for it in the machine's ``free`` snapshot. Requests that
 take no slot at all (token counts) pass ``takes_slots=False``: every candidate is then free and
@@ -39,7 +41,7 @@ from twengine.attempt import (
     Send,
     State,
 )
-from twproto.failures import Failure
+from twproto.failures import Failure, FailureKind
 
 __all__ = [
     "AcquireSlot",
@@ -74,10 +76,12 @@ class CancelWait:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordFailure:
-    """Count `failure` against `provider` (health, pauses)."""
+    """Count `failure` against `provider` (health, pauses). `first_content_secs`: a streamed
+    answer's idle timeout before any content, whose whole wait is also its speed sample."""
 
     provider: str
     failure: Failure
+    first_content_secs: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,7 +260,13 @@ class AttemptLedger:
             elif isinstance(action, CancelAttempt):
                 out.append(action)
                 if action.failure is not None:
-                    out.append(RecordFailure(provider=action.provider, failure=action.failure))
+                    out.append(
+                        RecordFailure(
+                            provider=action.provider,
+                            failure=action.failure,
+                            first_content_secs=self._silent_secs(action),
+                        )
+                    )
                 out += self._release(action.provider)
             elif isinstance(action, Finish) and not action.cancelled and action.provider:
                 out.append(
@@ -277,6 +287,20 @@ class AttemptLedger:
                 out.append(ReleaseSlot(provider=provider))
             self._holding.clear()
         return out
+
+    def _silent_secs(self, cancel: CancelAttempt) -> float | None:
+        """The whole wait of a streamed attempt its idle timeout cancelled before any content
+        (None for any other cancel): a silent upstream is a slow one."""
+        if not self._client_stream or cancel.failure is None:
+            return None
+        if cancel.failure.kind is not FailureKind.IDLE_TIMEOUT:
+            return None
+        record = self.machine.attempts[cancel.index]
+        if record.first_content_at is not None or record.sent_at is None:
+            return None
+        if record.ended_at is None:
+            return None
+        return max(0.0, record.ended_at - record.sent_at)
 
     def _first_content_secs(self) -> float | None:
         if not self._client_stream:

@@ -72,7 +72,13 @@ class RelayHooks(Protocol):
 
     def release(self, permit: Permit) -> None: ...
 
-    def failed(self, provider: str, failure: Failure, now: float) -> None: ...
+    def failed(
+        self,
+        provider: str,
+        failure: Failure,
+        now: float,
+        first_content_secs: float | None = None,
+    ) -> None: ...
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
 
@@ -143,8 +149,8 @@ class SlotHolds:
                 self.wait(providers, until)
             case CancelWait():
                 self.cancel_wait()
-            case RecordFailure(provider=provider, failure=failure):
-                self.hooks.failed(provider, failure, self.clock())
+            case RecordFailure(provider=provider, failure=failure, first_content_secs=secs):
+                self.hooks.failed(provider, failure, self.clock(), secs)
             case RecordSuccess(provider=provider, first_content_secs=secs):
                 self.hooks.succeeded(provider, self.clock(), secs)
             case _:
@@ -285,7 +291,16 @@ class RouterHooks:
     def paused(self, names: Collection[str], now: float) -> set[str]:
         return self.router.health.paused(names, now)
 
-    def failed(self, provider: str, failure: Failure, now: float) -> None:
+    def failed(
+        self,
+        provider: str,
+        failure: Failure,
+        now: float,
+        first_content_secs: float | None = None,
+    ) -> None:
+        # A silent stream's idle timeout: its whole wait is its first-content sample too.
+        if first_content_secs is not None:
+            self.router.record_first_content(provider, first_content_secs, now=now)
         self.publish(self.router.record_failure(provider, failure, now=now, wall_now=self.wall()))
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None:

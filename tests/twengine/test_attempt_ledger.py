@@ -124,6 +124,34 @@ def test_an_idle_timeout_is_recorded_after_its_cancel() -> None:
     ]
     cancel = actions[0]
     assert isinstance(cancel, CancelAttempt) and cancel.outcome is Outcome.FAILED
+    # Silent from the send to the timeout: a slow upstream too, sampled at its whole wait.
+    record = actions[1]
+    assert isinstance(record, RecordFailure) and record.first_content_secs == 5.0
+
+
+def test_an_idle_timeout_after_content_is_no_speed_sample() -> None:
+    book = ledger("a", idle_timeout_secs=5)
+    book.start(0.0, free={"a"}, paused=set())
+    to_content(book, now=0.0)
+    actions = book.on_timer(5.5, free=set(), paused=set())
+    (record,) = [a for a in actions if isinstance(a, RecordFailure)]
+    assert record.first_content_secs is None  # its first content came at 0.5 s
+
+
+def test_a_whole_answers_idle_timeout_is_no_speed_sample() -> None:
+    book = AttemptLedger(
+        candidates=[CandidateRef(name="a"), CandidateRef(name="b")],
+        client_stream=False,
+        keepalive_comments=True,
+        arrival=0.0,
+        settings=AttemptSettings(idle_timeout_secs=5),
+        rng=lambda: 0.5,
+    )
+    book.start(0.0, free={"a", "b"}, paused=set())
+    book.attempt_sent(0.0)
+    actions = book.on_timer(5.0, free={"b"}, paused=set())
+    (record,) = [a for a in actions if isinstance(a, RecordFailure)]
+    assert record.first_content_secs is None  # samples are of streamed answers
 
 
 def test_a_wait_that_ends_without_a_grant_cancels_its_ticket() -> None:

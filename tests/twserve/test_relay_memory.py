@@ -385,3 +385,24 @@ async def test_a_final_event_whose_write_was_cut_short_was_not_delivered() -> No
     assert (out.delivered, out.cancelled) == (False, True)
     assert [a.outcome.value for a in out.attempts] == ["cancelled"]
     setup.assert_all_given_back(up)
+
+
+async def test_a_silent_upstream_is_sampled_at_its_whole_idle_wait() -> None:
+    # url-test and `balance_by: latency` rank by these samples: one that hangs must count as
+    # slow, not stay unmeasured (and so favoured) until it is paused.
+    setup = Setup({"a": {}, "b": {}}, idle_timeout_secs=0.2)
+    up = by_host(
+        a=MemoryAnswer(headers=SSE, chunks=(), stalls=True),
+        b=MemoryAnswer(headers=SSE, chunks=_split(STREAM)),
+    )
+    client = Collected()
+    out = await setup.run(up, client)
+    assert client.body == STREAM
+    assert [(a.provider, a.error) for a in out.attempts] == [("a", "idle_timeout"), ("b", None)]
+    health = setup.router.health
+    assert health.sample_count("a") == 1
+    silent = health.first_content_median("a")
+    assert silent is not None and 0.2 <= silent < 1.0
+    fast = health.first_content_median("b")
+    assert fast is not None and fast < silent
+    setup.assert_all_given_back(up)
