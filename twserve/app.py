@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, resolve_template
-from twengine.config.model import GroupType, Provider, ResponsesTransport
+from twengine.config.model import GroupType, Provider
 from twserve import control, http1, http2, realtime, websocket
 from twserve.configcheck import ConfigRejection, Finding, locate
 from twserve.confighistory import ConfigHistory
@@ -39,7 +39,6 @@ from twserve.metrics import Metrics
 from twserve.prices import load_price_table
 from twserve.store import RequestStore, Store
 from twserve.upstream import UpstreamClient
-from twserve.upstream_socket import socket_route
 from twserve.usage import UsageKeeper
 
 if TYPE_CHECKING:
@@ -130,9 +129,7 @@ class GatewayApp:
         # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
         self.ws_limits = ws_limits or websocket.WebSocketLimits()
         self.store = open_store(config, data_dir, self.env)
-        self.upstream = UpstreamClient(
-            http2_for=self._speaks_http2, socket_route=socket_route(self._responses_socket_of)
-        )
+        self.upstream = UpstreamClient()
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
         # (the machine's local one when None).
         self.usage = UsageKeeper(config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz)
@@ -248,25 +245,6 @@ class GatewayApp:
             )
         else:
             self.events.store_recovered(rows=change.rows, down_secs=change.down_secs)
-
-    def _speaks_http2(self, url: str) -> bool:
-        """Whether `url` belongs to a provider configured with ``http2: true``."""
-        for provider in self.gateway.config.providers:
-            base = provider.base_url
-            if url == base or url.startswith((base + "/", base + "?")):
-                return provider.http2
-        return False
-
-    def _responses_socket_of(self, url: str) -> str | None:
-        """The provider `url` belongs to when it is configured with ``responses_transport:
-        websocket`` (its Responses turns from a client socket go over its own socket)."""
-        for provider in self.gateway.config.providers:
-            base = provider.base_url
-            if url == base or url.startswith((base + "/", base + "?")):
-                if provider.responses_transport is ResponsesTransport.WEBSOCKET:
-                    return provider.name
-                return None
-        return None
 
     async def _test_connections(self) -> None:
         """Time a connection to each member of a url-test group once at startup: the group ranks

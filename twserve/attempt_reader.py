@@ -19,13 +19,14 @@ coming, from `Attempt.content_at`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
 
 from twengine.attempt import CandidateRef, ResendReason
-from twengine.config import AnswerModel, Config
+from twengine.config import AnswerModel, Config, Provider, ResponsesTransport
 from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.pricing import TableCatalog
 from twengine.router import ConfigCatalog
@@ -48,11 +49,14 @@ from twproto.upstream_stream import UpstreamStream
 from twserve.http1 import ClientGone
 from twserve.upstream import (
     Headers,
+    Transport,
     Upstream,
+    UpstreamAnswer,
     UpstreamBroken,
     UpstreamUnreachable,
     read_prefix,
 )
+from twserve.upstream_socket import UpstreamSockets
 
 __all__ = [
     "Attempt",
@@ -69,6 +73,7 @@ __all__ = [
     "destination",
     "destinations",
     "read_attempt",
+    "transport_of",
 ]
 
 ERROR_BODY_LIMIT = 64 * 1024
@@ -96,6 +101,9 @@ class Destination:
     context_window: int | None = None
     # ``answer_model: served``: the answer's body shows `target.model`, not the client's name.
     show_served: bool = False
+    # How the attempt reaches the upstream (its provider's ``http2``, ``responses_transport``):
+    # carried to the upstream layer with the attempt, never looked up again by URL.
+    transport: Transport = Transport.HTTP1
 
     def candidate(self) -> CandidateRef:
         """This destination as the attempt machine takes it."""
@@ -106,16 +114,28 @@ class Destination:
         return self.target.model if self.show_served else requested
 
 
+def transport_of(provider: Provider, *, socket_turn: bool = False) -> Transport:
+    """How a request reaches `provider`: over its own Responses socket for a turn of a client's
+    Responses WebSocket (`socket_turn`) when it has ``responses_transport: websocket``, else
+    HTTP/2 with ``http2: true``, else HTTP/1.1."""
+    if socket_turn and provider.responses_transport is ResponsesTransport.WEBSOCKET:
+        return Transport.RESPONSES_SOCKET
+    return Transport.HTTP2 if provider.http2 else Transport.HTTP1
+
+
 def destination(
     config: Config,
     cand: Candidate,
     sticky: str | None,
     env: Mapping[str, str],
     catalog: TableCatalog | None = None,
+    *,
+    socket_turn: bool = False,
 ) -> Destination | CredentialFault:
     """Where routing's candidate `cand` goes: its provider's URL, key and headers, read from
-    `env` at send time. A variable not set or a value no header can carry is a
-    `CredentialFault` (which never holds the value): that upstream is skipped."""
+    `env` at send time, and the transport its config names (`socket_turn`: the request is a
+    turn of a client's Responses WebSocket). A variable not set or a value no header can carry
+    is a `CredentialFault` (which never holds the value): that upstream is skipped."""
     provider = config.provider(cand.provider)
     creds = resolve_credentials(provider, env)
     if isinstance(creds, CredentialFault):
@@ -141,6 +161,7 @@ def destination(
             config, cand.provider, cand.model
         ),
         show_served=config.answer_model is AnswerModel.SERVED,
+        transport=transport_of(provider, socket_turn=socket_turn),
     )
 
 
@@ -150,13 +171,15 @@ def destinations(
     sticky: str | None,
     env: Mapping[str, str],
     catalog: TableCatalog | None = None,
+    *,
+    socket_turn: bool = False,
 ) -> tuple[list[Destination], list[CredentialFault]]:
     """`destination` of each candidate, in order: the usable ones, and the faults of those
     skipped for their credentials."""
     usable: list[Destination] = []
     faults: list[CredentialFault] = []
     for cand in candidates:
-        built = destination(config, cand, sticky, env, catalog)
+        built = destination(config, cand, sticky, env, catalog, socket_turn=socket_turn)
         if isinstance(built, CredentialFault):
             faults.append(built)
         else:
@@ -343,6 +366,8 @@ class Attempt:
     opening_bytes: list[bytes] = field(default_factory=list)
     upstream_sse: bool = True
     content_at: float = 0.0  # when the reader last wrote content itself
+    # It went over its upstream's own Responses socket (`Transport.RESPONSES_SOCKET`), not HTTP.
+    over_socket: bool = False
     done: bool = False  # the reader has returned
     # The loop took the reader's last item (end, whole answer, error, break): all the reader
     # still does is close the upstream request, which it is left to finish.
@@ -380,6 +405,26 @@ class DirectWriter(Protocol):
         ...
 
 
+def _open(
+    attempt: Attempt,
+    up: Upstream,
+    request: UpstreamRequest,
+    transport: Transport,
+    sockets: UpstreamSockets | None,
+    connect_timeout: float | None,
+) -> AbstractAsyncContextManager[UpstreamAnswer]:
+    """The attempt's upstream request over `transport`: a client socket's turn to a provider
+    with its own Responses socket goes over that socket; the rest over HTTP/1.1 or HTTP/2."""
+    if transport is Transport.RESPONSES_SOCKET:
+        event = sockets.takes(request) if sockets is not None else None
+        if sockets is not None and event is not None:
+            attempt.over_socket = True
+            return sockets.open(request, event, connect_timeout=connect_timeout)
+        # Not a streamed create, or the client socket already closed (its turn is ending).
+        transport = Transport.HTTP1
+    return up.open(request, connect_timeout=connect_timeout, transport=transport)
+
+
 async def read_attempt(
     attempt: Attempt,
     up: Upstream,
@@ -387,11 +432,14 @@ async def read_attempt(
     post: Callable[[AttemptItem], Awaitable[None]],
     direct: DirectWriter,
     connect_timeout: float | None = None,
+    transport: Transport = Transport.HTTP1,
+    sockets: UpstreamSockets | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
-    through `up`, and `post` what arrives. A committed stream's chunks are written by
-    `direct`, and once one has been, handed to its sink as they arrive where the upstream
-    connection can (`UpstreamAnswer.divert`)."""
+    through `up` over `transport` (`sockets`: a client socket's own upstream sockets, for
+    `Transport.RESPONSES_SOCKET`), and `post` what arrives. A committed stream's chunks are
+    written by `direct`, and once one has been, handed to its sink as they arrive where the
+    upstream connection can (`UpstreamAnswer.divert`)."""
     index = attempt.index
     try:
         with attempt.scope:
@@ -406,7 +454,8 @@ async def read_attempt(
                 )
                 return
             try:
-                async with up.open(request, connect_timeout=connect_timeout) as answer:
+                opened = _open(attempt, up, request, transport, sockets, connect_timeout)
+                async with opened as answer:
                     await post(Head(index, answer.status, answer.headers))
                     if answer.status >= 400:
                         await post(ErrorBody(index, await read_prefix(answer, ERROR_BODY_LIMIT)))

@@ -66,6 +66,9 @@ class RelayOutcome:
     delivered: bool = False
     # Per upstream: the level a refused effort was resent with ("off": without one).
     effort_resent: dict[str, str] = field(default_factory=dict)
+    # A turn of a client's Responses WebSocket: the attempts (by index) that went over their
+    # upstream's own socket. None for any other request.
+    over_socket: set[int] | None = None
 
 
 #: The upstream that answered (its name in the config) and the model it was sent.

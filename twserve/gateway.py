@@ -186,8 +186,14 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
+        sockets = request.upstream_sockets  # a client Responses socket's turn
         usable, faults = destinations(
-            self.config, verdict.candidates, plan.sticky, self.env, self.catalog
+            self.config,
+            verdict.candidates,
+            plan.sticky,
+            self.env,
+            self.catalog,
+            socket_turn=sockets is not None,
         )
         note_credential_skips(row, faults)
         if faults and not usable:
@@ -222,6 +228,7 @@ class Gateway:
             model=verdict.model,
             owner=row.id,
             arrival=started,
+            sockets=sockets,
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(

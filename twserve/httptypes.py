@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from twserve.upstream_socket import UpstreamSockets
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -27,6 +30,9 @@ class Request:
     client: tuple[str, int] = ("", 0)
     http_version: str = "1.1"
     extra: dict[str, object] = field(default_factory=dict)
+    # A turn of a client's Responses WebSocket: the upstream sockets that client socket keeps
+    # (twserve/upstream_socket.py). None for every other request.
+    upstream_sockets: UpstreamSockets | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header `name` (lower-case), or None."""

@@ -54,6 +54,7 @@ from twserve.upstream import Upstream
 if TYPE_CHECKING:
     from twproto.upstream_request import UpstreamRequest
     from twproto.upstream_stream import UpstreamStream
+    from twserve.upstream_socket import UpstreamSockets
 
 __all__ = ["Destination", "RelayOutcome", "RelayRequest", "relay"]
 
@@ -75,6 +76,9 @@ class RelayRequest:
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
     arrival: float | None = None
     last_keepalive: float | None = None  # sent while it waited for its key (twserve.key_turn)
+    # A turn of a client's Responses WebSocket: that socket's own upstream sockets, which the
+    # attempts to a `Transport.RESPONSES_SOCKET` destination go over (twserve.upstream_socket).
+    sockets: UpstreamSockets | None = None
 
 
 _Taken = AttemptItem | Granted
@@ -99,6 +103,7 @@ class _Relay:
         call = req.call
         self.up, self.hooks, self.clock, self.wall, self.out = up, hooks, clock, wall, out
         self.call, self.model, self.observer = call, req.model, observer
+        self.sockets = req.sockets
         self.dests = {d.name: d for d in destinations}
         self.names = list(self.dests)
         self.ledger = AttemptLedger(
@@ -191,6 +196,8 @@ class _Relay:
             out.delivered = self.feed.delivered()
         out.attempts = self.ledger.attempts
         out.attempt_usage = dict(self.feed.attempt_usage)
+        if self.sockets is not None:
+            out.over_socket = {a.index for a in self.started if a.over_socket}
         self.slots.close()  # a grant posted but never read, a wait cut short
         self.wake.cancel()
         self.inbox.close()
@@ -255,14 +262,17 @@ class _Relay:
         self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
+        dest = self.dests[provider]
         self.tg.start_soon(
             read_attempt,
             live,
             self.up,
-            lambda: self._build(self.dests[provider]),
+            lambda: self._build(dest),
             self.inbox.send,
             self.feed,
-            self.dests[provider].connect_timeout,
+            dest.connect_timeout,
+            dest.transport,
+            self.sockets,
         )
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:

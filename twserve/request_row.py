@@ -19,7 +19,6 @@ from twengine.config.credentials import CredentialFault
 from twserve.client_answer import RelayOutcome
 from twserve.events import EventBus
 from twserve.store import RequestRow
-from twserve.upstream_socket import current_sockets
 
 __all__ = [
     "credential_skip_view",
@@ -98,14 +97,17 @@ def fill_row(
 def _note_transport(routing: dict[str, Any], outcome: RelayOutcome) -> None:
     """On a client WebSocket's turn: which upstream transport each attempt and the answer used
     (an upstream's own Responses socket, twserve.upstream_socket, or HTTP)."""
-    sockets = current_sockets()
-    if sockets is None:
+    over_socket = outcome.over_socket
+    if over_socket is None:
         return
-    for view in routing["attempts"]:
-        if view.get("provider") in sockets.used:
-            view["transport"] = "websocket"
+    views = routing["attempts"]
+    first = len(views) - len(outcome.attempts)  # after the upstreams skipped for credentials
+    for index in over_socket:
+        if 0 <= first + index < len(views):
+            views[first + index]["transport"] = "websocket"
     if outcome.provider is not None:
-        used = outcome.provider in sockets.used
+        answered = [i for i, a in enumerate(outcome.attempts) if a.provider == outcome.provider]
+        used = bool(answered) and answered[-1] in over_socket
         routing["upstream_transport"] = "websocket" if used else "http"
 
 

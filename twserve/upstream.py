@@ -4,19 +4,21 @@ The relay opens an answer with `Upstream.open` (a `twproto.upstream_request.Upst
 built without IO) and reads it chunk by chunk as it arrives; nothing buffers a whole answer.
 `UpstreamClient` holds the shared pools: HTTP/1.1 upstreams go through the gateway's own pool
 (twserve/upstream_h1.py), upstreams with ``http2: true`` through httpcore's
-(twserve/upstream_h2.py);
-tests can put `twserve.upstream_memory.MemoryUpstream` in its place. Failures are mapped at the
-boundary to two errors named by when they happened (twserve/upstream_errors.py):
-`UpstreamUnreachable` (no response head: refused, reset, TLS, timeout — carries the
-`TransportFault` the failure classifier takes) and `UpstreamBroken` (the body broke off after
-the head). Cancelling the caller's anyio scope closes the upstream connection, which is how a
-client that leaves stops the upstream's work too.
+(twserve/upstream_h2.py). Which one an attempt takes is its `Transport`, carried with the
+attempt from its destination (built from its provider's config in twserve/attempt_reader.py),
+never found again from the URL; tests can put `twserve.upstream_memory.MemoryUpstream` in its
+place. Failures are mapped at the boundary to two errors named by when they happened
+(twserve/upstream_errors.py): `UpstreamUnreachable` (no response head: refused, reset, TLS,
+timeout — carries the `TransportFault` the failure classifier takes) and `UpstreamBroken`
+(the body broke off after the head). Cancelling the caller's anyio scope closes the upstream
+connection, which is how a client that leaves stops the upstream's work too.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from twproto.headers import client_response_headers
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from twserve.upstream_h2 import H2Pools
 
 __all__ = [
+    "Transport",
     "Upstream",
     "UpstreamAnswer",
     "UpstreamBroken",
@@ -38,6 +41,17 @@ __all__ = [
 ]
 
 Headers = list[tuple[bytes, bytes]]
+
+
+class Transport(StrEnum):
+    """How an attempt reaches its upstream, as its provider is configured: HTTP/1.1, HTTP/2
+    (``http2: true``), or — for a client Responses WebSocket's turns to a provider with
+    ``responses_transport: websocket`` — that upstream's own Responses socket
+    (twserve/upstream_socket.py)."""
+
+    HTTP1 = "http1"
+    HTTP2 = "http2"
+    RESPONSES_SOCKET = "responses_socket"
 
 
 def client_headers(upstream: Headers) -> Headers:
@@ -68,11 +82,16 @@ class Upstream(Protocol):
     in-memory stand-in (`twserve.upstream_memory.MemoryUpstream`) in tests."""
 
     def open(
-        self, request: UpstreamRequest, *, connect_timeout: float | None = None
+        self,
+        request: UpstreamRequest,
+        *,
+        connect_timeout: float | None = None,
+        transport: Transport = Transport.HTTP1,
     ) -> AbstractAsyncContextManager[UpstreamAnswer]:
-        """Send `request` (connecting within `connect_timeout`; None: the default); yield the
-        answer once its head has arrived, or raise `UpstreamUnreachable`. Leaving the context
-        (or cancelling it) closes the request."""
+        """Send `request` over `transport` (HTTP/1.1 or HTTP/2; connecting within
+        `connect_timeout`, None: the default); yield the answer once its head has arrived, or
+        raise `UpstreamUnreachable`. Leaving the context (or cancelling it) closes the
+        request."""
         ...
 
 
@@ -92,11 +111,6 @@ async def read_prefix(answer: UpstreamAnswer, limit: int) -> bytes:
     return b"".join(parts)[:limit]
 
 
-# Given a request and its connect timeout: the answer's context manager when the request goes
-# another way than HTTP, else None.
-SocketRoute = Callable[[UpstreamRequest, float], AbstractAsyncContextManager[UpstreamAnswer] | None]
-
-
 class UpstreamClient:
     """Pools of upstream connections shared by every request.
 
@@ -104,10 +118,10 @@ class UpstreamClient:
     open connections, ``max_keepalive`` its idle ones (both over all origins), and a connection
     idle for ``keepalive_expiry`` seconds is closed; the HTTP/2 pools (twserve/upstream_h2.py,
     made when first needed) have the same bounds.
-    `http2_for(url)` says whether the upstream at `url` is spoken to over HTTP/2 (the
-    provider's ``http2``): such requests go through pools of their own, over https one that
-    offers h2 by ALPN (HTTP/1.1 where the upstream declines it), over http one that speaks h2 by
-    prior knowledge, since cleartext has no negotiation.
+    A request whose transport is `Transport.HTTP2` (the provider's ``http2``) goes through
+    pools of their own, over https one that offers h2 by ALPN (HTTP/1.1 where the upstream
+    declines it), over http one that speaks h2 by prior knowledge, since cleartext has no
+    negotiation.
     """
 
     def __init__(
@@ -117,14 +131,8 @@ class UpstreamClient:
         max_keepalive: int = 200,
         keepalive_expiry: float = 60.0,
         connect_timeout: float = 10.0,
-        http2_for: Callable[[str], bool] | None = None,
-        socket_route: SocketRoute | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
-        self.http2_for = http2_for
-        # Another way to an upstream for some requests (twserve.upstream_socket): asked first.
-        self.socket_route = socket_route
-
         self._bounds = (max_connections, max_keepalive, keepalive_expiry)
         # HTTP/1.1: the gateway's own pool (twserve/upstream_h1.py).
         self.pool = H1Pool(
@@ -150,16 +158,17 @@ class UpstreamClient:
         return self._h2
 
     def open(
-        self, request: UpstreamRequest, *, connect_timeout: float | None = None
+        self,
+        request: UpstreamRequest,
+        *,
+        connect_timeout: float | None = None,
+        transport: Transport = Transport.HTTP1,
     ) -> AbstractAsyncContextManager[UpstreamAnswer]:
-        """Send `request` and yield the answer once its head has arrived. `connect_timeout` is
-        the upstream's own (``providers[].connect_timeout_secs``); None takes the pool's. A
-        request `socket_route` takes goes its way instead of over HTTP."""
+        """Send `request` over `transport` and yield the answer once its head has arrived.
+        `connect_timeout` is the upstream's own (``providers[].connect_timeout_secs``); None
+        takes the pool's. (A Responses socket is the client socket's, not a pool's: the reader
+        opens it, twserve/attempt_reader.py.)"""
         timeout = self.connect_timeout if connect_timeout is None else connect_timeout
-        if self.socket_route is not None:
-            routed = self.socket_route(request, timeout)
-            if routed is not None:
-                return routed
-        if self.http2_for is None or not self.http2_for(request.url):
-            return self.pool.open(request, timeout)
-        return self._h2_pools().open(request, timeout)
+        if transport is Transport.HTTP2:
+            return self._h2_pools().open(request, timeout)
+        return self.pool.open(request, timeout)

@@ -4,8 +4,9 @@
 the `MemoryAnswer` it returns: a status line and headers, then the body chunks (with an optional
 pause before each), then a clean end, a break (`UpstreamBroken`), or silence until the attempt
 is cancelled. An answer with `unreachable` set never gets a head (`UpstreamUnreachable`). Every
-request is kept in `requests`; `open_now` counts the requests not yet closed, so a test can check
-that a cancelled attempt closed its upstream request.
+request is kept in `requests` (and the transport it was to go over in `transports`); `open_now`
+counts the requests not yet closed, so a test can check that a cancelled attempt closed its
+upstream request.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import anyio
 
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
-from twserve.upstream import Headers, UpstreamAnswer, UpstreamBroken, UpstreamUnreachable
+from twserve.upstream import (
+    Headers,
+    Transport,
+    UpstreamAnswer,
+    UpstreamBroken,
+    UpstreamUnreachable,
+)
 
 __all__ = ["MemoryAnswer", "MemoryUpstream"]
 
@@ -63,14 +70,20 @@ class MemoryUpstream:
     def __init__(self, script: Callable[[UpstreamRequest], MemoryAnswer]) -> None:
         self.script = script
         self.requests: list[UpstreamRequest] = []
+        self.transports: list[Transport] = []
         self.open_now = 0
 
     @asynccontextmanager
     async def open(
-        self, request: UpstreamRequest, *, connect_timeout: float | None = None
+        self,
+        request: UpstreamRequest,
+        *,
+        connect_timeout: float | None = None,
+        transport: Transport = Transport.HTTP1,
     ) -> AsyncIterator[UpstreamAnswer]:
         """Play the scripted answer for `request`."""
         self.requests.append(request)
+        self.transports.append(transport)
         answer = self.script(request)
         if answer.unreachable is not None:
             raise UpstreamUnreachable(answer.unreachable, "scripted: unreachable")

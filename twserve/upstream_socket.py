@@ -1,11 +1,13 @@
 """An OpenAI Responses upstream called over its own WebSocket (``responses_transport: websocket``).
 
 Only turns of a client's Responses WebSocket go this way (docs/transports.md, "An upstream's own
-socket"): while the client socket runs a turn, its `UpstreamSockets` is the current one (a
-context variable set by twserve/websocket.py around `Gateway.handle`), and `UpstreamClient.open`
-hands it the attempts the relay sends to a provider configured for the socket, when the request
-is a streamed Responses create (`twproto.ws_upstream_create`). Everything else — plain HTTP
-requests, token counts, a turn routed to another provider — goes over HTTP as before.
+socket"): each turn's request carries its client socket's `UpstreamSockets`
+(`Request.upstream_sockets`, set by twserve/websocket.py), the gateway hands them to the relay,
+and an attempt whose destination's transport is `Transport.RESPONSES_SOCKET` (a provider
+configured for the socket, on a socket's turn) is opened here by its reader
+(twserve/attempt_reader.py), when the request is a streamed Responses create
+(`twproto.ws_upstream_create`). Everything else — plain HTTP requests, token counts, a turn
+routed to another provider — goes over HTTP as before.
 
 `UpstreamSockets.open` is an `Upstream.open`: it sends the turn as a ``response.create`` event
 on the socket it keeps for that upstream (URL and credentials) and yields an answer the relay
@@ -34,9 +36,8 @@ attempt breaks); pings are answered while a turn reads.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 import anyio
@@ -55,12 +56,12 @@ from twproto.failures import TransportFault
 from twproto.sse import encode
 from twproto.upstream_request import UpstreamRequest
 from twserve.http1 import READ_SIZE
-from twserve.upstream import SocketRoute, UpstreamAnswer, UpstreamBroken, UpstreamUnreachable
+from twserve.upstream import UpstreamAnswer, UpstreamBroken, UpstreamUnreachable
 from twserve.ws_client import Dialed, DialFailed, Refused, dial
 
 log = logging.getLogger("twserve.upstream_socket")
 
-__all__ = ["MAX_MESSAGE", "UpstreamSockets", "current_sockets", "socket_route"]
+__all__ = ["CONNECT_TIMEOUT", "MAX_MESSAGE", "UpstreamSockets"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -71,16 +72,11 @@ TOO_BIG = 1009
 NORMAL = 1000
 GOING_AWAY = 1001
 _CLOSE_WAIT = 1.0
-
-_CURRENT: ContextVar[UpstreamSockets | None] = ContextVar("upstream_sockets", default=None)
+# Opening a socket, when its provider gives no time of its own (as the HTTP pools' default).
+CONNECT_TIMEOUT = 10.0
 
 _STREAM_HEAD: Headers = [(b"content-type", b"text/event-stream")]
 _ERROR_HEAD: Headers = [(b"content-type", b"application/json")]
-
-
-def current_sockets() -> UpstreamSockets | None:
-    """The client socket's upstream sockets while one of its turns runs, else None."""
-    return _CURRENT.get()
 
 
 class _Gone(Exception):
@@ -231,19 +227,7 @@ class UpstreamSockets:
     def __init__(self, max_message: int = MAX_MESSAGE) -> None:
         self.max_message = max_message
         self._kept: dict[tuple[str, tuple[tuple[bytes, bytes], ...]], _Socket] = {}
-        # The providers whose attempts of the running turn went over their socket (the row).
-        self.used: set[str] = set()
         self.closed = False
-
-    @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Make these the current sockets for the code run inside (one client turn)."""
-        self.used = set()
-        token = _CURRENT.set(self)
-        try:
-            yield
-        finally:
-            _CURRENT.reset(token)
 
     def takes(self, request: UpstreamRequest) -> str | None:
         """The ``response.create`` event for `request`, when it goes over a socket."""
@@ -260,12 +244,13 @@ class UpstreamSockets:
 
     @asynccontextmanager
     async def open(
-        self, request: UpstreamRequest, event: str, provider: str, *, connect_timeout: float
+        self, request: UpstreamRequest, event: str, *, connect_timeout: float | None = None
     ) -> AsyncIterator[UpstreamAnswer]:
-        """Carry one attempt over the upstream's socket (see the module docstring)."""
+        """Carry one attempt over the upstream's socket (see the module docstring); `event` is
+        `takes(request)`."""
         url = ws_upstream_url(request.url)
         key = (url, tuple(request.headers))
-        self.used.add(provider)
+        connect_timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
         sock = self._kept.pop(key, None)
         answer: UpstreamAnswer | None = None
         first: list[str] = []
@@ -322,25 +307,3 @@ async def _open(url: str, headers: Headers, timeout: float, max_message: int) ->
     if isinstance(dialed, Refused):
         return dialed
     return _Socket(dialed, max_message)
-
-
-def socket_route(provider_of: Callable[[str], str | None]) -> SocketRoute:
-    """`UpstreamClient.socket_route` for Responses sockets: while a client socket's turn runs, a
-    streamed Responses create to an upstream `provider_of` names (one configured with
-    ``responses_transport: websocket``) goes over that upstream's socket."""
-
-    def route(
-        request: UpstreamRequest, timeout: float
-    ) -> AbstractAsyncContextManager[UpstreamAnswer] | None:
-        sockets = current_sockets()
-        if sockets is None:
-            return None
-        provider = provider_of(request.url)
-        if provider is None:
-            return None
-        event = sockets.takes(request)
-        if event is None:
-            return None
-        return sockets.open(request, event, provider, connect_timeout=timeout)
-
-    return route

@@ -39,7 +39,7 @@ freed and its row marked cancelled, as over HTTP.
 
 A turn routed to an OpenAI Responses upstream configured with ``responses_transport: websocket``
 reaches it over that upstream's own socket, kept for the client socket's later turns
-(twserve/upstream_socket.py); the socket's `UpstreamSockets` is made current around each turn.
+(twserve/upstream_socket.py); each turn's request carries the socket's `UpstreamSockets`.
 """
 
 from __future__ import annotations
@@ -461,7 +461,7 @@ class _Session:
             self.running = turn
             self.turn_scope = anyio.CancelScope()
             try:
-                with self.turn_scope, self.upstreams.turn():
+                with self.turn_scope:
                     await self.handler(turn.request, responder)
                     if not responder.started:
                         await responder.start(500, [])
@@ -581,6 +581,7 @@ class _Session:
             body=event.body,
             client=self.upgrade.client,
             http_version=self.upgrade.http_version,
+            upstream_sockets=self.upstreams,
         )
         try:
             self.queue_in.send_nowait(_Turn(request=request, stream_id=event.stream_id))

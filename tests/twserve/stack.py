@@ -46,6 +46,8 @@ class Upstream:
     # Stands in front of the mock (to record or change what it sends); the mock is still
     # `Stack.mock(name)`.
     wrap: Callable[[Handler], Handler] | None = None
+    # Further providers at this mock's base URL: name → their own fields (``http2`` …).
+    twins: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,16 +112,20 @@ def running_stack(
             )
             futures.append(fut)
             mocks[name] = (mock, port)
+            twins: list[dict[str, Any]] = []
             entry: dict[str, Any] = {
                 "name": name,
                 "protocol": up.protocol,
                 "base_url": f"http://127.0.0.1:{port}{_BASE_PATH[up.protocol]}",
                 "key": f"upstream-key-{name}",
             }
+            for twin, fields in up.twins.items():
+                twins.append({**entry, "name": twin, "key": f"upstream-key-{twin}", **fields})
             if up.models is not None:
                 entry["models"] = up.models
             entry.update(up.extra)
             providers.append(entry)
+            providers += twins
         data: dict[str, Any] = {
             "version": 1,
             "listen": {"gateway": {"bind": "127.0.0.1"}}

@@ -748,6 +748,49 @@ async def test_provider_http2_talks_h2c_to_the_upstream(tmp_path: Path, upstream
     assert versions == ["2" if upstream_h2 else "1.1"] * 6
 
 
+@pytest.mark.sdk
+@pytest.mark.parametrize("first", ["h2", "plain"])
+def test_two_providers_on_one_base_url_keep_their_own_http2(tmp_path: Path, first: str) -> None:
+    # One upstream address, two providers: each request goes over its own provider's transport,
+    # whichever of them is configured first.
+    seen: list[tuple[str, str]] = []  # (upstream key, HTTP version) of each request
+
+    def recording(mock: http1.Handler) -> http1.Handler:
+        async def handler(request: Request, responder: Responder) -> None:
+            key = (request.header(b"authorization") or b"").decode()
+            seen.append((key.removeprefix("Bearer upstream-key-"), request.http_version))
+            await mock(request, responder)
+
+        return handler
+
+    second = "plain" if first == "h2" else "h2"
+    fields = {"h2": {"http2": True, "models": ["m-h2"]}, "plain": {"models": ["m-plain"]}}
+    up = Upstream(
+        "openai-chat",
+        MockSettings(script=Script(text=TEXT)),
+        models=fields[first]["models"],
+        extra={k: v for k, v in fields[first].items() if k != "models"},
+        wrap=recording,
+        twins={second: fields[second]},
+    )
+    with running_stack(tmp_path, {first: up}) as st:
+        client = openai.OpenAI(base_url=st.url + "/v1", api_key=KEY, max_retries=0, timeout=5)
+        for model in ("m-h2", "m-plain", "m-h2", "m-plain"):
+            stream = model == "m-h2"
+            messages = [{"role": "user", "content": "hi"}]
+            if stream:
+                chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
+                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                answer = client.chat.completions.create(model=model, messages=messages)
+                text = answer.choices[0].message.content or ""
+            assert text == TEXT
+        client.close()
+        rows = st.wait_rows(4)
+    assert [r["provider"] for r in rows] == ["h2", "plain", "h2", "plain"]
+    assert seen == [("h2", "2"), ("plain", "1.1"), ("h2", "2"), ("plain", "1.1")]
+
+
 # --- the pieces ----------------------------------------------------------------------------------
 
 

@@ -22,6 +22,8 @@ from tests.twserve.stack import Stack, Upstream
 from tests.twserve.tls_front import certificates, tls_front
 from twengine.config import ConfigError, build_config
 from twmock.script import MockSettings, parse_script
+from twserve.attempt_reader import transport_of
+from twserve.upstream import Transport
 
 pytestmark = pytest.mark.anyio
 
@@ -284,6 +286,23 @@ def test_websocket_transport_needs_the_responses_protocol() -> None:
     assert "config.invalid_choice" in str(bad.value)
 
 
+def test_the_transport_is_read_from_the_providers_own_config() -> None:
+    base = {"version": 1, "clients": [{"name": "k", "key": "k-1"}]}
+    url = "http://127.0.0.1:9/v1"
+    providers = [
+        {"name": "ws", "base_url": url, "protocol": "openai-responses", **WS},
+        {"name": "ws2", "base_url": url, "protocol": "openai-responses", "http2": True, **WS},
+        {"name": "h2", "base_url": url, "protocol": "openai-responses", "http2": True},
+        {"name": "h1", "base_url": url, "protocol": "openai-responses"},
+    ]
+    config = build_config({**base, "providers": providers}, {})
+    # The socket is for a client socket's turns only; anything else goes over HTTP.
+    socket_turn = [transport_of(p, socket_turn=True) for p in config.providers]
+    plain = [transport_of(p) for p in config.providers]
+    assert socket_turn == [Transport.RESPONSES_SOCKET] * 2 + [Transport.HTTP2, Transport.HTTP1]
+    assert plain == [Transport.HTTP1, Transport.HTTP2, Transport.HTTP2, Transport.HTTP1]
+
+
 @pytest.mark.sdk
 async def test_a_wss_upstream_socket(
     stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -373,3 +392,42 @@ async def test_a_rate_limit_event_pauses_the_upstream_for_its_retry_after(
     # A rate limit pauses only for the wait it names: the Retry-After reached the classifier.
     assert snap.paused_until is not None
     assert snap.pause_reason is not None and snap.pause_reason.value == "rate_limit"
+
+
+@pytest.mark.sdk
+@pytest.mark.parametrize("first", ["sock", "plain"])
+async def test_two_providers_on_one_base_url_keep_their_own_transport(
+    stack: StackFactory, first: str
+) -> None:
+    # One upstream address, two providers, one of them configured for its own socket: each
+    # turn reaches the upstream the way its own provider says, whichever is configured first.
+    fields: dict[str, dict[str, Any]] = {"sock": dict(WS), "plain": {}}
+    second = "plain" if first == "sock" else "sock"
+    up = replace(_up({"text": TEXT}, **fields[first]), twins={second: fields[second]})
+    config = {
+        "routes": [
+            {
+                "name": "default",
+                "rules": [
+                    {"name": "sock", "when": {"model": "m-sock"}, "to": "sock"},
+                    {"name": "plain", "when": {"model": "m-plain"}, "to": "plain"},
+                ],
+            }
+        ]
+    }
+    st = stack({first: up}, config=config)
+    async with _client(st).responses.connect() as conn:
+        for model in ("m-sock", "m-plain", "m-sock", "m-plain"):
+            events = await _turn(conn, model=model)
+            assert events[-1].type == "response.completed" and _text(events) == TEXT
+    mock = st.mock(first)
+    # Only the socket provider's key opened an upstream socket, and that socket carried both
+    # of its turns; the other provider's turns went over HTTP.
+    keys = [u.header(b"authorization") for u in mock.sockets.upgrades]
+    assert keys == [b"Bearer upstream-key-sock"] and mock.sockets.turns == [2]
+    rows = st.wait_rows(4)
+    assert [(r["provider"], _routing(r)["upstream_transport"]) for r in rows] == [
+        ("sock", "websocket"),
+        ("plain", "http"),
+    ] * 2
+    assert [attempts(r)[0].get("transport") for r in rows] == ["websocket", None] * 2

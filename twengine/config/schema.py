@@ -165,9 +165,9 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "providers[].forward_mock_headers": _reads(
             "twserve.attempt_reader", "forward_mock_headers"
         ),
-        "providers[].http2": _reads("twserve.app", "http2"),
+        "providers[].http2": _reads("twserve.attempt_reader", "http2"),
         "providers[].realtime": _reads("twserve.realtime", "realtime"),
-        "providers[].responses_transport": _reads("twserve.app", "responses_transport"),
+        "providers[].responses_transport": _reads("twserve.attempt_reader", "responses_transport"),
         "aliases": _reads("twengine.rules", "model_for"),
         "groups": _SECTION,
         "groups[].name": _reads("twengine.router", "group"),
