@@ -46,13 +46,17 @@ CASES = {
     "chat_to_anthropic": (Dialect.OPENAI_CHAT, Dialect.ANTHROPIC, CHAT),
     "anthropic_watch": (Dialect.ANTHROPIC, Dialect.ANTHROPIC, ANTHROPIC),
     "chat_watch": (Dialect.OPENAI_CHAT, Dialect.OPENAI_CHAT, CHAT),
+    # A Chat client that did not ask for usage: the usage-only chunk is left out.
+    "chat_watch_hiding_usage": (Dialect.OPENAI_CHAT, Dialect.OPENAI_CHAT, CHAT),
     "anthropic_to_responses": (Dialect.ANTHROPIC, Dialect.OPENAI_RESPONSES, ANTHROPIC),
     "chat_to_gemini": (Dialect.OPENAI_CHAT, Dialect.GEMINI, CHAT),
 }
 
 
-def _run(upstream: Dialect, client: Dialect, chunks: list[bytes]) -> int:
-    translator = new_stream_translator(upstream, client, client_model="client-model", created=1)
+def _run(upstream: Dialect, client: Dialect, chunks: list[bytes], hide: bool = False) -> int:
+    translator = new_stream_translator(
+        upstream, client, client_model="client-model", created=1, hide_usage_chunk=hide
+    )
     feed = translator.feed
     size = 0
     for chunk in chunks:
@@ -66,7 +70,7 @@ def _run(upstream: Dialect, client: Dialect, chunks: list[bytes]) -> int:
 def test_convert_per_chunk(benchmark: Any, case: str) -> None:
     upstream, client, chunks = CASES[case]
     benchmark.extra_info["chunks"] = len(chunks)
-    size = benchmark(_run, upstream, client, chunks)
+    size = benchmark(_run, upstream, client, chunks, case.endswith("_hiding_usage"))
     assert size > 0
     stats = benchmark.stats.stats if benchmark.stats else None
     if stats is not None:

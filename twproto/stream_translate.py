@@ -12,7 +12,10 @@ picks one:
   each chunk is returned **unchanged** (the same object) and the decoder only *watches* it,
   parsing just the events that carry usage, the stop reason or an error. A small framer
   (`_Watcher`) finds event boundaries by their blank line and lets chunks that hold one plain
-  delta event, or no marker of an interesting one, through without SSE-decoding them.
+  delta event, or no marker of an interesting one, through without SSE-decoding them. The one
+  exception (`hide_usage_chunk`): a Chat stream whose upstream the gateway asked for usage the
+  client did not ask for loses its usage-only chunk (``"choices":[]``); to cut it out whole, an
+  event that a chunk leaves incomplete waits for the chunk that completes it.
 * `ConvertedStream` — another format (or the same one renamed for an alias): the decoder calls
   the client format's `StreamEncoder` directly; no event objects are built per chunk.
 * `CollectedStream` — the client wanted a whole answer: the decoder fills an
@@ -33,6 +36,7 @@ and its decoder, so the held bytes are not decoded a second time (`twproto.upstr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -115,6 +119,7 @@ def new_stream_translator(
     tool_names: ir.ToolNames | None = None,
     created: int | None = None,
     relay_unchanged: bool = True,
+    hide_usage_chunk: bool = False,
 ) -> StreamTranslator:
     """The translator from an `upstream` stream to what a `client` asked for.
 
@@ -123,12 +128,20 @@ def new_stream_translator(
     `client_sse` False: the client is a Gemini client without ``alt=sse``. `relay_unchanged`
     False: a same-format stream is decoded and encoded again instead of being relayed as it
     came, so the answer names `client_model` (an alias sent another model name upstream).
+    `hide_usage_chunk`: a relayed Chat stream leaves out its usage-only chunk
+    (`twproto.translate.TranslatedRequest.hide_usage_chunk`).
     """
     if not upstream_sse and upstream is not Dialect.GEMINI:
         raise ValueError("only Gemini streams without SSE framing")
     client_sse = client_sse or client is not Dialect.GEMINI
     if relay_unchanged and client_stream and upstream is client and upstream_sse == client_sse:
-        return RelayedStream(upstream, client_model=client_model, sse=upstream_sse, created=created)
+        return RelayedStream(
+            upstream,
+            client_model=client_model,
+            sse=upstream_sse,
+            created=created,
+            hide_usage_chunk=hide_usage_chunk and upstream is Dialect.OPENAI_CHAT,
+        )
     if client_stream:
         return ConvertedStream(
             upstream,
@@ -457,16 +470,35 @@ class _Watcher:
 
 
 class RelayedStream(_Translator):
-    """Same format and framing: the upstream's bytes go to the client unchanged, watched."""
+    """Same format and framing: the upstream's bytes go to the client unchanged, watched.
+    `hide_usage_chunk` (Chat): all but the usage-only chunk (module docstring)."""
 
-    __slots__ = ("_last_sequence", "_relayed", "_sequence_tail", "_track_sequence", "_watcher")
+    __slots__ = (
+        "_hide",
+        "_last_sequence",
+        "_relayed",
+        "_sequence_tail",
+        "_tail",
+        "_track_sequence",
+        "_usage_seen",
+        "_watcher",
+    )
 
     def __init__(
-        self, dialect: Dialect, *, client_model: str, sse: bool = True, created: int | None = None
+        self,
+        dialect: Dialect,
+        *,
+        client_model: str,
+        sse: bool = True,
+        created: int | None = None,
+        hide_usage_chunk: bool = False,
     ) -> None:
         super().__init__(
             dialect, dialect, client_model=client_model, upstream_sse=sse, created=created
         )
+        self._hide = hide_usage_chunk and sse
+        self._tail = b""  # hiding: the incomplete event a chunk ended with, not yet relayed
+        self._usage_seen: ir.Usage | None = None  # hiding: the usage already looked for
         # An error ending continues a Responses stream's sequence numbers.
         self._track_sequence = dialect is Dialect.OPENAI_RESPONSES
         self._last_sequence = -1
@@ -481,6 +513,13 @@ class RelayedStream(_Translator):
         if self._watcher is not None:
             if chunk:
                 self._watcher.feed(chunk)
+                # Hiding: a chunk that ends its events and brought no usage goes out as it came.
+                if self._hide and (
+                    self._tail
+                    or self._decoder.usage is not self._usage_seen
+                    or not chunk.endswith(b"\n\n")
+                ):
+                    return self._hiding(chunk)
         elif chunk:
             self._relayed = True
             if not self._broken:
@@ -503,25 +542,54 @@ class RelayedStream(_Translator):
         if self._watcher is not None:
             assert isinstance(framing, SSEDecoder)
             self._watcher.take_over(held, framing, ended=ended)
+            if self._hide and held:
+                return self._hiding(held)
         else:
             self._framing = framing
             self._relayed = self._relayed or bool(held)
         return held
 
     def end(self) -> bytes:
-        """The upstream body ended; the client already has every byte."""
+        """The upstream body ended; the client already has every byte (hiding: but the last
+        event, when it came without its blank line and the stream ended properly)."""
         if self._watcher is not None:
             self._watcher.end()
         elif not self._broken:
             for event in self._events(b"", True):
                 self._decoder.watch(event)
-        return b""
+        tail = self._tail
+        if not tail or not self.finished:
+            return b""  # a tail of a stream that did not end properly goes out with `fail`
+        self._tail = b""
+        if self._decoder.usage is not self._usage_seen:
+            self._usage_seen = self._decoder.usage
+            return _without_usage_only(tail)
+        return tail
+
+    def _hiding(self, chunk: bytes) -> bytes:
+        """`chunk` as the client gets it while the usage-only chunk is hidden: after the
+        incomplete event held from before, up to its own last complete event, without a
+        usage-only event (looked for only when the watcher has just read usage)."""
+        if self._tail:
+            chunk = self._tail + chunk
+            self._tail = b""
+        if not chunk.endswith(b"\n\n"):
+            cut = _last_event_end(chunk)
+            self._tail = chunk[cut:]
+            chunk = chunk[:cut]
+        usage = self._decoder.usage
+        if usage is not self._usage_seen:
+            self._usage_seen = usage
+            return _without_usage_only(chunk)
+        return chunk
 
     def fail(self, err: GatewayError) -> bytes:
         """The bytes that end the client's stream with `err`, after the upstream's own so far."""
         if self._client is Dialect.GEMINI and self._watcher is None:
             opener = b",\r\n" if self._relayed else b"["
             return opener + error_body(self._client, err) + b"]"
+        # Hiding: the incomplete event held back goes out first, as it would have unhidden.
+        tail, self._tail = self._tail, b""
         # An event cut off mid-way would swallow the error event, so a blank line ends whatever
         # was pending first (after a complete event it is an empty line, which SSE ignores).
         if self._track_sequence:
@@ -534,7 +602,7 @@ class RelayedStream(_Translator):
                 created_at=getattr(decoder, "created_at", None) or self._created or 0,
                 sequence_number=self._last_sequence + 1,
             )
-        return b"\n\n" + stream_error_event(self._client, err)
+        return tail + b"\n\n" + stream_error_event(self._client, err)
 
     def _note_sequence(self, chunk: bytes) -> None:
         # The last sequence_number relayed, so an error ending continues the numbering. The
@@ -555,6 +623,57 @@ class RelayedStream(_Translator):
     def broken(self) -> bool:
         """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
         return self._broken or (self._watcher is not None and self._watcher.broken)
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _events_of(data: bytes) -> list[bytes]:
+    """`data` cut into its SSE events, each with the blank line that ends it (the last piece
+    without one when `data` ends mid-event). Any of SSE's line ends; not on the per-chunk
+    path."""
+    events: list[bytes] = []
+    start = line = 0
+    for end in _LINE_END.finditer(data):
+        if end.start() == line:  # an empty line ends the event
+            events.append(data[start : end.end()])
+            start = end.end()
+        line = end.end()
+    if start < len(data):
+        events.append(data[start:])
+    return events
+
+
+def _last_event_end(data: bytes) -> int:
+    """Where the last complete event of `data` ends (0: none is complete)."""
+    if 13 not in data:  # LF line ends, the usual case (13 is CR)
+        at = data.rfind(b"\n\n")
+        return at + 2 if at >= 0 else 0
+    last = line = 0
+    for end in _LINE_END.finditer(data):
+        if end.start() == line:
+            last = end.end()
+        line = end.end()
+    return last
+
+
+def _without_usage_only(data: bytes) -> bytes:
+    """`data` without its Chat usage-only events (``"choices":[]`` and a ``usage`` object: the
+    chunk ``stream_options.include_usage`` adds before ``[DONE]``)."""
+    kept = [event for event in _events_of(data) if not _usage_only(event)]
+    return b"".join(kept)
+
+
+def _usage_only(event: bytes) -> bool:
+    lines = [line for line in _LINE_END.split(event) if line.startswith(b"data:")]
+    if not lines:
+        return False
+    payload = b"\n".join(line[5:].removeprefix(b" ") for line in lines)
+    try:
+        obj = _json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
 
 
 class _Decoding(_Translator):

@@ -66,7 +66,9 @@ class TranslatedRequest:
     """A request body ready for the upstream.
 
     `tool_names` maps tool names the conversion flattened back to the client's tools; pass it
-    to `translate_response` / a stream translator for the answer.
+    to `translate_response` / a stream translator for the answer. `hide_usage_chunk`: a Chat
+    client's stream whose upstream was asked for usage the client did not ask for (see
+    `_chat_stream_usage`); the stream's usage-only chunk is the gateway's, not relayed.
     """
 
     body: bytes
@@ -74,6 +76,7 @@ class TranslatedRequest:
     model: str
     dropped: tuple[str, ...] = ()
     tool_names: ir.ToolNames = field(default_factory=ir.ToolNames)
+    hide_usage_chunk: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +222,13 @@ def translate_request(
         or drop_sealed_reasoning
         or bool(continuation)
     )
+    # A Chat client that streams without asking for usage: the upstream is asked anyway.
+    hide_usage = (
+        source is Dialect.OPENAI_CHAT
+        and target is Dialect.OPENAI_CHAT
+        and (obj.get("stream") is True if stream is None else stream)
+        and not _asks_usage(obj.get("stream_options"))
+    )
     if source is target and not rewrite:
         if target is Dialect.GEMINI:
             return TranslatedRequest(body=body, stream=bool(stream), model=model or "")
@@ -229,10 +239,13 @@ def translate_request(
             changes["model"] = model
         if stream is not None and stream != body_stream:
             changes["stream"] = stream
+        if hide_usage:
+            changes["stream_options"] = _chat_stream_usage(obj.get("stream_options"))
         return TranslatedRequest(
             body=_set_top_level(body, changes) if changes else body,
             stream=body_stream if stream is None else stream,
             model=model if model is not None else str(body_model or ""),
+            hide_usage_chunk=hide_usage,
         )
     try:
         req = get(source).decode_request(obj)
@@ -256,6 +269,10 @@ def translate_request(
         if target is Dialect.ANTHROPIC and req.max_output_tokens is None:
             req = replace(req, max_output_tokens=default_max_tokens)
         encoded, dropped = get(target).encode_request(req, model=req.model)
+        if target is Dialect.OPENAI_CHAT and req.stream:
+            # A same-format body carried the client's own stream_options: usage is asked for
+            # on every Chat stream.
+            encoded["stream_options"] = _chat_stream_usage(encoded.get("stream_options"))
     except MALFORMED as exc:
         raise ClientTranslationError(f"request body has an unexpected shape: {exc!r}") from None
     return TranslatedRequest(
@@ -264,7 +281,22 @@ def translate_request(
         model=req.model,
         dropped=merge_dropped(req.dropped, dropped),
         tool_names=tool_names_for(req.tools, target),
+        hide_usage_chunk=hide_usage and req.stream,
     )
+
+
+def _asks_usage(options: Any) -> bool:
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _chat_stream_usage(options: Any) -> dict[str, Any]:
+    """A Chat stream's ``stream_options`` with ``include_usage`` on, the client's other options
+    kept. Without it a Chat stream reports no usage at all, so the gateway asks on every Chat
+    stream; for a client that did not ask, the answer's usage-only chunk is left out
+    (`TranslatedRequest.hide_usage_chunk`, docs/conversion.md)."""
+    kept = dict(options) if isinstance(options, dict) else {}
+    kept["include_usage"] = True
+    return kept
 
 
 def _without_sealed_reasoning(req: ir.Request) -> ir.Request:

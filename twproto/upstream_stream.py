@@ -54,7 +54,9 @@ class UpstreamStream:
     same-format stream again, to name `client_model` (an alias). `resumable` True reads the
     answer with a `twproto.resume.ResumableStream`, which another upstream may continue;
     `continuing` is such a stream this upstream continues (its opening is held the same way,
-    and the same stream object is handed back at first content).
+    and the same stream object is handed back at first content). `hide_usage_chunk`: a relayed
+    Chat stream leaves out the usage-only chunk the client did not ask for
+    (`twproto.translate.TranslatedRequest.hide_usage_chunk`).
     """
 
     __slots__ = (
@@ -63,6 +65,7 @@ class UpstreamStream:
         "_client_sse",
         "_continuing",
         "_created",
+        "_hide_usage_chunk",
         "_hold",
         "_relay_unchanged",
         "_resumable",
@@ -84,7 +87,9 @@ class UpstreamStream:
         relay_unchanged: bool = True,
         resumable: bool = False,
         continuing: ResumableStream | None = None,
+        hide_usage_chunk: bool = False,
     ) -> None:
+        self._hide_usage_chunk = hide_usage_chunk
         self._resumable = resumable
         self._continuing = continuing
         self._upstream = upstream
@@ -142,6 +147,7 @@ class UpstreamStream:
             tool_names=self._tool_names,
             created=self._created,
             relay_unchanged=self._relay_unchanged,
+            hide_usage_chunk=self._hide_usage_chunk,
         )
         return FirstContent(data=translator.take_over(outcome), translator=translator)
 

@@ -289,6 +289,8 @@ class AttemptRequests:
             relay_unchanged=dest.target.model == client_model,
             resumable=self.resume,
             continuing=continuing,
+            # A Chat client that did not ask for usage gets no usage-only chunk.
+            hide_usage_chunk=translated.hide_usage_chunk,
         )
         return request, opening
 

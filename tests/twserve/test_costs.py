@@ -182,3 +182,35 @@ def test_every_attempt_carries_a_cost_state(tmp_path: Path) -> None:
     assert (down["status"], down["cost_micros"], down["cost_state"]) == (503, 0, "known")
     assert (up["cost_micros"], up["cost_state"]) == (CACHE_HEAVY_MICROS, "known")
     assert row["cost_micros"] == CACHE_HEAVY_MICROS
+
+
+def test_a_chat_stream_that_did_not_ask_for_usage_is_priced(tmp_path: Path) -> None:
+    # The SDK streams without stream_options: the gateway asks the upstream for usage anyway,
+    # prices the row, and the client's stream has no usage-only chunk it did not ask for.
+    script = Script(text="priced without asking", usage=Usage(input=1000, output=500))
+    upstreams = {"chat": Upstream("openai-chat", MockSettings(script=script))}
+    with running_stack(tmp_path, upstreams) as st, sdk_clients(st.url) as c:
+        messages = [{"role": "user", "content": "hi"}]
+        plain = list(
+            c.openai.chat.completions.create(model="gpt-4.1", messages=messages, stream=True)
+        )
+        asked = list(
+            c.openai.chat.completions.create(
+                model="gpt-4.1",
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        rows = st.wait_rows(2)
+        sent = [json.loads(r.body).get("stream_options") for r in st.mock("chat").received]
+    assert sent == [{"include_usage": True}] * 2
+    assert all(chunk.choices for chunk in plain)  # no usage-only chunk
+    assert [chunk.usage for chunk in plain] == [None] * len(plain)
+    assert "".join(ch.choices[0].delta.content or "" for ch in plain) == "priced without asking"
+    assert not asked[-1].choices and asked[-1].usage is not None  # asked: as it came
+    assert asked[-1].usage.completion_tokens == 500
+    # gpt-4.1: 2 USD in, 8 USD out per million tokens: 1000×2 + 500×8 = 6000 µ$.
+    for row in rows:
+        assert (row["input_tokens"], row["output_tokens"]) == (1000, 500)
+        assert (row["cost_micros"], row["cost_state"]) == (6000, "known")
