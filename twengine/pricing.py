@@ -60,10 +60,15 @@ __all__ = [
 
 
 class CostState(StrEnum):
-    KNOWN = "known"
-    FREE = "free"
-    UNKNOWN = "unknown"
-    LOCAL = "local"
+    """How a stored cost was arrived at (docs/limits-and-costs.md, "Cost states")."""
+
+    KNOWN = "known"  # priced from the usage the upstream reported
+    FREE = "free"  # a ``billing: free`` upstream
+    UNKNOWN = "unknown"  # usage reported, but the model has no price: NULL, never 0
+    LOCAL = "local"  # answered by the gateway itself (a token count)
+    # No usage reported (a stream cancelled or abandoned before its usage event): the gateway's
+    # estimate, which is what the key's limits counted.
+    ESTIMATED = "estimated"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +112,7 @@ class ModelPricing:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cost:
-    """A cost in one of the three states; `micros` is None exactly when the state is UNKNOWN."""
+    """A cost in one of its states; `micros` is None exactly when the state is UNKNOWN."""
 
     state: CostState
     micros: int | None

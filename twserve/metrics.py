@@ -132,6 +132,13 @@ class Metrics:
             ["provider", "model"],
             registry=reg,
         )
+        self.estimated = Counter(
+            "gateway_estimated_cost_usd",
+            "Estimated cost in USD of requests whose answer reported no usage (cancelled or "
+            "cut off before it), as the key limits counted it, by key, upstream and model asked",
+            ["key", "provider", "model"],
+            registry=reg,
+        )
         self._open: set[str] = set()
         self.in_flight = Gauge(
             "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
@@ -142,7 +149,7 @@ class Metrics:
         self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
         self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
         self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
-        self._unpriced = _Children(self.unpriced)
+        self._unpriced, self._estimated = _Children(self.unpriced), _Children(self.estimated)
 
     @property
     def open_requests(self) -> int:
@@ -192,6 +199,11 @@ class Metrics:
     def _observe_spend(self, row: RequestRow, provider: str) -> None:
         key = row.key_name or "none"
         model = row.model or "none"
+        if row.cost_state == "estimated":
+            # No usage was reported: the row's input tokens and cost are the gateway's estimate,
+            # kept apart from what upstreams reported.
+            self._estimated(key, provider, model).inc((row.cost_micros or 0) / 1_000_000)
+            return
         for kind, count in (
             ("input", row.input_tokens),
             ("cache_read", row.cache_read_tokens),

@@ -616,7 +616,8 @@ def usage_totals(
         "COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
         "COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cost_micros), 0), "
         "SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END) "
+        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN cost_state = 'estimated' THEN 1 ELSE 0 END) "
         f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
     )
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -629,9 +630,10 @@ def usage_totals(
 
 def usage_rows(by: str, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     """Usage totals as `usage` returns them, from (group, count, errors, input, output, cache
-    read, cache write, reasoning, cost, unpriced, free) tuples."""
+    read, cache write, reasoning, cost, unpriced, free, estimated) tuples."""
     out = []
-    for grp, count, errors, inp, outp, read, write, reasoning, cost, unpriced, free in rows:
+    for row in rows:
+        grp, count, errors, inp, outp, read, write, reasoning, cost, unpriced, free, guessed = row
         out.append(
             {
                 by: grp,
@@ -647,6 +649,9 @@ def usage_rows(by: str, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
                 # Requests whose cost is unknown (no price): the total leaves them out.
                 "unpriced_requests": unpriced,
                 "free_requests": free,
+                # Requests whose answer reported no usage: their input tokens and cost in the
+                # totals are the gateway's estimate (cost state ``estimated``).
+                "estimated_requests": guessed,
             }
         )
     return out

@@ -765,7 +765,8 @@ def _usage_query(by: str, since: float | None, until: float | None) -> tuple[str
         "SUM(CASE WHEN status >= 400 OR status IS NULL OR cancelled = 1 THEN 1 ELSE 0 END), "
         f"{sums}, "
         "SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END) "
+        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN cost_state = 'estimated' THEN 1 ELSE 0 END) "
         f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
     )
     return sql, params

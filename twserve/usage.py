@@ -11,7 +11,9 @@ The gateway calls this module twice per generation request, and nowhere else:
 * `UsageKeeper.settle` when the request is over: it prices the row and each attempt that
   reported usage (`twengine.pricing.Pricer`), books what the request really used in place of
   its estimate — or nothing at all if no attempt reached an upstream — and publishes
-  `KeyLimitAlert` events.
+  `KeyLimitAlert` events. An answer that reported no usage (a stream cancelled or abandoned
+  before its usage event) is booked at its estimate, and the row says so: its input tokens and
+  cost are the estimate's, cost state ``estimated``.
 
 Limits count wall-clock time (`wall`), the time rows are stored with, so that the totals
 rebuilt from the store at startup (`rebuild`) line up with the ones kept live. Calendar periods
@@ -94,19 +96,16 @@ class Admission:
 def spend_of(
     usage: Usage | None, cost: int, estimate: Spend, *, extra: Iterable[Usage] = ()
 ) -> Spend:
-    """What a finished request counts: its reported usage (plus what failed attempts billed),
-    or — when the answer reported none — its estimate."""
-    tokens = 0
+    """What a finished request counts: its answer's reported usage — or, when the answer
+    reported none, its estimate's tokens — plus what other attempts billed; `cost` is the
+    request's counted cost."""
+    tokens = estimate.tokens if usage is None else 0
     reads = 0
-    reported = False
     for u in (usage, *extra):
         if u is None:
             continue
-        reported = True
         tokens += u.input_tokens + u.cache_write_tokens + u.output_tokens
         reads += u.cache_read_tokens
-    if not reported:
-        return Spend(requests=1, tokens=estimate.tokens, cost_micros=max(cost, 0))
     return Spend(requests=1, tokens=tokens, cache_reads=reads, cost_micros=max(cost, 0))
 
 
@@ -356,6 +355,9 @@ class UsageKeeper:
             # no cost, and nothing counts toward the limits.
             self.settle(admission, None)
             return
+        estimate = admission.estimate if admission is not None else Spend()
+        # What the answer reported no usage for is counted at its estimate, and shown as such.
+        estimated = Cost(state=CostState.ESTIMATED, micros=estimate.cost_micros)
         answer: Cost | None
         if row.provider is not None:
             model = models.get(row.provider, row.model or "")
@@ -364,7 +366,7 @@ class UsageKeeper:
             elif self.pricer.is_free(row.provider):
                 answer = Cost(state=CostState.FREE, micros=0)
             else:
-                answer = Cost(state=CostState.UNKNOWN, micros=None)  # no usage reported
+                answer = estimated  # no usage reported (cancelled or cut before it came)
             if last < len(views):
                 if usage is not None:
                     views[last]["usage"] = _usage_json(usage)
@@ -372,18 +374,19 @@ class UsageKeeper:
         elif all((attempts[i].status or 0) >= 400 for i in sent):
             answer = None  # every upstream refused outright: billed nothing but what it said
         else:
-            answer = Cost(state=CostState.UNKNOWN, micros=None) if not extras else None
+            answer = estimated if not extras else None
         if answer is None:
             row.cost_micros, row.cost_state = extra_cost, CostState.KNOWN.value
         elif answer.micros is None:
             row.cost_micros, row.cost_state = None, answer.state.value
         else:
             row.cost_micros, row.cost_state = answer.micros + extra_cost, answer.state.value
+        if answer is estimated and row.input_tokens is None:
+            row.input_tokens = estimate.tokens  # the estimate the limits counted, shown
         counted_cost = extra_cost + (answer.counted if answer is not None else 0)
-        estimate = admission.estimate if admission is not None else Spend()
-        if usage is None and not extras:
-            counted_cost = estimate.cost_micros
-        spend = spend_of(usage, counted_cost, estimate, extra=extras)
+        # The answer's tokens: its usage, else its estimate (nothing for a refusal).
+        counted_usage = usage if answer is not None or usage is not None else Usage()
+        spend = spend_of(counted_usage, counted_cost, estimate, extra=extras)
         row.counted = True
         row.settled_ts = self.wall()
         row.limit_tokens = spend.tokens

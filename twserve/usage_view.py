@@ -30,6 +30,7 @@ _SUMMED = (
     "cost_micros",
     "unpriced_requests",
     "free_requests",
+    "estimated_requests",
 )
 
 
@@ -84,6 +85,7 @@ def render_table(by: str, rows: Sequence[Mapping[str, Any]], *, title: str) -> A
         ("output_tokens", "output", f"{total['output_tokens']:,}"),
         ("cost_micros", "cost (USD)", f"{total['cost_micros'] / 1_000_000:,.4f}"),
         ("unpriced_requests", "unpriced", str(total["unpriced_requests"])),
+        ("estimated_requests", "estimated", str(total["estimated_requests"])),
     )
     for key, header, footer in columns:
         table.add_column(header, footer=footer, justify="left" if key == by else "right")

@@ -214,3 +214,49 @@ def test_a_chat_stream_that_did_not_ask_for_usage_is_priced(tmp_path: Path) -> N
     for row in rows:
         assert (row["input_tokens"], row["output_tokens"]) == (1000, 500)
         assert (row["cost_micros"], row["cost_state"]) == (6000, "known")
+
+
+def test_a_stream_cancelled_before_its_usage_shows_the_estimate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Chat stream reports usage only at its end; the client leaves after a few chunks. The
+    # key's cost limit counted the request's estimate: the row, its attempt, /usage, /metrics
+    # and `twserve usage` show that estimate, marked `estimated`, instead of nothing.
+    slow = Script(text="word " * 200, chunks=200, chunk_delay=0.02, usage=Usage(input=9, output=9))
+    upstreams = {"chat": Upstream("openai-chat", MockSettings(script=slow))}
+    config = {"clients": [{"name": "tester", "key": KEY, "limits": [{"per": "day", "cost": 5}]}]}
+    prompt = "a question long enough to be worth estimating " * 40
+    with running_stack(tmp_path, upstreams, config=config, control=True) as st:
+        with sdk_clients(st.url) as c:
+            stream = c.openai.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": prompt}], stream=True
+            )
+            for _, _chunk in zip(range(3), stream, strict=False):
+                pass
+            stream.close()
+        (row,) = st.wait_rows(1)
+        usage = _control(st.control_url, "/usage?by=model&since=1h")["total"]
+        keys = _control(st.control_url, "/keys")["keys"]
+        metrics = httpx2.get(
+            st.control_url + "/metrics", headers={"authorization": f"Bearer {CONTROL_KEY}"}
+        ).text
+    assert row["cancelled"] == 1 and row["output_tokens"] is None
+    # What the limit counted is what the row shows: the input estimate at gpt-4.1's 2 µ$.
+    estimate = row["input_tokens"]
+    assert estimate is not None and estimate > 400
+    assert row["limit_tokens"] == estimate
+    assert (row["cost_micros"], row["cost_state"]) == (estimate * 2, "estimated")
+    assert row["limit_cost"] == row["cost_micros"]
+    (attempt,) = json.loads(row["routing"])["attempts"]
+    assert (attempt["cost_micros"], attempt["cost_state"]) == (estimate * 2, "estimated")
+    assert usage["estimated_requests"] == 1 and usage["cost_micros"] == estimate * 2
+    assert usage["input_tokens"] == estimate and usage["unpriced_requests"] == 0
+    assert keys[0]["limits"][0]["used"] == estimate * 2
+    cost = 'gateway_estimated_cost_usd_total{key="tester",model="gpt-4.1",provider="chat"}'
+    assert f"{cost} {estimate * 2 / 1_000_000}" in metrics
+    assert 'gateway_tokens_total{key="tester",kind="input"' not in metrics  # none reported
+    assert main(["usage", "--data-dir", str(tmp_path), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["total"]
+    assert (total["estimated_requests"], total["cost_micros"]) == (1, estimate * 2)
+    assert main(["usage", "--data-dir", str(tmp_path), "--width", "160"]) == 0
+    assert "estimated" in capsys.readouterr().out
