@@ -101,9 +101,11 @@ class Destination:
     context_window: int | None = None
     # ``answer_model: served``: the answer's body shows `target.model`, not the client's name.
     show_served: bool = False
-    # How the attempt reaches the upstream (its provider's ``http2``, ``responses_transport``):
-    # carried to the upstream layer with the attempt, never looked up again by URL.
+    # How attempts reach the upstream (its provider's ``responses_transport``, ``http2``),
+    # carried to the upstream layer with each attempt, never looked up again by URL; and how
+    # those go that its own Responses socket does not carry (all but a client socket's turns).
     transport: Transport = Transport.HTTP1
+    http_transport: Transport = Transport.HTTP1
 
     def candidate(self) -> CandidateRef:
         """This destination as the attempt machine takes it."""
@@ -114,11 +116,11 @@ class Destination:
         return self.target.model if self.show_served else requested
 
 
-def transport_of(provider: Provider, *, socket_turn: bool = False) -> Transport:
-    """How a request reaches `provider`: over its own Responses socket for a turn of a client's
-    Responses WebSocket (`socket_turn`) when it has ``responses_transport: websocket``, else
+def transport_of(provider: Provider, *, http: bool = False) -> Transport:
+    """How `provider` is reached: over its own Responses socket with ``responses_transport:
+    websocket`` (a client socket's turns; `http` True: what goes over HTTP all the same), else
     HTTP/2 with ``http2: true``, else HTTP/1.1."""
-    if socket_turn and provider.responses_transport is ResponsesTransport.WEBSOCKET:
+    if not http and provider.responses_transport is ResponsesTransport.WEBSOCKET:
         return Transport.RESPONSES_SOCKET
     return Transport.HTTP2 if provider.http2 else Transport.HTTP1
 
@@ -129,13 +131,11 @@ def destination(
     sticky: str | None,
     env: Mapping[str, str],
     catalog: TableCatalog | None = None,
-    *,
-    socket_turn: bool = False,
 ) -> Destination | CredentialFault:
-    """Where routing's candidate `cand` goes: its provider's URL, key and headers, read from
-    `env` at send time, and the transport its config names (`socket_turn`: the request is a
-    turn of a client's Responses WebSocket). A variable not set or a value no header can carry
-    is a `CredentialFault` (which never holds the value): that upstream is skipped."""
+    """Where routing's candidate `cand` goes: its provider's URL, key, headers and transport,
+    the key and headers read from `env` at send time. A variable not set or a value no header
+    can carry is a `CredentialFault` (which never holds the value): that upstream is
+    skipped."""
     provider = config.provider(cand.provider)
     creds = resolve_credentials(provider, env)
     if isinstance(creds, CredentialFault):
@@ -161,7 +161,8 @@ def destination(
             config, cand.provider, cand.model
         ),
         show_served=config.answer_model is AnswerModel.SERVED,
-        transport=transport_of(provider, socket_turn=socket_turn),
+        transport=transport_of(provider),
+        http_transport=transport_of(provider, http=True),
     )
 
 
@@ -171,15 +172,13 @@ def destinations(
     sticky: str | None,
     env: Mapping[str, str],
     catalog: TableCatalog | None = None,
-    *,
-    socket_turn: bool = False,
 ) -> tuple[list[Destination], list[CredentialFault]]:
     """`destination` of each candidate, in order: the usable ones, and the faults of those
     skipped for their credentials."""
     usable: list[Destination] = []
     faults: list[CredentialFault] = []
     for cand in candidates:
-        built = destination(config, cand, sticky, env, catalog, socket_turn=socket_turn)
+        built = destination(config, cand, sticky, env, catalog)
         if isinstance(built, CredentialFault):
             faults.append(built)
         else:
@@ -411,20 +410,19 @@ def _open(
     attempt: Attempt,
     up: Upstream,
     request: UpstreamRequest,
-    transport: Transport,
+    dest: Destination,
     sockets: UpstreamSockets | None,
-    connect_timeout: float | None,
 ) -> AbstractAsyncContextManager[UpstreamAnswer]:
-    """The attempt's upstream request over `transport`: a client socket's turn to a provider
-    with its own Responses socket goes over that socket; the rest over HTTP/1.1 or HTTP/2."""
-    if transport is Transport.RESPONSES_SOCKET:
-        event = sockets.takes(request) if sockets is not None else None
-        if sockets is not None and event is not None:
+    """The attempt's upstream request over `dest`'s transport: a turn of a client socket
+    (`sockets`) to a provider with its own Responses socket goes over that socket when it is a
+    streamed create; everything else over HTTP/1.1 or HTTP/2 as the provider says."""
+    timeout = dest.connect_timeout
+    if dest.transport is Transport.RESPONSES_SOCKET and sockets is not None:
+        event = sockets.takes(request)
+        if event is not None:
             attempt.over_socket = True
-            return sockets.open(request, event, connect_timeout=connect_timeout)
-        # Not a streamed create, or the client socket already closed (its turn is ending).
-        transport = Transport.HTTP1
-    return up.open(request, connect_timeout=connect_timeout, transport=transport)
+            return sockets.open(request, event, connect_timeout=timeout)
+    return up.open(request, connect_timeout=timeout, transport=dest.http_transport)
 
 
 async def read_attempt(
@@ -433,13 +431,12 @@ async def read_attempt(
     build: Callable[[], tuple[UpstreamRequest, UpstreamStream | None]],
     post: Callable[[AttemptItem], Awaitable[None]],
     direct: DirectWriter,
-    connect_timeout: float | None = None,
-    transport: Transport = Transport.HTTP1,
+    dest: Destination,
     sockets: UpstreamSockets | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
-    through `up` over `transport` (`sockets`: a client socket's own upstream sockets, for
-    `Transport.RESPONSES_SOCKET`), and `post` what arrives. A committed stream's chunks are
+    through `up` — or over `sockets`, a client socket's own upstream sockets, for a `dest`
+    reached by its Responses socket — and `post` what arrives. A committed stream's chunks are
     written by `direct`, and once one has been, handed to its sink as they arrive where the
     upstream connection can (`UpstreamAnswer.divert`)."""
     index = attempt.index
@@ -456,7 +453,7 @@ async def read_attempt(
                 )
                 return
             try:
-                opened = _open(attempt, up, request, transport, sockets, connect_timeout)
+                opened = _open(attempt, up, request, dest, sockets)
                 async with opened as answer:
                     await post(Head(index, answer.status, answer.headers))
                     if answer.status >= 400:

@@ -12,10 +12,8 @@ leaves one row in the request store.
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping
 
 from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
@@ -50,6 +48,7 @@ from twserve.request_row import (
     note_admission,
     note_credential_skips,
     note_local,
+    request_ids,
     retry_observer,
 )
 from twserve.store import RequestRow, Store
@@ -90,9 +89,8 @@ class Gateway:
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
         self._configured = False
-        # Request ids: a random prefix per process and a counter (one urandom call in all).
-        self._id_prefix = uuid.uuid4().hex[:12]
-        self._id_counter = itertools.count(1)
+        # A new request id per call (twserve.realtime records rows of its own, too).
+        self.next_request_id = request_ids()
         self.rng = random.Random()
         # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md); the
         # app loads and persists them (effort-memory.json) through `efforts`.
@@ -186,14 +184,8 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        sockets = request.upstream_sockets  # a client Responses socket's turn
         usable, faults = destinations(
-            self.config,
-            verdict.candidates,
-            plan.sticky,
-            self.env,
-            self.catalog,
-            socket_turn=sockets is not None,
+            self.config, verdict.candidates, plan.sticky, self.env, self.catalog
         )
         note_credential_skips(row, faults)
         if faults and not usable:
@@ -228,7 +220,7 @@ class Gateway:
             model=verdict.model,
             owner=row.id,
             arrival=started,
-            sockets=sockets,
+            sockets=request.upstream_sockets,  # a client Responses socket's turn
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(
@@ -290,10 +282,6 @@ class Gateway:
         row.status, row.error_code = err.status if head is None else head.row_status(err), err.code
         self.record_row(row)
         await (respond_error(responder, dialect, err) if head is None else head.refuse(err))
-
-    def next_request_id(self) -> str:
-        """A new request id (twserve.realtime records rows of its own, too)."""
-        return f"{self._id_prefix}{next(self._id_counter):012x}"
 
     def record_row(self, row: RequestRow) -> None:
         """Store a finished row and tell the listeners."""

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
@@ -262,18 +263,9 @@ class _Relay:
         self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
-        dest = self.dests[provider]
-        self.tg.start_soon(
-            read_attempt,
-            live,
-            self.up,
-            lambda: self._build(dest),
-            self.inbox.send,
-            self.feed,
-            dest.connect_timeout,
-            dest.transport,
-            self.sockets,
-        )
+        dest, up, post = self.dests[provider], self.up, self.inbox.send
+        build = partial(self._build, dest)
+        self.tg.start_soon(read_attempt, live, up, build, post, self.feed, dest, self.sockets)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
         built = self.requests.build(dest, self.feed.answer)

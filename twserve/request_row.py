@@ -9,6 +9,8 @@ and slot waits (docs/control-plane.md, "Events").
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Callable
 from typing import Any, assert_never
 
@@ -26,8 +28,16 @@ __all__ = [
     "note_admission",
     "note_credential_skips",
     "note_local",
+    "request_ids",
     "retry_observer",
 ]
+
+
+def request_ids() -> Callable[[], str]:
+    """A source of request ids, the rows' keys: a random prefix per process and a counter (one
+    urandom call in all)."""
+    prefix, counter = uuid.uuid4().hex[:12], itertools.count(1)
+    return lambda: f"{prefix}{next(counter):012x}"
 
 
 def note_admission(row: RequestRow, verdict: Refusal | LocalAnswer | Routed) -> None:

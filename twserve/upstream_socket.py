@@ -3,10 +3,9 @@
 Only turns of a client's Responses WebSocket go this way (docs/transports.md, "An upstream's own
 socket"): each turn's request carries its client socket's `UpstreamSockets`
 (`Request.upstream_sockets`, set by twserve/websocket.py), the gateway hands them to the relay,
-and an attempt whose destination's transport is `Transport.RESPONSES_SOCKET` (a provider
-configured for the socket, on a socket's turn) is opened here by its reader
-(twserve/attempt_reader.py), when the request is a streamed Responses create
-(`twproto.ws_upstream_create`). Everything else — plain HTTP requests, token counts, a turn
+and an attempt of such a turn whose destination's transport is `Transport.RESPONSES_SOCKET` (a
+provider configured for the socket) is opened here by its reader (twserve/attempt_reader.py),
+when the request is a streamed Responses create (`twproto.ws_upstream_create`). Everything else — plain HTTP requests, token counts, a turn
 routed to another provider — goes over HTTP as before.
 
 `UpstreamSockets.open` is an `Upstream.open`: it sends the turn as a ``response.create`` event

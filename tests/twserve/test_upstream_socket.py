@@ -296,11 +296,12 @@ def test_the_transport_is_read_from_the_providers_own_config() -> None:
         {"name": "h1", "base_url": url, "protocol": "openai-responses"},
     ]
     config = build_config({**base, "providers": providers}, {})
-    # The socket is for a client socket's turns only; anything else goes over HTTP.
-    socket_turn = [transport_of(p, socket_turn=True) for p in config.providers]
-    plain = [transport_of(p) for p in config.providers]
-    assert socket_turn == [Transport.RESPONSES_SOCKET] * 2 + [Transport.HTTP2, Transport.HTTP1]
-    assert plain == [Transport.HTTP1, Transport.HTTP2, Transport.HTTP2, Transport.HTTP1]
+    # The socket is for a client socket's turns only; what goes over HTTP all the same keeps
+    # the provider's http2.
+    ways = [transport_of(p) for p in config.providers]
+    over_http = [transport_of(p, http=True) for p in config.providers]
+    assert ways == [Transport.RESPONSES_SOCKET] * 2 + [Transport.HTTP2, Transport.HTTP1]
+    assert over_http == [Transport.HTTP1, Transport.HTTP2, Transport.HTTP2, Transport.HTTP1]
 
 
 @pytest.mark.sdk
