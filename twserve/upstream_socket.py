@@ -5,13 +5,14 @@ socket"): each turn's request carries its client socket's `UpstreamSockets`
 (`Request.upstream_sockets`, set by twserve/websocket.py), the gateway hands them to the relay,
 and an attempt of such a turn whose destination's transport is `Transport.RESPONSES_SOCKET` (a
 provider configured for the socket) is opened here by its reader (twserve/attempt_reader.py),
-when the request is a streamed Responses create (`twproto.ws_upstream_create`). Everything else — plain HTTP requests, token counts, a turn
-routed to another provider — goes over HTTP as before.
+when the request is a streamed Responses create (`twproto.ws_upstream_create`). Everything
+else — plain HTTP requests, token counts, a turn routed to another provider — goes over HTTP as
+before.
 
-`UpstreamSockets.open` is an `Upstream.open`: it sends the turn as a ``response.create`` event
-on the socket it keeps for that upstream (URL and credentials) and yields an answer the relay
-reads exactly like an HTTP one, so routing, failover before content, slots, health samples,
-limits and rows are those of an HTTP attempt:
+`UpstreamSockets.open` works as `Upstream.open` does: it sends the turn as a
+``response.create`` event on the socket it keeps for that upstream (URL and credentials) and
+yields an answer the relay reads exactly like an HTTP one, so routing, failover before content,
+slots, health samples, limits and rows are those of an HTTP attempt:
 
 * the socket opens with the request's headers (the provider key, its configured headers and the
   client's protocol headers); an upgrade the upstream refuses is that HTTP answer (a 401, 429,
