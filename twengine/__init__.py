@@ -87,6 +87,7 @@ from twengine.balance import (
     swrr_step,
     take_part,
 )
+from twengine.browser import browser_refusal, host_name, is_json_type
 from twengine.codes import (
     CODES,
     PREFIXES,
@@ -372,6 +373,7 @@ __all__ = (
     "attempt_view",
     "balance_factors",
     "base_backoff",
+    "browser_refusal",
     "build_config",
     "check_caller",
     "conversation_key",
@@ -383,6 +385,8 @@ __all__ = (
     "health_factor",
     "health_settings",
     "hop_overrides",
+    "host_name",
+    "is_json_type",
     "is_new_turn",
     "key_busy",
     "latency_factor",

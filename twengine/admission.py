@@ -267,9 +267,11 @@ def check_caller(
     address_allowed: bool,
     client: str | None,
     key_presented: bool,
+    browser: GatewayError | None = None,
 ) -> Refusal | LocalAnswer | None:
     """The checks every request passes first, in order: the client's address (before the key),
-    the path, the gateway key. None: go on (model listing or generation).
+    the path, what gives a web page's request away (`browser`: `twengine.browser`'s verdict),
+    the gateway key. None: go on (model listing or generation).
 
     A path the gateway does not serve is 404, except ``HEAD`` anything and ``GET /``, Claude
     Code's warm-up probe, answered 200 at once without a key; ``/healthz`` answers ``ok``.
@@ -289,6 +291,8 @@ def check_caller(
         )
     if route.operation is Operation.HEALTH:
         return _plain(b"ok")
+    if browser is not None:
+        return Refusal(error=browser)
     if client is None:
         if key_presented:
             return _refused(401, ErrorCategory.AUTH, "gw.auth.bad_key", "invalid gateway key")

@@ -39,6 +39,8 @@ _CODES = {
     "config.bind_invalid": "A listener's bind address is not an IP address or host name.",
     "config.port_conflict": "The gateway and control listeners share an address and port.",
     "config.cidr_invalid": "An allow_from entry is not an IP address or network.",
+    "config.origin_invalid": "An allow_origins entry is not a web origin (scheme://host[:port]).",
+    "config.host_invalid": "An allow_hosts entry is not a host name or IP address.",
     "config.control_key_missing": "The control plane is enabled but has no key.",
     "config.key_empty": "A gateway, upstream or control key is empty.",
     "config.client_duplicate_name": "Two gateway keys have the same name.",
@@ -159,6 +161,14 @@ _CODES = {
     ),
     "gw.store.commit_late": (
         "An answer's end waited store.commit_wait_secs for its row's commit and went anyway (log)."
+    ),
+    "gw.request.foreign_origin": (
+        "A web page (Origin, Sec-Fetch-Site) outside listen.gateway.allow_origins sent it (403)."
+    ),
+    "gw.request.unexpected_host": "The Host is not one listen.gateway.allow_hosts names (403).",
+    "gw.request.unsupported_media_type": "A POST body's Content-Type is not JSON (415).",
+    "gw.listen.address_busy": (
+        "The client's address holds listen.gateway.max_connections_per_address already (503)."
     ),
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."

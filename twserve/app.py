@@ -165,7 +165,8 @@ class GatewayApp:
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
-        # One budget for request bodies held in memory, whichever listener they came in on.
+        # One budget for the gateway's request bodies held in memory, whichever protocol they
+        # came in on (the control plane has its own).
         self.body_budget = http1.BodyBudget((limits or http1.ServerLimits()).body_budget_bytes)
         self.gateway_server = self._new_gateway_server()
         self.shutdown_grace = shutdown_grace
@@ -308,8 +309,11 @@ class GatewayApp:
         """The gateway's HTTP server: the address checked at accept, the key before the body,
         at most listen.gateway.max_connections open, bodies within the shared budget."""
         limits = self.limits or http1.ServerLimits()
+        listen = self.config.listen.gateway
         if limits.max_connections is None:
-            limits = replace(limits, max_connections=self.config.listen.gateway.max_connections)
+            limits = replace(limits, max_connections=listen.max_connections)
+        if limits.max_connections_per_address is None:
+            limits = replace(limits, max_connections_per_address=listen.per_address_cap)
         # HTTP/2 (h2c) by prior knowledge or Upgrade, and Responses WebSocket upgrades, on the
         # same port as HTTP/1.1.
         return http1.Server(
@@ -327,12 +331,24 @@ class GatewayApp:
         )
 
     def _new_control_server(self) -> http1.Server:
+        """The control plane's HTTP server: the control key checked before the body, its own
+        connection cap, body cap and body budget (listen.control.max_connections,
+        max_body_bytes), so that it can neither hold up the gateway's clients nor be held up
+        by them."""
         assert self.control is not None
+        listen = self.config.listen.control
+        limits = replace(
+            self.limits or http1.ServerLimits(),
+            max_connections=listen.max_connections,
+            max_connections_per_address=None,
+            max_body_bytes=listen.max_body_bytes,
+            body_budget_bytes=listen.body_budget_bytes,
+        )
         return http1.Server(
             self.control.handle,
-            limits=self.limits,
+            limits=limits,
             errors=control.transport_error,
-            budget=self.body_budget,
+            check_head=self.control.check_head,
         )
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:

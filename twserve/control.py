@@ -7,8 +7,10 @@ Theory of operation
 ``listen.control`` (loopback by default), never on the gateway's own port. Every request must
 carry the control key — ``Authorization: Bearer <key>`` or ``x-control-key: <key>`` — compared
 in constant time; the check comes before the path, so an unauthenticated caller learns nothing,
-not even which paths exist. The key is read from the config in force at each request, so a
-reload that changes it takes effect at once.
+not even which paths exist, and before the body (`check_head`, asked by the transport), so it
+gets nothing buffered either. The key is read from the config in force at each request, so a
+reload that changes it takes effect at once. The listener's connections, bodies and body
+budget are bounded apart from the gateway's (``listen.control``; twserve.app).
 
 The views read the same objects the gateway uses — its `Config`, its `Router` (health, pauses,
 slots, balancers), the request store, the event bus and the metrics — and change nothing.
@@ -41,7 +43,7 @@ from twengine.slots import SlotScope
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
-from twserve import usage_view
+from twserve import http1, usage_view
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
 from twserve.gateway import Gateway
 from twserve.httptypes import Headers, Request, Responder
@@ -357,6 +359,24 @@ class ControlPlane:
             )
             return
         await self._send(responder, 200, body)
+
+    def check_head(self, request: Request) -> http1.Refusal | None:
+        """The transport's head check: a request without the right control key is answered
+        401 from its head, before a byte of its body is read (`handle` checks again)."""
+        try:
+            self._authenticate(request)
+        except ControlRequestError as err:
+            return http1.Refusal(
+                status=err.status,
+                headers=[
+                    (b"content-type", b"application/json"),
+                    (b"cache-control", b"no-store"),
+                    (API_HEADER, str(CONTROL_API_VERSION).encode()),
+                    (b"www-authenticate", b'Bearer realm="twserve-control"'),
+                ],
+                body=error_json(err.code, err.message),
+            )
+        return None
 
     def _authenticate(self, request: Request) -> None:
         presented = _presented_key(request)

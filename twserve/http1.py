@@ -24,7 +24,9 @@ Limits guard against bad or slow clients:
   head alone (the gateway checks the address and the key there), so nobody without a key gets
   the gateway to buffer a body.
 * Bodies waiting in memory share one budget per server (`BodyBudget`); a body that would
-  overdraw it is answered 503 with ``Retry-After`` at once rather than waited for.
+  overdraw it is answered 503 with ``Retry-After`` at once rather than waited for. Whatever
+  ends a request — its answer, a refusal, a body cut off, late, too large or badly chunked, a
+  handoff — gives its bytes back (`_one_request`'s ``finally``).
 * Every write to a client has a deadline (`ServerLimits.write_timeout`): a client that stops
   reading is taken as gone, exactly as one that closes, so its upstream call is cancelled and
   what it held is freed. While a handler runs, a write only waits when the client has not
@@ -43,8 +45,12 @@ Limits guard against bad or slow clients:
 Accepting is the server's own loop (`Server.serve_listener`), not anyio's ``serve``: running
 out of file descriptors (EMFILE/ENFILE) makes ``accept`` fail, which would end anyio's loop and
 the process with it; here it backs off and tries again. At `ServerLimits.max_connections` the
-loop stops accepting until a connection ends, and an `Admit` predicate (``allow_from``) closes
-a connection from a refused address before anything is read from it.
+loop stops accepting until a connection ends; once a client waits in the backlog, the
+connection idle longest between requests is closed for it, so kept-alive connections cannot
+hold every place. An `Admit` predicate (``allow_from``) closes a connection from a refused
+address before anything is read from it, and past `ServerLimits.max_connections_per_address`
+one address's own idle connection makes room, or with none idle the new one is answered 503
+(``gw.listen.address_busy``) before anything is read.
 
 Errors the transport itself answers (bad HTTP, limits, timeouts) are written by an
 `ErrorWriter` supplied by the application so they come out in the client's API format.
@@ -55,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -96,6 +103,9 @@ READ_SIZE = 65536
 FLUSH_BYTES = 65536
 # How long a closing connection waits for the client to close its side.
 LINGER_SECS = 2.0
+# The same for a connection refused at accept (its address is at its cap): short, since it
+# holds a place under max_connections meanwhile.
+REFUSED_LINGER_SECS = 0.5
 # accept() failing for want of descriptors or memory: wait, doubling, up to the last value.
 ACCEPT_BACKOFF = (0.01, 1.0)
 _checkpoint_if_cancelled = AsyncIOBackend.checkpoint_if_cancelled
@@ -115,8 +125,12 @@ class ServerLimits:
     # One write to the client (a piece of an answer) that cannot go out in this long means the
     # client stopped reading: it is taken as gone.
     write_timeout: float = 60.0
-    # Client connections open at once (None: no cap of the server's own).
+    # Client connections open at once (None: no cap of the server's own). At the cap, once a
+    # new client waits, the connection idle longest between requests is closed for it.
     max_connections: int | None = None
+    # Of those, from one client address (None: no cap): past it, that address's connection idle
+    # longest between requests is closed, or with none idle the new one answered 503.
+    max_connections_per_address: int | None = None
     # Request bodies held in memory at once, over every connection of the server.
     body_budget_bytes: int = 512 * 1024 * 1024
 
@@ -345,6 +359,10 @@ class _Connection:
         # Draining: finish the request in progress, take no further one on this connection.
         self.closing = False
         self.idle_scope: anyio.CancelScope | None = None
+        # Since when a kept-alive connection has waited for its next request (None: it is not
+        # waiting between requests); the server closes the longest idle at its caps (`evict`).
+        self.idle_since: float | None = None
+        self.on_idle: Callable[[], None] | None = None
         try:
             peer = stream.extra(anyio.abc.SocketAttribute.remote_address)
             self.peer: tuple[str, int] = (
@@ -576,8 +594,15 @@ class _Connection:
         client closed)."""
         if self.h11.trailing_data[0]:
             return True
-        wait = self.limits.head_timeout if fresh else self.limits.keepalive_timeout
-        scope = anyio.CancelScope(deadline=anyio.current_time() + wait)
+        now = anyio.current_time()
+        if fresh:
+            wait = self.limits.head_timeout
+        else:
+            wait = self.limits.keepalive_timeout
+            self.idle_since = now
+            if self.on_idle is not None:
+                self.on_idle()  # a server at its cap may close this one for a new client
+        scope = anyio.CancelScope(deadline=now + wait)
         self.idle_scope = scope
         data = b""
         try:
@@ -586,7 +611,14 @@ class _Connection:
                 self.h11.receive_data(data)
         finally:
             self.idle_scope = None
+            self.idle_since = None
         return bool(data)
+
+    def evict(self) -> None:
+        """Close this connection, idle between requests, to make room for a new client."""
+        self.closing = True
+        if self.idle_scope is not None:
+            self.idle_scope.cancel()
 
     async def run(self) -> None:
         graceful = False
@@ -641,9 +673,7 @@ class _Connection:
                     ) from None
                 # h11's message quotes the offending line: it is not echoed back.
                 raise _Reject(status, "gw.request.bad_http", "malformed HTTP request") from None
-            if isinstance(event, h11.ConnectionClosed):
-                return False
-            if not isinstance(event, h11.Request):
+            if not isinstance(event, h11.Request):  # ConnectionClosed, or nothing to answer
                 return False
             request = self._check_head(event)
             if self.check_head is not None:
@@ -651,22 +681,24 @@ class _Connection:
                 if refusal is not None:
                     raise _Refused(refusal)
             request.body = await self._read_body(request)
-        except _Reject as rej:
-            await self._send_rejection(rej)
-            return False
-        except _Refused as ref:
-            await self._send_refusal(ref.refusal)
-            return False
-        try:
             for switch in self.switches:
                 take = switch(request)
                 if take is not None:
                     await take(self._handoff(request))
                     return False
             return await self._dispatch(request)
+        except _Reject as rej:  # raised only while the head and body are read
+            await self._send_rejection(rej)
+            return False
+        except _Refused as ref:
+            await self._send_refusal(ref.refusal)
+            return False
         finally:
-            self.budget.release(self.reserved)
-            self.reserved = 0
+            # Whatever ended the request — its answer, a refusal, a body cut off, late, over the
+            # limit or malformed, a handoff — the bytes its body held go back to the budget.
+            if self.reserved:
+                self.budget.release(self.reserved)
+                self.reserved = 0
 
     def _reserve(self, size: int, path: str) -> None:
         if not self.budget.reserve(size):
@@ -948,6 +980,8 @@ class Server:
         self.connections: set[_Connection] = set()
         # Connections accepted and not yet ended (counted at accept, before their task runs).
         self.open_count = 0
+        # Connections open per client address, with max_connections_per_address.
+        self.per_address: dict[str, int] = {}
         # Made on the event loop, in serve_listener (anyio objects need a running loop).
         self._accepting: anyio.CancelScope | None = None
         self._all: anyio.CancelScope | None = None
@@ -981,10 +1015,9 @@ class Server:
         backoff = 0.0
         cap = self.limits.max_connections
         while True:
-            while cap is not None and self.open_count >= cap:
-                # At the cap: leave new clients in the kernel's backlog until one ends.
-                self._room = anyio.Event()
-                await self._room.wait()
+            if cap is not None and self.open_count >= cap:
+                await self._make_room(listener, cap)
+                continue
             try:
                 stream = await listener.accept()
             except OSError as exc:
@@ -1007,13 +1040,64 @@ class Server:
             self.open_count += 1
             tg.start_soon(self._run, stream)
 
+    async def _make_room(self, listener: anyio.abc.SocketListener, cap: int) -> None:
+        """At the connection cap. New clients stay in the kernel's backlog; once one waits
+        there, the connection idle longest between requests is closed to make room for it
+        (idle keep-alive connections must not hold every place while a request waits). With
+        none idle, this waits until a connection ends or goes idle."""
+        room = self._room
+        if room is None or room.is_set():
+            # One event for every accept loop (a listener per address family) that waits.
+            room = self._room = anyio.Event()
+        await _client_waiting(listener)
+        if self.open_count < cap:
+            return  # one ended meanwhile
+        victim = self._longest_idle(None)
+        if victim is not None:
+            log.debug(
+                "at max_connections (%d): closing an idle connection of %s", cap, victim.peer[0]
+            )
+            victim.evict()
+        await room.wait()  # the evicted connection ends; or another ends or goes idle
+
+    def _longest_idle(self, host: str | None) -> _Connection | None:
+        """The connection (of client address `host`, or of any) that has waited longest for
+        its next request, not yet being closed."""
+        best: _Connection | None = None
+        best_since = math.inf
+        for conn in self.connections:
+            since = conn.idle_since
+            if since is None or conn.closing or (host is not None and conn.peer[0] != host):
+                continue
+            if since < best_since:
+                best, best_since = conn, since
+        return best
+
+    def _went_idle(self) -> None:
+        # A connection waits for its next request: an accept loop at the cap may close it.
+        if self._room is not None:
+            self._room.set()
+
     async def _run(self, stream: anyio.abc.SocketStream) -> None:
+        host: str | None = None
         try:
-            if self.admit is not None and not self.admit(_peer_host(stream)):
+            address = _peer_host(stream)
+            if self.admit is not None and not self.admit(address):
                 # Refused by address: closed before a byte is read (nothing is buffered).
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
                 return
+            per_cap = self.limits.max_connections_per_address
+            if per_cap is not None:
+                held = self.per_address.get(address, 0)
+                if held >= per_cap:
+                    victim = self._longest_idle(address)
+                    if victim is None:
+                        await self._refuse_address(stream, per_cap)
+                        return
+                    victim.evict()  # this address's own idle connection makes the room
+                self.per_address[address] = held + 1
+                host = address
             conn = _Connection(
                 stream,
                 self.handler,
@@ -1023,6 +1107,7 @@ class Server:
                 check_head=self.check_head,
                 budget=self.budget,
             )
+            conn.on_idle = self._went_idle
             self.connections.add(conn)
             try:
                 await conn.run()
@@ -1032,8 +1117,42 @@ class Server:
                     self._idle.set()
         finally:
             self.open_count -= 1
+            if host is not None:
+                left = self.per_address[host] - 1
+                if left:
+                    self.per_address[host] = left
+                else:
+                    del self.per_address[host]
             if self._room is not None:
                 self._room.set()
+
+    async def _refuse_address(self, stream: anyio.abc.SocketStream, cap: int) -> None:
+        """Answer a client whose address holds `cap` connections, none idle: 503 at once, in
+        the default format (nothing is read, so neither path nor headers are known); then the
+        connection closes after a short linger, so the answer is not lost to a reset."""
+        headers, body = self.errors(
+            None,
+            503,
+            "gw.listen.address_busy",
+            f"this address has {cap} connections open already; try again shortly",
+        )
+        head = [
+            b"HTTP/1.1 503 Service Unavailable",
+            *(name + b": " + value for name, value in headers),
+            b"retry-after: 1",
+            b"content-length: " + str(len(body)).encode(),
+            b"connection: close",
+        ]
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.move_on_after(REFUSED_LINGER_SECS):
+                    await stream.send(b"\r\n".join(head) + b"\r\n\r\n" + body)
+                    await stream.send_eof()
+                    while await stream.receive(READ_SIZE):
+                        pass
+            except Exception:
+                pass  # the client left, or reset: nothing more to do
+            await stream.aclose()
 
     async def drain(self, grace: float) -> bool:
         """Stop accepting, close idle connections, wait up to `grace` seconds for requests in
@@ -1084,6 +1203,16 @@ def _frames_in_chunks(conn: h11.Connection) -> bool:
     HEAD answer, an HTTP/1.0 client or a Content-Length). Asked of h11's body writer; should
     h11 ever name it otherwise, every piece simply goes through h11."""
     return type(getattr(conn, "_writer", None)).__name__ == "ChunkedWriter"
+
+
+async def _client_waiting(listener: anyio.abc.SocketListener) -> None:
+    """Return once a client waits in `listener`'s backlog (its socket reads ready); at once for
+    a listener without a socket to watch."""
+    try:
+        sock = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+    except anyio.TypedAttributeLookupError:
+        return
+    await anyio.wait_readable(sock)
 
 
 def _peer_host(stream: anyio.abc.SocketStream) -> str:

@@ -167,6 +167,20 @@ def test_the_callers_checks_in_order() -> None:
     assert isinstance(health, LocalAnswer) and health.body == b"ok"
 
 
+def test_a_web_pages_request_is_refused_after_the_path_before_the_key() -> None:
+    page = GatewayError(
+        status=403, category=ErrorCategory.DENIED, code="gw.request.foreign_origin", message="x"
+    )
+    assert code(caller(browser=page)) == "403 gw.request.foreign_origin"
+    assert code(caller(browser=page, client=None)) == "403 gw.request.foreign_origin"
+    assert code(caller(browser=page, address_allowed=False)) == "403 gw.auth.denied_address"
+    assert code(caller(browser=page, route=None)) == "404 gw.request.not_found"
+    health = caller(
+        method="GET", path="/healthz", route=match_path("GET", "/healthz"), browser=page
+    )
+    assert isinstance(health, LocalAnswer)  # probes from anywhere still see the gateway up
+
+
 def test_key_busy() -> None:
     err = key_busy(3)
     assert (err.status, err.code, err.retry_after) == (429, "gw.key.busy", 1.0)

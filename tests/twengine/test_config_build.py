@@ -141,6 +141,32 @@ def test_empty_allow_from_allows_everyone() -> None:
     assert build().listen.gateway.allows("203.0.113.5")
 
 
+def test_connection_caps_and_web_page_settings() -> None:
+    config = build()
+    gateway, control = config.listen.gateway, config.listen.control
+    assert (gateway.allow_origins, gateway.allow_hosts) == ((), ())
+    assert gateway.per_address_cap == 500  # half of max_connections when unset
+    assert (control.max_connections, control.max_body_bytes) == (32, 1024 * 1024)
+    assert control.body_budget_bytes == 4 * 1024 * 1024
+    config = build(
+        listen={
+            "gateway": {
+                "max_connections": 7,
+                "allow_origins": ["HTTPS://App.Example.com/", "*", "null"],
+                "allow_hosts": ["Gateway.Local", "[::1]", "10.0.0.2"],
+            },
+            "control": {"key": "c", "max_connections": 3, "max_body_bytes": 4096},
+        }
+    )
+    gateway, control = config.listen.gateway, config.listen.control
+    assert gateway.per_address_cap == 3
+    assert gateway.allow_origins == ("https://app.example.com", "*", "null")
+    assert gateway.allow_hosts == ("gateway.local", "::1", "10.0.0.2")
+    assert (control.max_connections, control.max_body_bytes) == (3, 4096)
+    explicit = build(listen={"gateway": {"max_connections_per_address": 40}})
+    assert explicit.listen.gateway.per_address_cap == 40
+
+
 @pytest.mark.parametrize(
     ("url", "protocol"),
     [

@@ -86,6 +86,10 @@ def test_every_field_is_documented() -> None:
         "postgres_dsn",
         "multiplier",
         "cache_write",
+        "max_connections_per_address",
+        "allow_origins",
+        "allow_hosts",
+        "max_body_bytes",
     ]
     # A field counts as documented when it appears inside inline code: `selected`,
     # `state.redis_url`, `model: {context_window, max_output_tokens}`.

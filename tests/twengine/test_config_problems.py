@@ -237,6 +237,36 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "listen.gateway.allow_from[0]",
     ),
     (
+        "bad origin",
+        with_(listen={"gateway": {"allow_origins": ["https://ok.example", "app.example.com"]}}),
+        "config.origin_invalid",
+        "listen.gateway.allow_origins[1]",
+    ),
+    (
+        "origin with a path",
+        with_(listen={"gateway": {"allow_origins": ["https://app.example.com/chat"]}}),
+        "config.origin_invalid",
+        "listen.gateway.allow_origins[0]",
+    ),
+    (
+        "bad host",
+        with_(listen={"gateway": {"allow_hosts": ["gateway.local:8788"]}}),
+        "config.host_invalid",
+        "listen.gateway.allow_hosts[0]",
+    ),
+    (
+        "control body cap too small",
+        with_(listen={"control": {"key": "c", "max_body_bytes": 10}}),
+        "config.out_of_range",
+        "listen.control.max_body_bytes",
+    ),
+    (
+        "per-address cap zero",
+        with_(listen={"gateway": {"max_connections_per_address": 0}}),
+        "config.out_of_range",
+        "listen.gateway.max_connections_per_address",
+    ),
+    (
         "control without key",
         with_(listen={"control": {"port": 9999}}),
         "config.control_key_missing",

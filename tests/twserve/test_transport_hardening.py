@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import anyio
 import pytest
 
 from tests.twserve.conftest import KEY, StackFactory, fallback, http
-from tests.twserve.stack import Upstream
+from tests.twserve.h2_client import RawH2
+from tests.twserve.stack import CONTROL_KEY, Stack, Upstream, running_stack
 from twmock.script import MockSettings, Script
 from twserve import http1
 from twserve.httptypes import Request, Responder
@@ -345,11 +349,15 @@ def test_a_non_ascii_key_is_compared_as_utf8_bytes(stack: StackFactory) -> None:
     config = {"clients": [{"name": "tester", "key": secret}]}
     st = stack({"c": Upstream("openai-chat")}, config=config)
     url = f"{st.url}/v1/chat/completions"
-    by_query = http(f"{url}?key={quote(secret)}", body=BODY, headers=[("content-type", "a/json")])
+    by_query = http(
+        f"{url}?key={quote(secret)}", body=BODY, headers=[("content-type", "application/json")]
+    )
     # Compared in Latin-1 (with replacement) the right key failed: its Cyrillic and CJK letters
     # became "?". A key that differs only there must still fail.
     other = "schlüssel-ключ-鑰"
-    wrong = http(f"{url}?key={quote(other)}", body=BODY, headers=[("content-type", "a/json")])
+    wrong = http(
+        f"{url}?key={quote(other)}", body=BODY, headers=[("content-type", "application/json")]
+    )
     assert by_query.status == 200, by_query.body
     assert wrong.status == 401
 
@@ -383,3 +391,303 @@ def test_the_gateway_closes_a_refused_address_at_accept(stack: StackFactory) -> 
     with connect(st.port) as sock:
         sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
         assert read_reply(sock)[0] == 200
+
+
+# --- the body budget: every way a body can fail gives its bytes back ---------------------------
+
+# A body of about 60 KiB: two of them overdraw the 100 KiB budget below, so a body whose bytes
+# were never given back makes the next one 503.
+BIG = json.dumps(
+    {"model": "gpt-e2e-1", "messages": [{"role": "user", "content": "x" * 60_000}]}
+).encode()
+TIGHT = http1.ServerLimits(body_timeout=1.0, max_body_bytes=64 * 1024, body_budget_bytes=100 * 1024)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _chunked_head(path: bytes = CHAT) -> bytes:
+    return (
+        b"POST " + path + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer " + KEY.encode() + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+
+
+def _cut_off(sock: socket.socket) -> int:
+    sock.sendall(post_head(CHAT, length=len(BIG)) + BIG[:-1])
+    time.sleep(0.2)
+    return 0  # the client leaves: no answer to read
+
+
+def _too_slow(sock: socket.socket) -> int:
+    sock.sendall(post_head(CHAT, length=len(BIG)) + BIG[:-1])
+    return read_reply(sock)[0]  # 408 after the 1 s body timeout
+
+
+def _chunked_over_the_limit(sock: socket.socket) -> int:
+    piece = b"x" * 40_000
+    sock.sendall(_chunked_head() + (b"%x\r\n%s\r\n" % (len(piece), piece)) * 2)
+    return read_reply(sock)[0]
+
+
+def _malformed_chunks(sock: socket.socket) -> int:
+    piece = BIG[:50_000]
+    sock.sendall(_chunked_head() + b"%x\r\n%s\r\nzz-not-a-size\r\n" % (len(piece), piece))
+    return read_reply(sock)[0]
+
+
+@pytest.mark.parametrize(
+    ("fail", "status"),
+    [(_cut_off, 0), (_too_slow, 408), (_chunked_over_the_limit, 413), (_malformed_chunks, 400)],
+    ids=["cut-off", "body-timeout", "chunked-over-limit", "malformed-chunking"],
+)
+def test_a_body_that_never_arrives_whole_gives_its_budget_back(
+    stack: StackFactory, fail: Callable[[socket.socket], int], status: int
+) -> None:
+    st = stack({"c": Upstream("openai-chat")}, limits=TIGHT)
+    budget = st.app.body_budget
+    for _ in range(2):
+        with connect(st.port) as sock:
+            got = fail(sock)
+        assert got == status
+    assert _wait_for(lambda: budget.used == 0), f"{budget.used} bytes still held"
+    with connect(st.port) as sock:
+        sock.sendall(post_head(CHAT, length=len(BIG)) + BIG)
+        later, _, body = read_reply(sock)
+    assert later == 200, body
+
+
+def test_a_body_refused_by_the_budget_gives_back_what_it_had(stack: StackFactory) -> None:
+    st = stack({"c": Upstream("openai-chat")}, limits=TIGHT)
+    budget = st.app.body_budget
+    with connect(st.port) as holder:
+        holder.sendall(post_head(CHAT, length=len(BIG)) + BIG[:50_000])
+        assert _wait_for(lambda: budget.used == 50_000)
+        for _ in range(3):
+            # Its first bytes fit, the rest does not: 503, and the bytes it took go back.
+            with connect(st.port) as refused:
+                refused.sendall(post_head(CHAT, length=len(BIG)) + BIG)
+                assert read_reply(refused)[0] == 503
+        assert _wait_for(lambda: budget.used == 50_000), f"{budget.used} bytes held"
+    assert _wait_for(lambda: budget.used == 0), f"{budget.used} bytes still held"
+
+
+def test_a_body_for_an_unknown_path_is_refused_before_it_is_read(stack: StackFactory) -> None:
+    st = stack({"c": Upstream("openai-chat")}, limits=TIGHT)
+    with connect(st.port) as sock:
+        # A valid key, a path the gateway does not serve, and a body that never comes.
+        sock.sendall(post_head(b"/v1/nothing-here", length=60_000))
+        started = time.monotonic()
+        status, head, body = read_reply(sock)
+        took = time.monotonic() - started
+    assert status == 404
+    assert json.loads(body)["error"]["code"] == "gw.request.not_found"
+    assert b"connection: close" in head.lower()
+    assert took < 2.0
+    assert st.app.body_budget.used == 0
+    # A bodiless request to an unknown path keeps its connection.
+    with connect(st.port) as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /v1/nothing-here HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert read_reply(sock)[0] == 404
+
+
+def test_an_http2_stream_cut_off_mid_body_gives_its_budget_back(stack: StackFactory) -> None:
+    st = stack({"c": Upstream("openai-chat")}, limits=TIGHT)
+    budget = st.app.body_budget
+    for _ in range(2):
+        client = RawH2(st.port)
+        stream_id = client.request(
+            "/v1/chat/completions",
+            headers=[("authorization", f"Bearer {KEY}"), ("content-type", "application/json")],
+            end=False,
+        )
+        for start in range(0, 48_000, 16_000):  # within the default frame size and window
+            client.h2.send_data(stream_id, BIG[start : start + 16_000])
+        client.flush()
+        assert _wait_for(lambda: budget.used == 48_000)
+        client.sock.close()
+        assert _wait_for(lambda: budget.used == 0), f"{budget.used} bytes still held"
+
+
+# --- connection caps: idle keep-alive connections make room; one address's share -------------
+
+
+def _keep_alive_idle(port: int, count: int) -> list[socket.socket]:
+    """`count` connections that each had one answer and now wait idle for their next request."""
+    keepers = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert read_reply(sock)[0] == 200
+        keepers.append(sock)
+        time.sleep(0.01)  # so that the first is the one idle longest
+    return keepers
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_at_the_connection_cap_an_idle_connection_makes_room(stack: StackFactory) -> None:
+    gateway = {"bind": "127.0.0.1", "max_connections": 4, "max_connections_per_address": 4}
+    st = stack({"c": Upstream("openai-chat")}, config={"listen": {"gateway": gateway}})
+    keepers = _keep_alive_idle(st.port, 4)
+    try:
+        with connect(st.port) as sock:
+            started = time.monotonic()
+            sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+            status, _, body = read_reply(sock)
+            took = time.monotonic() - started
+        assert status == 200, body
+        assert took < 3.0  # not the 75 s keep-alive time of the idle ones
+        assert _closed_by_server(keepers[0])  # the one idle longest went
+        # The others are still served on their connections.
+        keepers[1].sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert read_reply(keepers[1])[0] == 200
+    finally:
+        for sock in keepers:
+            sock.close()
+
+
+def test_one_address_gets_its_share_of_connections(stack: StackFactory) -> None:
+    config = {
+        "listen": {
+            "gateway": {
+                "bind": "127.0.0.1",
+                "max_connections": 10,
+                "max_connections_per_address": 2,
+            }
+        }
+    }
+    st = stack({"c": Upstream("openai-chat")}, config=config)
+    with connect(st.port) as busy, connect(st.port) as other_busy:
+        # Two requests in progress (heads half sent): nothing of this address is idle.
+        for sock in (busy, other_busy):
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        assert _wait_for(lambda: st.app.gateway_server.per_address.get("127.0.0.1") == 2)
+        with connect(st.port) as third:
+            started = time.monotonic()
+            status, head, body = read_reply(third)
+            took = time.monotonic() - started
+        assert status == 503
+        assert json.loads(body)["error"]["code"] == "gw.listen.address_busy"
+        assert b"retry-after: 1" in head.lower()
+        assert took < 2.0
+    assert _wait_for(lambda: "127.0.0.1" not in st.app.gateway_server.per_address)
+    # With one of its connections idle, that one makes room for the new one.
+    keeper = _keep_alive_idle(st.port, 1)[0]
+    try:
+        with connect(st.port) as busy:
+            busy.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+            assert _wait_for(lambda: st.app.gateway_server.per_address.get("127.0.0.1") == 2)
+            with connect(st.port) as third:
+                third.sendall(post_head(CHAT, length=len(BODY)) + BODY)
+                assert read_reply(third)[0] == 200
+            assert _closed_by_server(keeper)
+    finally:
+        keeper.close()
+
+
+# --- the control listener: key before body, its own caps and budget -----------------------------
+
+
+def _control_stack(tmp_path: Path, **control: Any) -> ContextManager[Stack]:
+    config = {
+        "listen": {
+            "gateway": {"bind": "127.0.0.1"},
+            "control": {"bind": "127.0.0.1", "key": CONTROL_KEY, **control},
+        }
+    }
+    return running_stack(
+        tmp_path,
+        {"c": Upstream("openai-chat")},
+        config=config,
+        control=True,
+        limits=http1.ServerLimits(body_budget_bytes=2048),
+    )
+
+
+def _control_head(length: int, key: str | None = CONTROL_KEY) -> bytes:
+    auth = b"x-control-key: " + key.encode() + b"\r\n" if key else b""
+    return (
+        b"PUT /config HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + auth
+        + b"content-length: %d\r\n\r\n" % length
+    )
+
+
+@pytest.mark.parametrize("key", [None, "wrong-control-key"])
+def test_the_control_key_is_checked_before_the_body(tmp_path: Path, key: str | None) -> None:
+    with _control_stack(tmp_path) as st:
+        assert st.control_port is not None
+        with connect(st.control_port) as sock:
+            # Under the 1 MiB body cap, and never sent.
+            sock.sendall(_control_head(1_000_000, key=key))
+            started = time.monotonic()
+            status, head, body = read_reply(sock)
+            took = time.monotonic() - started
+    assert status == 401
+    assert json.loads(body)["error"]["code"] == (
+        "control.auth.missing_key" if key is None else "control.auth.bad_key"
+    )
+    assert b"connection: close" in head.lower()
+    assert took < 2.0
+
+
+def test_the_control_listener_has_its_own_body_cap_and_budget(tmp_path: Path) -> None:
+    with _control_stack(tmp_path, max_body_bytes=4096) as st:
+        assert st.control_port is not None
+        with connect(st.control_port) as sock:
+            sock.sendall(_control_head(5000))
+            status, _, body = read_reply(sock)
+        assert status == 413
+        assert json.loads(body)["error"]["code"] == "gw.request.body_too_large"
+        # A control body held half sent does not take from the gateway's 2 KiB budget.
+        server = st.app._control_server
+        assert server is not None
+        with connect(st.control_port) as holder:
+            holder.sendall(_control_head(4000) + b"{" + b" " * 1500)
+            assert _wait_for(lambda: server.budget.used == 1501)
+            padded = BODY[:-1] + b',"user":"' + b"u" * 1400 + b'"}'
+            with connect(st.port) as sock:
+                sock.sendall(post_head(CHAT, length=len(padded)) + padded)
+                status, _, body = read_reply(sock)
+            assert status == 200, body
+        # Cut off, it gives its bytes back to its own budget.
+        assert _wait_for(lambda: server.budget.used == 0)
+        assert st.app.body_budget.used == 0
+
+
+def test_the_control_listener_caps_its_connections(tmp_path: Path) -> None:
+    status_request = b"GET /status HTTP/1.1\r\nhost: x\r\nx-control-key: %s\r\n\r\n" % (
+        CONTROL_KEY.encode()
+    )
+    with _control_stack(tmp_path, max_connections=2) as st:
+        assert st.control_port is not None
+        with connect(st.control_port) as one, connect(st.control_port) as two:
+            for sock in (one, two):
+                sock.sendall(b"GET /status HTTP/1.1\r\nhost: x\r\n")  # heads half sent
+            with connect(st.control_port) as third:
+                third.sendall(status_request)
+                third.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    third.recv(100)  # at the cap, nothing idle: it waits in the backlog
+                one.close()
+                third.settimeout(5)
+                assert read_reply(third)[0] == 200
+                # third is now idle between requests: a new client takes its place.
+                with connect(st.control_port) as fourth:
+                    fourth.sendall(status_request)
+                    assert read_reply(fourth)[0] == 200
+                assert _closed_by_server(third)

@@ -413,6 +413,54 @@ def _bind(f: _Fields, default: str) -> str:
     return bind
 
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+
+
+def _origins(out: _Problems, gf: _Fields) -> tuple[str, ...]:
+    """``allow_origins``: web origins as a browser writes them in ``Origin`` (compared
+    lower-case, without a trailing slash), ``null``, or ``*`` for any page."""
+    origins: list[str] = []
+    for path, item in _entries(out, gf, "allow_origins"):
+        text = _as_text(out, path, item)
+        if text is None:
+            continue
+        origin = text.strip().lower().rstrip("/")
+        if origin in ("*", "null") or _ORIGIN.fullmatch(origin):
+            origins.append(origin)
+        else:
+            out.add(
+                "config.origin_invalid",
+                path,
+                f"{text!r} is not a web origin such as https://app.example.com (or * for any)",
+            )
+    return tuple(origins)
+
+
+def _hosts(out: _Problems, gf: _Fields) -> tuple[str, ...]:
+    """``allow_hosts``: the names a request's Host may carry (compared lower-case, the port
+    aside)."""
+    hosts: list[str] = []
+    for path, item in _entries(out, gf, "allow_hosts"):
+        text = _as_text(out, path, item)
+        if text is None:
+            continue
+        host = text.strip().lower()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOST_NAME.fullmatch(host):
+                out.add(
+                    "config.host_invalid",
+                    path,
+                    f"{text!r} is not a host name or IP address (write it without a port)",
+                )
+                continue
+        hosts.append(host)
+    return tuple(hosts)
+
+
 def _listen(out: _Problems, top: _Fields) -> Listen:
     lf = top.fields("listen", SECTIONS["listen"])
     if lf is None:
@@ -437,11 +485,17 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
                     f"{text!r} is not an IP address or network such as 10.0.0.0/8",
                 )
         max_connections = gf.integer("max_connections", defaults.GATEWAY_MAX_CONNECTIONS)
+        per_address = gf.integer(
+            "max_connections_per_address", defaults.GATEWAY_MAX_CONNECTIONS_PER_ADDRESS
+        )
         gateway = GatewayListen(
             bind=bind,
             port=port or defaults.GATEWAY_PORT,
             allow_from=tuple(networks),
             max_connections=max_connections or 1000,
+            max_connections_per_address=per_address,
+            allow_origins=_origins(out, gf),
+            allow_hosts=_hosts(out, gf),
         )
     control = ControlListen()
     cf = lf.fields("control", SECTIONS["listen.control"])
@@ -462,6 +516,10 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             port=cf.integer("port", replace(defaults.PORT, default=defaults.CONTROL_PORT))
             or defaults.CONTROL_PORT,
             key=key,
+            max_connections=cf.integer("max_connections", defaults.CONTROL_MAX_CONNECTIONS)
+            or int(defaults.CONTROL_MAX_CONNECTIONS.default or 1),
+            max_body_bytes=cf.integer("max_body_bytes", defaults.CONTROL_MAX_BODY_BYTES)
+            or int(defaults.CONTROL_MAX_BODY_BYTES.default or 1024),
         )
         same_host = control.bind == gateway.bind or bool(
             {control.bind, gateway.bind} & set(_WILDCARD_BINDS)

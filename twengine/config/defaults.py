@@ -16,10 +16,13 @@ from types import MappingProxyType
 __all__ = [
     "CLIENT_MAX_CONCURRENT",
     "CONTROL_BIND",
+    "CONTROL_MAX_BODY_BYTES",
+    "CONTROL_MAX_CONNECTIONS",
     "CONTROL_PORT",
     "FAILOVER",
     "GATEWAY_BIND",
     "GATEWAY_MAX_CONNECTIONS",
+    "GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
     "GATEWAY_PORT",
     "GROUP_WEIGHT",
     "LIMIT_COST_USD",
@@ -69,6 +72,13 @@ CONTROL_PORT = 8789
 PORT = Bound(low=1, high=65535)
 # listen.gateway.max_connections: client connections open at once.
 GATEWAY_MAX_CONNECTIONS = Bound(low=1, high=1_000_000, default=1000)
+# listen.gateway.max_connections_per_address: of those, from one client address. No default of
+# its own: half of max_connections (GatewayListen.per_address_cap).
+GATEWAY_MAX_CONNECTIONS_PER_ADDRESS = Bound(low=1, high=1_000_000)
+# listen.control.max_connections and max_body_bytes: the control listener's own caps (its
+# bodies draw on a budget of their own, ControlListen.body_budget_bytes).
+CONTROL_MAX_CONNECTIONS = Bound(low=1, high=10_000, default=32)
+CONTROL_MAX_BODY_BYTES = Bound(low=1024, high=64 * 1024 * 1024, default=1024 * 1024)
 
 CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
 # Per-upstream numbers; `max_concurrent` has no default (no cap).

@@ -177,6 +177,20 @@ class GatewayListen:
     allow_from: tuple[IPNetwork, ...] = ()
     # Client connections open at once; beyond it new ones wait in the listen backlog.
     max_connections: int = 1000
+    # Of those, from one address (None: half of max_connections, `per_address_cap`).
+    max_connections_per_address: int | None = None
+    # Web page origins (``scheme://host[:port]``, lower-case; ``*`` any) whose requests are
+    # served; a request from any other page is refused (twengine.browser).
+    allow_origins: tuple[str, ...] = ()
+    # Host names (lower-case, no port) a request's Host may name; empty: any.
+    allow_hosts: tuple[str, ...] = ()
+
+    @property
+    def per_address_cap(self) -> int:
+        """Connections one client address may hold open at once."""
+        if self.max_connections_per_address is not None:
+            return self.max_connections_per_address
+        return max(1, self.max_connections // 2)
 
     def allows(self, address: str) -> bool:
         """Whether a client at `address` may connect (checked before the key)."""
@@ -202,6 +216,15 @@ class ControlListen:
     bind: str = defaults.CONTROL_BIND
     port: int = defaults.CONTROL_PORT
     key: str | None = None
+    # The control listener's own caps: connections open at once, one request body's bytes.
+    max_connections: int = int(defaults.CONTROL_MAX_CONNECTIONS.default or 32)
+    max_body_bytes: int = int(defaults.CONTROL_MAX_BODY_BYTES.default or 1024 * 1024)
+
+    @property
+    def body_budget_bytes(self) -> int:
+        """Request bodies the control listener holds in memory at once, apart from the
+        gateway's budget: four of the largest."""
+        return 4 * self.max_body_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
