@@ -30,6 +30,17 @@ from twproto.client_errors import (
 from twproto.dialect import (
     Dialect,
 )
+from twproto.effort import (
+    BUDGET_EFFORT,
+    EFFORT_BUDGET,
+    budget_for_effort,
+    effort_for_budget,
+    level_after_refusal,
+    parse_effort,
+    requested_effort,
+    sets_only_budget,
+    without_reasoning_switches,
+)
 from twproto.errors import (
     ERROR_HEADER,
     ErrorCategory,
@@ -236,9 +247,11 @@ from twproto.upstream_stream import (
 )
 
 __all__ = (
+    "BUDGET_EFFORT",
     "CLIENT_RESPONSE_HEADERS",
     "CONTINUE_INSTRUCTION",
     "DEFAULT_MAX_TOKENS",
+    "EFFORT_BUDGET",
     "ERROR_HEADER",
     "FORMATS",
     "KEY_HEADERS",
@@ -355,6 +368,7 @@ __all__ = (
     "add_usage",
     "answer_events",
     "answer_to_stream",
+    "budget_for_effort",
     "check_structure",
     "classify_event",
     "classify_payload",
@@ -367,6 +381,7 @@ __all__ = (
     "credential_headers",
     "derive_call_id",
     "dispatch",
+    "effort_for_budget",
     "encode",
     "encode_comment",
     "encode_event",
@@ -385,11 +400,13 @@ __all__ = (
     "json_dumps",
     "json_loads",
     "keepalive_comments",
+    "level_after_refusal",
     "match_path",
     "new_stream_decoder",
     "new_stream_encoder",
     "new_stream_translator",
     "next_pacific_midnight",
+    "parse_effort",
     "passes_through",
     "read_ws_client_event",
     "read_ws_upstream_event",
@@ -399,6 +416,8 @@ __all__ = (
     "refuses_prefill",
     "reported_usage",
     "request_failure",
+    "requested_effort",
+    "sets_only_budget",
     "split_target",
     "stream_ended_early",
     "stream_error_event",
@@ -408,6 +427,7 @@ __all__ = (
     "upstream_path",
     "upstream_request",
     "uses_prefill",
+    "without_reasoning_switches",
     "ws_answer_error_event",
     "ws_completed_event",
     "ws_error_event",

@@ -37,8 +37,8 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import ANTHROPIC_EFFORT, ANTHROPIC_MIN_BUDGET, budget_for_effort, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
@@ -219,7 +219,7 @@ def _decode_block(block: Any, dropped: Dropped | None = None) -> ir.Part | None:
 
 def _decode_reasoning(obj: Mapping[str, Any]) -> ir.ReasoningConfig | None:
     thinking = as_dict(obj.get("thinking"))
-    effort = _effort.parse_effort(as_dict(obj.get("output_config")).get("effort"))
+    effort = parse_effort(as_dict(obj.get("output_config")).get("effort"))
     kind = thinking.get("type")
     if kind == "enabled":
         return ir.ReasoningConfig(
@@ -510,17 +510,17 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["thinking"] = {"type": "adaptive"}
             thinking_on = True
         else:
-            budget = reasoning.budget_tokens or _effort.budget_for_effort(
+            budget = reasoning.budget_tokens or budget_for_effort(
                 reasoning.effort or ir.Effort.MEDIUM
             )
             budget = min(budget, max_tokens - 1)
-            if budget < _effort.ANTHROPIC_MIN_BUDGET:
+            if budget < ANTHROPIC_MIN_BUDGET:
                 dropped.add("reasoning (max_tokens below the smallest thinking budget)")
             else:
                 out["thinking"] = {"type": "enabled", "budget_tokens": budget}
                 thinking_on = True
         if reasoning.effort is not None and (same or reasoning.adaptive):
-            output_config["effort"] = _effort.ANTHROPIC_EFFORT.get(reasoning.effort, "high")
+            output_config["effort"] = ANTHROPIC_EFFORT.get(reasoning.effort, "high")
     elif reasoning is not None and not reasoning.enabled and same:
         out["thinking"] = {"type": "disabled"}
 

@@ -44,8 +44,15 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import (
+    GEMINI_LEVEL,
+    budget_for_effort,
+    effort_for_budget,
+    gemini_budget_cap,
+    gemini_uses_levels,
+    parse_effort,
+)
 from twproto.errors import GatewayError, error_body
-from twproto.formats import _effort
 from twproto.formats._common import (
     MALFORMED,
     NULL_HANDLER,
@@ -246,7 +253,7 @@ def _decode_reasoning(config: Mapping[str, Any]) -> ir.ReasoningConfig | None:
     if not isinstance(thinking, Mapping):
         return None
     budget = opt_int(_get(thinking, "thinkingBudget"))
-    level = _effort.parse_effort(_get(thinking, "thinkingLevel"))
+    level = parse_effort(_get(thinking, "thinkingLevel"))
     include = opt_bool(_get(thinking, "includeThoughts"))
     if budget == 0:
         return ir.ReasoningConfig(enabled=False, budget_tokens=0, include_thoughts=include)
@@ -379,8 +386,8 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     if reasoning is None:
         return None
     same = req.origin is DIALECT
-    levels = _effort.gemini_uses_levels(model)
-    cap = _effort.gemini_budget_cap(model)
+    levels = gemini_uses_levels(model)
+    cap = gemini_budget_cap(model)
     if not reasoning.enabled or reasoning.effort is ir.Effort.NONE:
         if same and reasoning.budget_tokens == 0:
             return {"thinkingBudget": 0}
@@ -398,19 +405,19 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     elif same and reasoning.adaptive:
         config["thinkingBudget"] = -1
         if reasoning.effort is not None:
-            config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+            config["thinkingLevel"] = GEMINI_LEVEL.get(reasoning.effort, "high")
     elif same and reasoning.effort is not None:
-        config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+        config["thinkingLevel"] = GEMINI_LEVEL.get(reasoning.effort, "high")
     elif levels:
         effort: ir.Effort | None = reasoning.effort
         if effort is None and reasoning.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning.budget_tokens)
+            effort = effort_for_budget(reasoning.budget_tokens)
         if effort is not None:
-            config["thinkingLevel"] = _effort.GEMINI_LEVEL[effort]
+            config["thinkingLevel"] = GEMINI_LEVEL[effort]
     else:
         budget = reasoning.budget_tokens
         if budget is None and reasoning.effort is not None:
-            budget = _effort.budget_for_effort(reasoning.effort)
+            budget = budget_for_effort(reasoning.effort)
         if budget is None and reasoning.adaptive:
             budget = -1
         if budget is not None:
@@ -424,7 +431,7 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     dropped = Dropped()
     same = req.origin is DIALECT
     calls = call_kinds(req.messages)
-    needs_signature = _effort.gemini_uses_levels(model)
+    needs_signature = gemini_uses_levels(model)
     system_parts = [{"text": t.text} for t in req.system]
     contents: list[dict[str, Any]] = []
     for message in req.messages:

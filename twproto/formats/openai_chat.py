@@ -34,8 +34,8 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
@@ -326,7 +326,7 @@ def decode_request(obj: Mapping[str, Any]) -> ir.Request:
             )
 
     reasoning_cfg = None
-    effort = _effort.parse_effort(obj.get("reasoning_effort"))
+    effort = parse_effort(obj.get("reasoning_effort"))
     thinking = as_dict(obj.get("thinking")).get("type")
     if effort is not None:
         reasoning_cfg = ir.ReasoningConfig(effort=effort, enabled=effort is not ir.Effort.NONE)
@@ -503,10 +503,10 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     reasoning_cfg = req.reasoning
     if reasoning_cfg is not None:
         if reasoning_cfg.effort is not None and (reasoning_cfg.enabled or same):
-            out["reasoning_effort"] = _effort.OPENAI_EFFORT[reasoning_cfg.effort]
+            out["reasoning_effort"] = OPENAI_EFFORT[reasoning_cfg.effort]
         elif reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning_cfg.budget_tokens)
-            out["reasoning_effort"] = _effort.OPENAI_EFFORT[effort]
+            effort = effort_for_budget(reasoning_cfg.budget_tokens)
+            out["reasoning_effort"] = OPENAI_EFFORT[effort]
     if req.temperature is not None:
         out["temperature"] = req.temperature
     if req.top_p is not None:

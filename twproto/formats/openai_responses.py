@@ -37,8 +37,8 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
@@ -308,7 +308,7 @@ def decode_request(obj: Mapping[str, Any]) -> ir.Request:
     reasoning_cfg = None
     raw_reasoning = as_dict(obj.get("reasoning"))
     if raw_reasoning:
-        effort = _effort.parse_effort(raw_reasoning.get("effort"))
+        effort = parse_effort(raw_reasoning.get("effort"))
         reasoning_cfg = ir.ReasoningConfig(
             effort=effort,
             enabled=effort is not ir.Effort.NONE,
@@ -549,9 +549,9 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         settings: dict[str, Any] = {}
         effort = reasoning_cfg.effort
         if effort is None and reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning_cfg.budget_tokens)
+            effort = effort_for_budget(reasoning_cfg.budget_tokens)
         if effort is not None and (reasoning_cfg.enabled or same):
-            settings["effort"] = _effort.OPENAI_EFFORT[effort]
+            settings["effort"] = OPENAI_EFFORT[effort]
         if reasoning_cfg.summary is not None:
             settings["summary"] = reasoning_cfg.summary
         elif reasoning_cfg.enabled and not same:
