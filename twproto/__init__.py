@@ -83,6 +83,7 @@ from twproto.formats import (
     Format,
     StreamDecoder,
     StreamEncoder,
+    WatchNeedles,
     new_stream_decoder,
     new_stream_encoder,
 )
@@ -364,6 +365,7 @@ __all__ = (
     "UpstreamTranslationError",
     "Usage",
     "UsageUpdate",
+    "WatchNeedles",
     "WsClientEvent",
     "add_usage",
     "answer_events",

@@ -39,10 +39,10 @@ from twproto import _json, ir
 from twproto.dialect import Dialect
 from twproto.effort import ANTHROPIC_EFFORT, ANTHROPIC_MIN_BUDGET, budget_for_effort, parse_effort
 from twproto.errors import GatewayError, stream_error_event
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
@@ -53,7 +53,6 @@ from twproto.formats._common import (
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     is_base64,
     json_text,
     need_int,
@@ -71,6 +70,7 @@ from twproto.sse import SSEEvent
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -675,37 +675,29 @@ def encode_response(
 # Streams
 
 
-# Events that matter to the watch path (usage, stop reason, errors).
-_WATCHED = frozenset({"message_start", "message_delta", "message_stop", "error"})
+# The watch path's needles: usage, the stop reason and errors come in the message_* events and
+# `error`; a chunk of nothing but content_block_delta (or ping) events carries none of them.
+WATCH = WatchNeedles(
+    chunk_markers=(b"message_", b"error"),
+    delta_starts=(b"event: content_block_delta\n", b"event: ping\n"),
+    event_names=frozenset({"message_start", "message_delta", "message_stop", "error"}),
+    data_needles=('"message_', '"error"'),
+)
 
 
-class StreamDecoder:
+class StreamDecoder(DecoderBase):
     """Anthropic SSE events → IR stream calls.
 
     `feed` returns event objects; `feed_into` calls a handler directly (the translator's hot
     path); `watch` only follows usage, the stop reason and errors, parsing nothing else.
     """
 
-    __slots__ = ("_skipped", "dropped", "error", "finished", "usage")
+    __slots__ = ("_skipped",)
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._skipped: set[int] = set()
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        name = event.event
-        if name in _WATCHED or (
-            not name and ('"message_' in event.data or '"error"' in event.data)
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent, h: ir.StreamHandler) -> None:
         try:
@@ -809,36 +801,27 @@ class StreamDecoder:
             self._skipped.add(index)
             self._drop(f"content:{kind}")
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Anthropic SSE bytes; `take()` returns what is ready to send.
 
-class StreamEncoder:
-    """IR stream calls → Anthropic SSE bytes; `take()` returns what is ready to send."""
+    `created` is not used (Anthropic messages carry no timestamp), nor `sse` (this format always
+    streams as SSE).
+    """
 
     __slots__ = (
         "_blocks",
         "_id",
         "_kinds",
-        "_model",
         "_next",
         "_open",
-        "_out",
         "_pending_reasoning",
-        "_reason",
-        "_started",
         "_stop_sequence",
         "_templates",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
-        self._out: list[bytes] = []
-        self._started = False
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._id = ""
         self._blocks: dict[int, int] = {}  # IR index → Anthropic block index
         self._kinds: dict[int, ir.PartKind] = {}
@@ -848,27 +831,10 @@ class StreamEncoder:
         # A reasoning part whose block start waits for its first delta: it may turn out to be
         # redacted thinking, which is a different block type.
         self._pending_reasoning: set[int] = set()
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
         self._stop_sequence: str | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _emit(self, name: bytes, obj: Any) -> None:
         self._out.append(b"event: " + name + b"\ndata: " + _json.dumps(obj) + b"\n\n")
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def message_start(
         self, id: str, model: str, created: int | None, usage: ir.Usage | None
@@ -1020,9 +986,6 @@ class StreamEncoder:
         if number is not None and number == self._open:
             self._close_open()
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
     def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
         self._reason = reason
         self._stop_sequence = stop_sequence
@@ -1049,38 +1012,16 @@ class StreamEncoder:
         self._emit(b"message_stop", {"type": "message_stop"})
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        if self.ended:
-            return
-        self._out.append(self._error_bytes(gateway_error(error), error.type))
-        self.ended = True
-
-    def _error_bytes(self, err: GatewayError, upstream_type: str | None = None) -> bytes:
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
         if upstream_type and upstream_type.endswith("_error"):
             # Keep the upstream's own Anthropic error type (overloaded_error…) when it has one.
             body = {"type": "error", "error": {"type": upstream_type, "message": err.message}}
-            return b"event: error\ndata: " + _json.dumps(body) + b"\n\n"
-        return stream_error_event(DIALECT, err)
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        if self.ended:
-            return self.take()
-        self._out.append(self._error_bytes(err))
-        self.ended = True
-        return self.take()
+            self._out.append(b"event: error\ndata: " + _json.dumps(body) + b"\n\n")
+        else:
+            self._out.append(stream_error_event(DIALECT, err))
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -53,6 +53,7 @@ from twproto.effort import (
     parse_effort,
 )
 from twproto.errors import GatewayError, error_body
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     MALFORMED,
     NULL_HANDLER,
@@ -67,7 +68,6 @@ from twproto.formats._common import (
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     is_base64,
     json_text,
     need_str,
@@ -82,6 +82,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -732,7 +733,16 @@ def encode_response(
 # Streams
 
 
-class StreamDecoder:
+# The watch path's needles: usage rides on every chunk, so the finish reason and errors are what
+# the watch path parses for (the last chunk, with its finishReason, also has the final usage).
+# Gemini's SSE events have no names; the JSON-array stream's elements are always followed.
+WATCH = WatchNeedles(
+    chunk_markers=(b"finishReason", b"error"),
+    data_needles=('"finishReason"', '"error"'),
+)
+
+
+class StreamDecoder(DecoderBase):
     """Gemini stream chunks → IR stream calls. A chunk is an `SSEEvent` (``alt=sse``) or an
     already parsed element of the JSON-array stream; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
@@ -745,13 +755,11 @@ class StreamDecoder:
         "_reasoning",
         "_started",
         "_text",
-        "dropped",
-        "error",
-        "finished",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
         self._id = ""
         self._next = 0
@@ -759,21 +767,16 @@ class StreamDecoder:
         self._reasoning: int | None = None
         self._calls = 0
         self._last_usage: Any = None
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent | Mapping[str, Any]) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
 
     def watch(self, event: SSEEvent | Mapping[str, Any]) -> None:
         if isinstance(event, SSEEvent):
             data = event.data
-            if '"finishReason"' not in data and '"error"' not in data:
+            for needle in WATCH.data_needles:
+                if needle in data:
+                    break
+            else:
                 return
+        # An event with a needle, or an element of the JSON-array stream (already parsed).
         self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent | Mapping[str, Any], h: ir.StreamHandler) -> None:
@@ -900,57 +903,34 @@ class StreamDecoder:
             h.part_stop(self._reasoning)
             self._reasoning = None
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Gemini stream bytes, SSE (`sse` True) or JSON-array framing.
 
-class StreamEncoder:
-    """IR stream calls → Gemini stream bytes, SSE (`sse` True) or JSON-array framing."""
+    `created` is not used: Gemini stream chunks carry no timestamp.
+    """
 
     __slots__ = (
         "_calls",
         "_first",
         "_id",
-        "_model",
-        "_out",
         "_pending",
-        "_reason",
         "_sse",
-        "_started",
         "_tail",
         "_text_head",
         "_thought_head",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, sse: bool = True) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._sse = sse
-        self._out: list[bytes] = []
         self._first = True
-        self._started = False
         self._id = ""
         self._pending: str | None = None  # a seal waiting for the next part
         self._calls: dict[int, tuple[str, str, list[str]]] = {}
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
         self._text_head = b""
         self._thought_head = b""
         self._tail = b""
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _frame(self, body: bytes) -> None:
         if self._sse:
@@ -993,10 +973,6 @@ class StreamEncoder:
             + _json.dumps(self._id)
             + b"}"
         )
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
         self._ensure_started()
@@ -1067,12 +1043,6 @@ class StreamEncoder:
             self._pending = None
         self._chunk([part])
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1089,36 +1059,13 @@ class StreamEncoder:
             self._out.append(b"]")
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        self._append_error(gateway_error(error))
-
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        self._append_error(err)
-        return self.take()
-
-    def _append_error(self, err: GatewayError) -> None:
-        if not self.ended:
-            self._frame(error_body(DIALECT, err))
-            if not self._sse:
-                self._out.append(b"]")
-            self.ended = True
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._frame(error_body(DIALECT, err))
+        if not self._sse:
+            self._out.append(b"]")
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `created` is not used: Gemini stream chunks carry no timestamp.
-    """
-    return StreamEncoder(model=model, sse=sse)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -36,10 +36,10 @@ from twproto import _json, ir
 from twproto.dialect import Dialect
 from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
@@ -54,7 +54,6 @@ from twproto.formats._common import (
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     image_from_url,
     json_text,
     need_str,
@@ -67,6 +66,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -710,7 +710,34 @@ def encode_response(
 # Streams
 
 
-class StreamDecoder:
+# The watch path's needles. Chat events have no names: usage, the finish reason and errors are
+# found in the data (servers write JSON with and without spaces), and the end is ``[DONE]``. A
+# chunk that ends like a plain delta chunk (``"finish_reason":null``, no usage) carries none.
+WATCH = WatchNeedles(
+    chunk_markers=(
+        b'"finish_reason":"',
+        b'"finish_reason": "',
+        b'"usage":{',
+        b'"usage": {',
+        b"error",
+        b"[DONE]",
+    ),
+    delta_ends=(
+        b'"finish_reason":null}]}\n\n',
+        b'"finish_reason":null}],"usage":null}\n\n',
+    ),
+    data_starts=("[DONE]",),
+    data_needles=(
+        '"usage":{',
+        '"usage": {',
+        '"error"',
+        '"finish_reason":"',
+        '"finish_reason": "',
+    ),
+)
+
+
+class StreamDecoder(DecoderBase):
     """Chat chunks (SSE events) → IR stream calls; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
 
@@ -723,13 +750,11 @@ class StreamDecoder:
         "_text",
         "_tool_ids",
         "_tools",
-        "dropped",
-        "error",
-        "finished",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
         self._id = ""
         self._created: int | None = None
@@ -738,26 +763,6 @@ class StreamDecoder:
         self._reasoning: int | None = None
         self._tools: dict[int, int] = {}  # Chat tool-call index → IR index
         self._tool_ids: dict[str, int] = {}  # call id → Chat tool-call index
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        data = event.data
-        if (
-            '"usage":{' in data
-            or '"usage": {' in data
-            or '"error"' in data
-            or data.startswith("[DONE]")
-            or ('"finish_reason":"' in data or '"finish_reason": "' in data)
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent, h: ir.StreamHandler) -> None:
         try:
@@ -903,53 +908,23 @@ class StreamDecoder:
         for index in self._tools.values():
             h.part_stop(index)
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Chat chunk SSE bytes; `take()` returns what is ready to send.
 
-class StreamEncoder:
-    """IR stream calls → Chat chunk SSE bytes; `take()` returns what is ready to send."""
+    `sse` is not used: this format always streams as SSE.
+    """
 
-    __slots__ = (
-        "_args",
-        "_created",
-        "_custom",
-        "_head",
-        "_model",
-        "_out",
-        "_reason",
-        "_started",
-        "_tail",
-        "_tools",
-        "_usage",
-        "dropped",
-        "ended",
-    )
+    __slots__ = ("_args", "_created", "_custom", "_head", "_tail", "_tools")
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._created = created or 0
-        self._out: list[bytes] = []
-        self._started = False
         self._head = b""
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
         self._tools: dict[int, int] = {}  # IR index → Chat tool index
         self._args: dict[int, bytes] = {}  # IR index → argument-delta prefix
         self._custom: dict[int, tuple[str, str, list[str]]] = {}  # buffered custom calls
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def message_start(
         self, id: str, model: str, created: int | None, usage: ir.Usage | None
@@ -971,10 +946,6 @@ class StreamEncoder:
             + b',"choices":[{"index":0,"delta":'
         )
         self._out.append(self._head + b'{"role":"assistant","content":""}' + self._tail)
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
         self._ensure_started()
@@ -1032,8 +1003,7 @@ class StreamEncoder:
         encrypted_content: str | None,
         redacted_data: str | None,
     ) -> None:
-        if "reasoning.signature" not in self.dropped:
-            self.dropped.append("reasoning.signature")
+        self._drop("reasoning.signature")
 
     def tool_args(self, index: int, arguments: str) -> None:
         prefix = self._args.get(index)
@@ -1058,12 +1028,6 @@ class StreamEncoder:
         }
         self._out.append(self._head + _json.dumps({"tool_calls": [call]}) + self._tail)
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1084,30 +1048,11 @@ class StreamEncoder:
         self._out.append(closing + b"}\n\ndata: [DONE]\n\n")
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        if self.ended:
-            return
-        self._out.append(stream_error_event(DIALECT, gateway_error(error)))
-        self.ended = True
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        if not self.ended:
-            self._out.append(stream_error_event(DIALECT, err))
-            self.ended = True
-        return self.take()
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._out.append(stream_error_event(DIALECT, err))
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

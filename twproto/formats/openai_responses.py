@@ -39,10 +39,10 @@ from twproto import _json, ir
 from twproto.dialect import Dialect
 from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
@@ -55,7 +55,6 @@ from twproto.formats._common import (
     data_url,
     drop_cache_control,
     error_status,
-    gateway_error,
     image_from_url,
     json_text,
     need_int,
@@ -70,6 +69,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -835,12 +835,43 @@ def encode_response(
 # ----------------------------------------------------------------------------------------------
 # Streams
 
-_WATCHED = frozenset(
-    {"response.completed", "response.incomplete", "response.failed", "error", "response.created"}
+# The watch path's needles: usage and the finish come in the response's terminal events, errors
+# in response.failed and error; response.created is watched too, for the ids an error ending
+# repeats. A chunk of one output, arguments or reasoning delta event carries none of them.
+WATCH = WatchNeedles(
+    chunk_markers=(
+        b"response.created",
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b"error",
+    ),
+    delta_starts=(
+        b"event: response.output_text.delta\n",
+        b"event: response.function_call_arguments.delta\n",
+        b"event: response.reasoning_summary_text.delta\n",
+        b"event: response.reasoning_text.delta\n",
+        b"event: response.custom_tool_call_input.delta\n",
+    ),
+    event_names=frozenset(
+        {
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+            "error",
+            "response.created",
+        }
+    ),
+    data_needles=(
+        '"response.completed"',
+        '"response.failed"',
+        '"response.incomplete"',
+        '"error"',
+    ),
 )
 
 
-class StreamDecoder:
+class StreamDecoder(DecoderBase):
     """Responses stream events → IR stream calls; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
 
@@ -853,15 +884,13 @@ class StreamDecoder:
         "_stopped",
         "_text_parts",
         "created_at",
-        "dropped",
-        "error",
-        "finished",
         "response_id",
         "response_model",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.created_at: int | None = None
@@ -872,28 +901,6 @@ class StreamDecoder:
         self._stopped: set[int] = set()
         self._next = 0
         self._saw_calls = False
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        name = event.event
-        if name in _WATCHED or (
-            not name
-            and (
-                '"response.completed"' in event.data
-                or '"response.failed"' in event.data
-                or '"response.incomplete"' in event.data
-                or '"error"' in event.data
-            )
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def _new_index(self) -> int:
         index = self._next
@@ -1065,10 +1072,6 @@ class StreamDecoder:
             h.tool_args(index, str(item["arguments"]))
         self._stop(index, h)
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
-
 
 class _OpenItem:
     __slots__ = (
@@ -1095,12 +1098,13 @@ class _OpenItem:
         self.delta_prefix = b""
 
 
-class StreamEncoder:
+class StreamEncoder(EncoderBase):
     """IR stream calls → Responses SSE bytes; `take()` returns what is ready to send.
 
     Message and reasoning items are sequential (a new part closes the open one); tool-call items
     stay open until their own part ends, so calls whose arguments arrive interleaved (Chat
-    upstreams may do that) are still delivered whole.
+    upstreams may do that) are still delivered whole. `sse` is not used: this format always
+    streams as SSE.
     """
 
     __slots__ = (
@@ -1109,25 +1113,16 @@ class StreamEncoder:
         "_created",
         "_done",
         "_id",
-        "_model",
         "_next_output",
-        "_out",
         "_parts",
-        "_reason",
         "_seq",
         "_seq_open",
-        "_started",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._created = created or 0
-        self._out: list[bytes] = []
         self._seq = 0
-        self._started = False
         self._id = "resp_gateway"
         self._base = "gateway"
         self._next_output = 0
@@ -1136,19 +1131,6 @@ class StreamEncoder:
         self._calls: dict[int, _OpenItem] = {}  # output_index → open tool-call item
         # IR index → (item, content index within a message; -1 for other items)
         self._parts: dict[int, tuple[_OpenItem, int]] = {}
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _emit(self, kind: str, payload: dict[str, Any]) -> None:
         payload["sequence_number"] = self._seq
@@ -1185,10 +1167,6 @@ class StreamEncoder:
             self._usage = usage
         self._emit("response.created", {"response": self._response("in_progress", [], None)})
         self._emit("response.in_progress", {"response": self._response("in_progress", [], None)})
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def _new_item(self, kind: str, prefix: str) -> _OpenItem:
         self._ensure_started()
@@ -1444,12 +1422,6 @@ class StreamEncoder:
             else:
                 self._close_sequential()
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1472,45 +1444,24 @@ class StreamEncoder:
 
     def _late(self, what: str) -> None:
         # A delta for an item already closed: Responses items cannot be reopened.
-        note = f"{what} after its item closed"
-        if note not in self.dropped:
-            self.dropped.append(note)
+        self._drop(f"{what} after its item closed")
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        self._append_error(gateway_error(error))
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        self._append_error(err)
-        return self.take()
-
-    def _append_error(self, err: GatewayError) -> None:
-        if not self.ended:
-            self._ensure_started()
-            self._out.append(
-                stream_error_event(
-                    DIALECT,
-                    err,
-                    response_id=self._id,
-                    model=self._model,
-                    sequence_number=self._seq,
-                    created_at=self._created,
-                )
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._ensure_started()
+        self._out.append(
+            stream_error_event(
+                DIALECT,
+                err,
+                response_id=self._id,
+                model=self._model,
+                sequence_number=self._seq,
+                created_at=self._created,
             )
-            self._seq += 1
-            self.ended = True
+        )
+        self._seq += 1
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder
