@@ -410,41 +410,19 @@ def _encode_part(
     return None
 
 
-def _encode_tools(req: ir.Request, dropped: Dropped) -> list[dict[str, Any]]:
-    tools = []
-    for tool in req.tools:
-        if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
-            continue
-        flat = flatten_tool(tool)
-        schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)
-        schema.setdefault("type", "object")
-        out: dict[str, Any] = {"name": flat.name}
-        if flat.description:
-            out["description"] = flat.description
-        out["input_schema"] = schema
-        if flat.strict is not None and req.origin is DIALECT:
-            out["strict"] = flat.strict
-        tools.append(_with_cache(out, flat.cache_control))
-    return tools
-
-
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
-    dropped = Dropped()
-    same = req.origin is DIALECT
-    from_gemini = req.origin is Dialect.GEMINI
-    out: dict[str, Any] = {"model": model}
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> int:
+    # Anthropic requires max_tokens; the translator passes the model's own limit when it knows it.
     max_tokens = req.max_output_tokens or DEFAULT_MAX_TOKENS
     out["max_tokens"] = max_tokens
+    return max_tokens
 
+
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # The system prompt, then the text of every system message (folded in here: the API without
+    # the beta takes system text only at the top level; `_messages` skips those messages).
     system = [
         _with_cache({"type": "text", "text": t.text}, t.cache_control) for t in req.system if t.text
     ]
-    messages: list[dict[str, Any]] = []
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
             for part in message.parts:
@@ -452,7 +430,21 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     system.append(
                         _with_cache({"type": "text", "text": part.text}, part.cache_control)
                     )
-                elif not isinstance(part, ir.Text):
+    if system:
+        if len(system) == 1 and "cache_control" not in system[0]:
+            out["system"] = system[0]["text"]
+        else:
+            out["system"] = system
+
+
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    from_gemini = req.origin is Dialect.GEMINI
+    messages: list[dict[str, Any]] = []
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            # Its text went to the system prompt (`_system`); nothing else can go there.
+            for part in message.parts:
+                if not isinstance(part, ir.Text):
                     dropped.add(f"system message {part.kind}")
             continue
         role = "assistant" if message.role is ir.Role.ASSISTANT else "user"
@@ -471,16 +463,34 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         if message_out["role"] == "user":
             # Tool results must open the user turn that answers the tool calls.
             message_out["content"].sort(key=lambda b: b.get("type") != "tool_result")
-    if system:
-        if len(system) == 1 and "cache_control" not in system[0]:
-            out["system"] = system[0]["text"]
-        else:
-            out["system"] = system
     out["messages"] = messages
 
-    tools = _encode_tools(req, dropped)
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    tools = []
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            if tool.dialect is DIALECT and tool.raw is not None:
+                tools.append(dict(tool.raw))
+            else:
+                dropped.add(f"tools:{tool.name}")
+            continue
+        flat = flatten_tool(tool)
+        schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)
+        schema.setdefault("type", "object")
+        tool_out: dict[str, Any] = {"name": flat.name}
+        if flat.description:
+            tool_out["description"] = flat.description
+        tool_out["input_schema"] = schema
+        if flat.strict is not None and req.origin is DIALECT:
+            tool_out["strict"] = flat.strict
+        tools.append(_with_cache(tool_out, flat.cache_control))
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     choice: dict[str, Any] | None = None
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
@@ -502,7 +512,17 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     if choice is not None and (tools or choice["type"] == "none"):
         out["tool_choice"] = choice
 
-    output_config: dict[str, Any] = {}
+
+def _reasoning(
+    req: ir.Request,
+    out: dict[str, Any],
+    output_config: dict[str, Any],
+    dropped: Dropped,
+    *,
+    max_tokens: int,
+) -> bool:
+    # Returns whether thinking is on: `_sampling` must then leave out what the API refuses.
+    same = req.origin is DIALECT
     thinking_on = False
     reasoning = req.reasoning
     if reasoning is not None and reasoning.enabled and reasoning.effort is not ir.Effort.NONE:
@@ -523,7 +543,11 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             output_config["effort"] = ANTHROPIC_EFFORT.get(reasoning.effort, "high")
     elif reasoning is not None and not reasoning.enabled and same:
         out["thinking"] = {"type": "disabled"}
+    return thinking_on
 
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, thinking_on: bool) -> None:
+    same = req.origin is DIALECT
     if req.temperature is not None:
         if thinking_on and not same:
             dropped.add("temperature (not allowed with thinking)")
@@ -539,26 +563,57 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             dropped.add("top_k (not allowed with thinking)")
         else:
             out["top_k"] = req.top_k
+
+
+def _stop_sequences(req: ir.Request, out: dict[str, Any]) -> None:
     if req.stop:
         out["stop_sequences"] = list(req.stop)
-    if req.stream:
-        out["stream"] = True
-    if req.user is not None:
-        out["metadata"] = {"user_id": req.user}
+
+
+def _output_format(req: ir.Request, output_config: dict[str, Any], dropped: Dropped) -> None:
     if req.output_format is not None:
         if req.output_format.type == "json_schema" and req.output_format.schema is not None:
             output_config["format"] = {"type": "json_schema", "schema": req.output_format.schema}
         else:
             dropped.add(f"output_format:{req.output_format.type}")
-    if output_config:
-        existing = as_dict(req.extras.get("output_config")) if same else {}
-        out["output_config"] = {**existing, **output_config}
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # Streaming, the end user, metadata, the prompt-cache key and storage.
+    if req.stream:
+        out["stream"] = True
+    if req.user is not None:
+        out["metadata"] = {"user_id": req.user}
     if req.metadata:
         dropped.add("metadata")
     if req.cache_key is not None:
         dropped.add("prompt_cache_key")
-    if req.store is not None and not same:
+    if req.store is not None and req.origin is not DIALECT:
         dropped.add("store")
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    max_tokens = _output_limit(req, out)
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    # output_config gathers the effort (from the reasoning) and the structured-output format.
+    output_config: dict[str, Any] = {}
+    thinking_on = _reasoning(req, out, output_config, dropped, max_tokens=max_tokens)
+    _sampling(req, out, dropped, thinking_on=thinking_on)
+    _stop_sequences(req, out)
+    _output_format(req, output_config, dropped)
+    _options(req, out, dropped)
+    if output_config:
+        existing = as_dict(req.extras.get("output_config")) if same else {}
+        out["output_config"] = {**existing, **output_config}
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
 

@@ -426,25 +426,20 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     return config or None
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Gemini generateContent body (the model goes in the URL; `model` picks
-    model-specific settings), and what could not be carried."""
-    dropped = Dropped()
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: str) -> None:
     same = req.origin is DIALECT
     calls = call_kinds(req.messages)
     needs_signature = gemini_uses_levels(model)
-    system_parts = [{"text": t.text} for t in req.system]
     contents: list[dict[str, Any]] = []
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
-            system_parts.extend({"text": p.text} for p in message.parts if isinstance(p, ir.Text))
-            continue
+            continue  # its text goes to the system instruction (`_system`)
         model_turn = message.role is ir.Role.ASSISTANT
         parts: list[dict[str, Any]] = []
         pending: str | None = None
         first_call = True
         for part in message.parts:
-            out: dict[str, Any] | None = None
+            part_out: dict[str, Any] | None = None
             if isinstance(part, ir.Reasoning):
                 if part.text and same:
                     thought: dict[str, Any] = {"text": part.text, "thought": True}
@@ -458,15 +453,15 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     dropped.add("reasoning.signature (not base64)")
                 continue
             if isinstance(part, ir.Text):
-                out = {"text": part.text}
+                part_out = {"text": part.text}
             elif isinstance(part, ir.Image):
-                out = _encode_image(part)
+                part_out = _encode_image(part)
             elif isinstance(part, ir.ToolCall):
                 flat = flatten_call(part)
                 args, ok = parse_arguments(flat.arguments)
                 if not ok:
                     dropped.add("tool_call.arguments (not a JSON object)")
-                out = {"functionCall": {"name": flat.name, "args": args}}
+                part_out = {"functionCall": {"name": flat.name, "args": args}}
                 if pending is None and first_call and model_turn and needs_signature:
                     pending = DUMMY_SIGNATURE
                 first_call = False
@@ -484,19 +479,19 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     response = {"output": part.text}
                 if any(isinstance(p, ir.Image) for p in part.content):
                     dropped.add("tool_result image")
-                out = {"functionResponse": {"name": name, "response": response}}
+                part_out = {"functionResponse": {"name": name, "response": response}}
             elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
-                out = dict(part.raw)
+                part_out = dict(part.raw)
             else:
                 dropped.add(
                     f"content:{part.raw.get('type') if isinstance(part, ir.Opaque) else part.kind}"
                 )
-            if out is None:
+            if part_out is None:
                 continue
             if pending is not None and model_turn:
-                out["thoughtSignature"] = pending
+                part_out["thoughtSignature"] = pending
                 pending = None
-            parts.append(out)
+            parts.append(part_out)
         if pending is not None and model_turn:
             parts.append({"text": "", "thoughtSignature": pending})
         if not parts:
@@ -506,11 +501,21 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             contents[-1]["parts"].extend(parts)
         else:
             contents.append({"role": role, "parts": parts})
+    out["contents"] = contents
 
-    out_body: dict[str, Any] = {"contents": contents}
+
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # The system prompt, then the text of every system message (Gemini has one instruction).
+    system_parts = [{"text": t.text} for t in req.system]
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            system_parts.extend({"text": p.text} for p in message.parts if isinstance(p, ir.Text))
     if system_parts:
-        out_body["systemInstruction"] = {"parts": system_parts}
+        out["systemInstruction"] = {"parts": system_parts}
 
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    # Returns whether there are function declarations (what a tool choice can name).
     declarations: list[dict[str, Any]] = []
     builtin: list[dict[str, Any]] = []
     removed: set[str] = set()
@@ -538,10 +543,12 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         tools_out.append({"functionDeclarations": declarations})
     tools_out.extend(builtin)
     if tools_out:
-        out_body["tools"] = tools_out
-    if req.tool_choice is not None and (
-        declarations or req.tool_choice.mode is ir.ToolChoiceMode.NONE
-    ):
+        out["tools"] = tools_out
+    return bool(declarations)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, tools: bool) -> None:
+    if req.tool_choice is not None and (tools or req.tool_choice.mode is ir.ToolChoiceMode.NONE):
         mode = req.tool_choice.mode
         calling: dict[str, Any]
         if mode is ir.ToolChoiceMode.NAMED:
@@ -555,21 +562,35 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     ir.ToolChoiceMode.REQUIRED: "ANY",
                 }[mode]
             }
-        out_body["toolConfig"] = {"functionCallingConfig": calling}
+        out["toolConfig"] = {"functionCallingConfig": calling}
     if req.parallel_tool_calls is False:
         dropped.add("parallel_tool_calls")
 
-    config: dict[str, Any] = {}
+
+# The sampling, output-limit, stop, output-format and reasoning sections all write into
+# generationConfig (`config` below).
+
+
+def _sampling(req: ir.Request, config: dict[str, Any]) -> None:
     if req.temperature is not None:
         config["temperature"] = req.temperature
     if req.top_p is not None:
         config["topP"] = req.top_p
     if req.top_k is not None:
         config["topK"] = req.top_k
+
+
+def _output_limit(req: ir.Request, config: dict[str, Any]) -> None:
     if req.max_output_tokens is not None:
         config["maxOutputTokens"] = req.max_output_tokens
+
+
+def _stop_sequences(req: ir.Request, config: dict[str, Any]) -> None:
     if req.stop:
         config["stopSequences"] = list(req.stop)
+
+
+def _output_format(req: ir.Request, config: dict[str, Any], dropped: Dropped) -> None:
     if req.output_format is not None:
         config["responseMimeType"] = "application/json"
         if req.output_format.schema is not None:
@@ -577,13 +598,17 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             if lost:
                 dropped.add("response schema keywords: " + ", ".join(lost))
             config["responseSchema"] = schema
+
+
+def _reasoning(req: ir.Request, config: dict[str, Any], *, model: str) -> None:
     thinking = _thinking_config(req, model)
     if thinking is not None:
         config["thinkingConfig"] = thinking
-    if same:
-        config = {**as_dict(req.extras.get("generationConfig")), **config}
-    if config:
-        out_body["generationConfig"] = config
+
+
+def _options(req: ir.Request, dropped: Dropped) -> None:
+    # The end user, metadata, the prompt-cache key and storage: Gemini has none of them (the
+    # stream is chosen by the URL).
     if req.user is not None:
         dropped.add("user")
     if req.metadata:
@@ -592,16 +617,47 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         dropped.add("prompt_cache_key")
     if req.store is not None:
         dropped.add("store")
-    drop_cache_control(req, same=same, dropped=dropped)
+
+
+def _extras(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # `carry_extras`, except that generationConfig was merged field by field (`encode_request`).
+    same = req.origin is DIALECT
     for key, value in req.extras.items():
         if key == "generationConfig":
             if not same:
                 dropped.extend(f"generationConfig.{k}" for k in as_dict(value))
         elif same:
-            out_body.setdefault(key, value)
+            out.setdefault(key, value)
         else:
             dropped.add(key)
-    return out_body, dropped.tuple()
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Gemini generateContent body (the model goes in the URL; `model` picks
+    model-specific settings), and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {}
+    _messages(req, out, dropped, model=model)
+    _system(req, out)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, dropped, tools=tools)
+    config: dict[str, Any] = {}
+    _sampling(req, config)
+    _output_limit(req, config)
+    _stop_sequences(req, config)
+    _output_format(req, config, dropped)
+    _reasoning(req, config, model=model)
+    if same:
+        config = {**as_dict(req.extras.get("generationConfig")), **config}
+    if config:
+        out["generationConfig"] = config
+    _options(req, dropped)
+    drop_cache_control(req, same=same, dropped=dropped)
+    _extras(req, out, dropped)
+    return out, dropped.tuple()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -405,33 +405,14 @@ def _encode_call(call: ir.ToolCall, dropped: Dropped) -> dict[str, Any]:
     }
 
 
-def _encode_tools(req: ir.Request, dropped: Dropped) -> list[dict[str, Any]]:
-    tools = []
-    for tool in req.tools:
-        if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
-            continue
-        flat = flatten_tool(tool)
-        function: dict[str, Any] = {"name": flat.name}
-        if flat.description:
-            function["description"] = flat.description
-        function["parameters"] = flat.parameters if flat.parameters else EMPTY_PARAMETERS
-        if flat.strict is not None:
-            function["strict"] = flat.strict
-        tools.append({"type": "function", "function": function})
-    return tools
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # Chat has no system field: the system prompt opens the messages, one system message a text.
+    out["messages"] = [{"role": "system", "content": text.text} for text in req.system]
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Chat Completions body for `model`, and what could not be carried."""
-    dropped = Dropped()
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     same = req.origin is DIALECT
-    messages: list[dict[str, Any]] = []
-    for text in req.system:
-        messages.append({"role": "system", "content": text.text})
+    messages: list[dict[str, Any]] = out["messages"]  # opened by `_system`
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
             joined = "".join(p.text for p in message.parts if isinstance(p, ir.Text))
@@ -481,10 +462,30 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out_message["tool_calls"] = calls
         messages.append(out_message)
 
-    out: dict[str, Any] = {"model": model, "messages": messages}
-    tools = _encode_tools(req, dropped)
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    tools = []
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            if tool.dialect is DIALECT and tool.raw is not None:
+                tools.append(dict(tool.raw))
+            else:
+                dropped.add(f"tools:{tool.name}")
+            continue
+        flat = flatten_tool(tool)
+        function: dict[str, Any] = {"name": flat.name}
+        if flat.description:
+            function["description"] = flat.description
+        function["parameters"] = flat.parameters if flat.parameters else EMPTY_PARAMETERS
+        if flat.strict is not None:
+            function["strict"] = flat.strict
+        tools.append({"type": "function", "function": function})
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
         if mode is ir.ToolChoiceMode.NAMED:
@@ -498,23 +499,41 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             }[mode]
     if req.parallel_tool_calls is not None and tools:
         out["parallel_tool_calls"] = req.parallel_tool_calls
+
+
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> None:
+    # max_completion_tokens, not max_tokens: OpenAI's reasoning models refuse the older name.
     if req.max_output_tokens is not None:
         out["max_completion_tokens"] = req.max_output_tokens
-    reasoning_cfg = req.reasoning
-    if reasoning_cfg is not None:
-        if reasoning_cfg.effort is not None and (reasoning_cfg.enabled or same):
-            out["reasoning_effort"] = OPENAI_EFFORT[reasoning_cfg.effort]
-        elif reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = effort_for_budget(reasoning_cfg.budget_tokens)
+
+
+def _reasoning(req: ir.Request, out: dict[str, Any]) -> None:
+    reasoning = req.reasoning
+    if reasoning is not None:
+        if reasoning.effort is not None and (reasoning.enabled or req.origin is DIALECT):
+            out["reasoning_effort"] = OPENAI_EFFORT[reasoning.effort]
+        elif reasoning.enabled and reasoning.budget_tokens:
+            effort = effort_for_budget(reasoning.budget_tokens)
             out["reasoning_effort"] = OPENAI_EFFORT[effort]
+
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     if req.temperature is not None:
         out["temperature"] = req.temperature
     if req.top_p is not None:
         out["top_p"] = req.top_p
     if req.top_k is not None:
         dropped.add("top_k")
+
+
+def _stop_sequences(req: ir.Request, out: dict[str, Any]) -> None:
     if req.stop:
         out["stop"] = list(req.stop)
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # Streaming, the end user, metadata, the prompt-cache key and storage.
+    same = req.origin is DIALECT
     if req.stream:
         out["stream"] = True
         if not same:
@@ -536,6 +555,9 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["store"] = req.store
         else:
             dropped.add("store")
+
+
+def _output_format(req: ir.Request, out: dict[str, Any]) -> None:
     fmt = req.output_format
     if fmt is not None:
         if fmt.type == "json_schema":
@@ -548,6 +570,25 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["response_format"] = {"type": "json_schema", "json_schema": schema}
         else:
             out["response_format"] = {"type": "json_object"}
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Chat Completions body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    _output_limit(req, out)
+    _reasoning(req, out)
+    _sampling(req, out, dropped)
+    _stop_sequences(req, out)
+    _options(req, out, dropped)
+    _output_format(req, out)
     drop_cache_control(req, same=same, dropped=dropped)
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()

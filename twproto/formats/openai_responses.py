@@ -374,9 +374,12 @@ def _tool_item(tool: ir.Tool) -> dict[str, Any]:
     return out
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Responses body for `model`, and what could not be carried."""
-    dropped = Dropped()
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    if req.system:
+        out["instructions"] = "\n\n".join(t.text for t in req.system)
+
+
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     same = req.origin is DIALECT
     calls = call_kinds(req.messages)
     items: list[dict[str, Any]] = []
@@ -484,12 +487,11 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     f"content:{part.raw.get('type') if isinstance(part, ir.Opaque) else part.kind}"
                 )
         flush()
-
-    out: dict[str, Any] = {"model": model}
-    if req.system:
-        out["instructions"] = "\n\n".join(t.text for t in req.system)
     out["input"] = items
 
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    same = req.origin is DIALECT
     tools: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, Any]] = {}
     for tool in req.tools:
@@ -517,6 +519,10 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             tools.append(item_out)
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
         if mode is ir.ToolChoiceMode.NAMED:
@@ -532,33 +538,52 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["tool_choice"] = mode.value
     if req.parallel_tool_calls is not None and tools:
         out["parallel_tool_calls"] = req.parallel_tool_calls
+
+
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> None:
     if req.max_output_tokens is not None:
         out["max_output_tokens"] = req.max_output_tokens
+
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     if req.temperature is not None:
         out["temperature"] = req.temperature
     if req.top_p is not None:
         out["top_p"] = req.top_p
     if req.top_k is not None:
         dropped.add("top_k")
+
+
+def _stop_sequences(req: ir.Request, dropped: Dropped) -> None:
+    # Responses has no stop sequences.
     if req.stop:
         dropped.add("stop")
 
-    reasoning_cfg = req.reasoning
-    reasoning_on = False
-    if reasoning_cfg is not None:
-        settings: dict[str, Any] = {}
-        effort = reasoning_cfg.effort
-        if effort is None and reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = effort_for_budget(reasoning_cfg.budget_tokens)
-        if effort is not None and (reasoning_cfg.enabled or same):
-            settings["effort"] = OPENAI_EFFORT[effort]
-        if reasoning_cfg.summary is not None:
-            settings["summary"] = reasoning_cfg.summary
-        elif reasoning_cfg.enabled and not same:
-            settings["summary"] = "auto"
-        if settings:
-            out["reasoning"] = settings
-        reasoning_on = reasoning_cfg.enabled and effort is not ir.Effort.NONE
+
+def _reasoning(req: ir.Request, out: dict[str, Any]) -> bool:
+    # Returns whether reasoning is on: `_options` then asks for its encrypted content.
+    same = req.origin is DIALECT
+    reasoning = req.reasoning
+    if reasoning is None:
+        return False
+    settings: dict[str, Any] = {}
+    effort = reasoning.effort
+    if effort is None and reasoning.enabled and reasoning.budget_tokens:
+        effort = effort_for_budget(reasoning.budget_tokens)
+    if effort is not None and (reasoning.enabled or same):
+        settings["effort"] = OPENAI_EFFORT[effort]
+    if reasoning.summary is not None:
+        settings["summary"] = reasoning.summary
+    elif reasoning.enabled and not same:
+        settings["summary"] = "auto"
+    if settings:
+        out["reasoning"] = settings
+    return reasoning.enabled and effort is not ir.Effort.NONE
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, reasoning_on: bool) -> None:
+    # Streaming, storage, the prompt-cache key, the end user and metadata.
+    same = req.origin is DIALECT
     if req.stream:
         out["stream"] = True
     if same:
@@ -579,6 +604,9 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             dropped.add("user (longer than 64 characters)")
     if req.metadata is not None:
         out["metadata"] = req.metadata
+
+
+def _output_format(req: ir.Request, out: dict[str, Any]) -> None:
     fmt = req.output_format
     if fmt is not None:
         if fmt.type == "json_schema":
@@ -592,9 +620,28 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             text_format = {"type": "json_object"}
         out["text"] = (
             {**as_dict(req.extras.get("text")), "format": text_format}
-            if same
+            if req.origin is DIALECT
             else {"format": text_format}
         )
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Responses body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    _output_limit(req, out)
+    _sampling(req, out, dropped)
+    _stop_sequences(req, dropped)
+    reasoning_on = _reasoning(req, out)
+    _options(req, out, dropped, reasoning_on=reasoning_on)
+    _output_format(req, out)
     drop_cache_control(req, same=same, dropped=dropped)
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
