@@ -48,6 +48,7 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     carry_extras,
     error_status,
     flat_name,
@@ -470,10 +471,9 @@ def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
     tools = []
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
             continue
         flat = flatten_tool(tool)
         schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)

@@ -62,6 +62,7 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     call_kinds,
     drop_cache_control,
     error_status,
@@ -521,10 +522,9 @@ def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
     removed: set[str] = set()
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                builtin.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                builtin.append(raw)
             continue
         flat_tool = flatten_tool(tool)
         decl: dict[str, Any] = {"name": flat_tool.name}

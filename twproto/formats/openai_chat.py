@@ -45,6 +45,7 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     carry_extras,
     custom_arguments,
     custom_input,
@@ -467,10 +468,9 @@ def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
     tools = []
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
             continue
         flat = flatten_tool(tool)
         function: dict[str, Any] = {"name": flat.name}

@@ -48,6 +48,7 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     call_kinds,
     carry_extras,
     custom_arguments,
@@ -496,10 +497,9 @@ def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
     namespaces: dict[str, dict[str, Any]] = {}
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
             continue
         item_out = _tool_item(tool)
         if tool.strict is None and same:
