@@ -12,7 +12,8 @@ picks one:
   each chunk is returned **unchanged** (the same object) and the decoder only *watches* it,
   parsing just the events that carry usage, the stop reason or an error. A small framer
   (`_Watcher`) finds event boundaries by their blank line and lets chunks that hold one plain
-  delta event, or no marker of an interesting one, through without SSE-decoding them. The one
+  delta event, or no marker of an interesting one, through without SSE-decoding them; what it
+  looks for is the upstream format's ``WATCH`` table (`twproto.formats.WatchNeedles`). The one
   exception (`hide_usage_chunk`): a Chat stream whose upstream the gateway asked for usage the
   client did not ask for loses its usage-only chunk (``"choices":[]``); to cut it out whole, an
   event that a chunk leaves incomplete waits for the chunk that completes it.
@@ -291,52 +292,6 @@ class _Restorer:
         self._inner.error(error)
 
 
-# Bytes that any event the watch path needs (usage, the finish, an error) contains, per
-# format. A chunk with none of them is relayed without being parsed; a false positive (the word
-# "error" in a text delta) only costs parsing that chunk.
-_WATCH_MARKERS: dict[Dialect, tuple[bytes, ...]] = {
-    Dialect.ANTHROPIC: (b"message_", b"error"),
-    Dialect.OPENAI_CHAT: (
-        b'"finish_reason":"',
-        b'"finish_reason": "',
-        b'"usage":{',
-        b'"usage": {',
-        b"error",
-        b"[DONE]",
-    ),
-    Dialect.OPENAI_RESPONSES: (
-        b"response.created",
-        b"response.completed",
-        b"response.incomplete",
-        b"response.failed",
-        b"error",
-    ),
-    Dialect.GEMINI: (b"finishReason", b"error"),
-}
-# A chunk holding exactly one event that starts (event name) or ends (Chat, which names no
-# events) like a plain content delta cannot carry usage, a finish or an error: skipped without
-# scanning for markers at all.
-_WATCH_DELTA_PREFIXES: dict[Dialect, tuple[bytes, ...]] = {
-    Dialect.ANTHROPIC: (b"event: content_block_delta\n", b"event: ping\n"),
-    Dialect.OPENAI_CHAT: (),
-    Dialect.OPENAI_RESPONSES: (
-        b"event: response.output_text.delta\n",
-        b"event: response.function_call_arguments.delta\n",
-        b"event: response.reasoning_summary_text.delta\n",
-        b"event: response.reasoning_text.delta\n",
-        b"event: response.custom_tool_call_input.delta\n",
-    ),
-    Dialect.GEMINI: (),
-}
-_WATCH_DELTA_SUFFIXES: dict[Dialect, tuple[bytes, ...]] = {
-    Dialect.ANTHROPIC: (),
-    Dialect.OPENAI_CHAT: (
-        b'"finish_reason":null}]}\n\n',
-        b'"finish_reason":null}],"usage":null}\n\n',
-    ),
-    Dialect.OPENAI_RESPONSES: (),
-    Dialect.GEMINI: (),
-}
 _MAX_PENDING = 1 << 20
 
 
@@ -359,10 +314,11 @@ class _Watcher:
     )
 
     def __init__(self, decoder: StreamDecoder, dialect: Dialect) -> None:
+        needles = get(dialect).WATCH
         self._watch = decoder.watch
-        self._markers = _WATCH_MARKERS[dialect]
-        self._prefixes = _WATCH_DELTA_PREFIXES[dialect]
-        self._suffixes = _WATCH_DELTA_SUFFIXES[dialect]
+        self._markers = needles.chunk_markers
+        self._prefixes = needles.delta_starts
+        self._suffixes = needles.delta_ends
         self._pending: list[bytes] = []  # what follows the last complete event
         self._size = 0
         self._ends_lf = False  # the pending bytes end with LF (a blank line may straddle)

@@ -35,6 +35,7 @@ from twproto._exceptions import (
     UpstreamTranslationError,
 )
 from twproto.dialect import Dialect
+from twproto.effort import budget_for_effort, parse_effort, without_reasoning_switches
 from twproto.formats import (
     get,
     new_stream_encoder,
@@ -44,7 +45,6 @@ from twproto.formats._common import (
     merge_dropped,
     tool_names_for,
 )
-from twproto.formats._effort import budget_for_effort, parse_effort, without_reasoning_switches
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
 from twproto.resume import continued_request
 

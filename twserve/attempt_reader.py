@@ -33,8 +33,8 @@ from twengine.router import ConfigCatalog
 from twengine.rules import Candidate
 from twproto import json_loads
 from twproto.client_errors import request_failure
+from twproto.effort import level_after_refusal, parse_effort, requested_effort
 from twproto.failures import Failure, classify_transport
-from twproto.formats._effort import level_after_refusal, parse_effort, requested_effort
 from twproto.ir import Effort, ReasoningLevel
 from twproto.resume import ResumableStream
 from twproto.stream_translate import StreamTranslator

@@ -18,7 +18,7 @@ from twengine.config import Config
 from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.effort_memory import EffortKey, EffortMemory, upstream_identity
 from twproto.dialect import Dialect
-from twproto.formats._effort import requested_effort, sets_only_budget
+from twproto.effort import requested_effort, sets_only_budget
 from twproto.ir import ReasoningLevel
 from twserve.attempt_reader import Destination
 from twserve.client_answer import RelayOutcome

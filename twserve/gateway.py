@@ -24,8 +24,8 @@ from twengine.pricing import PriceTable, TableCatalog
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
+from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
-from twproto.formats._effort import sets_only_budget
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve import http1

@@ -11,8 +11,8 @@ import pytest
 from tests.twproto.conftest import DIALECTS
 from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
+from twproto.effort import budget_for_effort, effort_for_budget
 from twproto.formats import get
-from twproto.formats._effort import budget_for_effort, effort_for_budget
 from twproto.formats._schema import sanitize_schema
 from twproto.stream_translate import new_stream_translator
 from twproto.translate import (

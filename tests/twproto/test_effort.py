@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from twproto.dialect import Dialect
-from twproto.formats._effort import (
+from twproto.effort import (
     level_after_refusal,
     requested_effort,
     sets_only_budget,

@@ -15,6 +15,11 @@ run time, signatures included):
 * ``new_stream_encoder(*, model, created=None, sse=True) -> StreamEncoder`` — an
   `ir.StreamHandler` whose ``take()`` returns framed bytes, with ``fail(err) -> bytes`` for an
   error ending; ``ended``, ``dropped``
+* ``WATCH`` — its `WatchNeedles`: what the watch path of a stream relayed unchanged looks for,
+  in raw chunks and in decoded events, to follow usage, the finish and errors
+
+The stream factories are the module's `StreamDecoder` and `StreamEncoder` classes themselves;
+what the four formats' codecs share is written once, in their bases (`formats/_codec.py`).
 
 `FORMATS` maps a `Dialect` to its module, so callers need not import the modules by name.
 """
@@ -28,6 +33,7 @@ from twproto import ir
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError
 from twproto.formats import anthropic, gemini, openai_chat, openai_responses
+from twproto.formats._codec import WatchNeedles
 from twproto.sse import SSEEvent
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "Format",
     "StreamDecoder",
     "StreamEncoder",
+    "WatchNeedles",
     "get",
     "new_stream_decoder",
     "new_stream_encoder",
@@ -75,6 +82,9 @@ class Format(Protocol):
 
     @property
     def DIALECT(self) -> Dialect: ...
+
+    @property
+    def WATCH(self) -> WatchNeedles: ...
 
     def decode_request(self, obj: Mapping[str, Any]) -> ir.Request:
         """A client's request body (parsed JSON) → IR."""

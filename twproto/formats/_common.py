@@ -199,6 +199,15 @@ def flat_name(name: str, namespace: str | None) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
 
 
+def builtin_tool(tool: ir.Tool, dialect: Dialect, dropped: Dropped) -> dict[str, Any] | None:
+    """A provider's built-in tool (web search, code execution…) as `dialect` writes it: only the
+    format it came from has it, so for any other it is recorded as dropped (None)."""
+    if tool.dialect is dialect and tool.raw is not None:
+        return dict(tool.raw)
+    dropped.add(f"tools:{tool.name}")
+    return None
+
+
 def flatten_tool(tool: ir.Tool) -> ir.Tool:
     """A namespace or custom tool as a plain function (for formats without either)."""
     if tool.kind is ir.ToolKind.CUSTOM:

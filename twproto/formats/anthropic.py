@@ -37,23 +37,23 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import ANTHROPIC_EFFORT, ANTHROPIC_MIN_BUDGET, budget_for_effort, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     carry_extras,
     error_status,
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     is_base64,
     json_text,
     need_int,
@@ -71,6 +71,7 @@ from twproto.sse import SSEEvent
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -219,7 +220,7 @@ def _decode_block(block: Any, dropped: Dropped | None = None) -> ir.Part | None:
 
 def _decode_reasoning(obj: Mapping[str, Any]) -> ir.ReasoningConfig | None:
     thinking = as_dict(obj.get("thinking"))
-    effort = _effort.parse_effort(as_dict(obj.get("output_config")).get("effort"))
+    effort = parse_effort(as_dict(obj.get("output_config")).get("effort"))
     kind = thinking.get("type")
     if kind == "enabled":
         return ir.ReasoningConfig(
@@ -410,41 +411,19 @@ def _encode_part(
     return None
 
 
-def _encode_tools(req: ir.Request, dropped: Dropped) -> list[dict[str, Any]]:
-    tools = []
-    for tool in req.tools:
-        if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
-            continue
-        flat = flatten_tool(tool)
-        schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)
-        schema.setdefault("type", "object")
-        out: dict[str, Any] = {"name": flat.name}
-        if flat.description:
-            out["description"] = flat.description
-        out["input_schema"] = schema
-        if flat.strict is not None and req.origin is DIALECT:
-            out["strict"] = flat.strict
-        tools.append(_with_cache(out, flat.cache_control))
-    return tools
-
-
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
-    dropped = Dropped()
-    same = req.origin is DIALECT
-    from_gemini = req.origin is Dialect.GEMINI
-    out: dict[str, Any] = {"model": model}
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> int:
+    # Anthropic requires max_tokens; the translator passes the model's own limit when it knows it.
     max_tokens = req.max_output_tokens or DEFAULT_MAX_TOKENS
     out["max_tokens"] = max_tokens
+    return max_tokens
 
+
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # The system prompt, then the text of every system message (folded in here: the API without
+    # the beta takes system text only at the top level; `_messages` skips those messages).
     system = [
         _with_cache({"type": "text", "text": t.text}, t.cache_control) for t in req.system if t.text
     ]
-    messages: list[dict[str, Any]] = []
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
             for part in message.parts:
@@ -452,7 +431,21 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     system.append(
                         _with_cache({"type": "text", "text": part.text}, part.cache_control)
                     )
-                elif not isinstance(part, ir.Text):
+    if system:
+        if len(system) == 1 and "cache_control" not in system[0]:
+            out["system"] = system[0]["text"]
+        else:
+            out["system"] = system
+
+
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    from_gemini = req.origin is Dialect.GEMINI
+    messages: list[dict[str, Any]] = []
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            # Its text went to the system prompt (`_system`); nothing else can go there.
+            for part in message.parts:
+                if not isinstance(part, ir.Text):
                     dropped.add(f"system message {part.kind}")
             continue
         role = "assistant" if message.role is ir.Role.ASSISTANT else "user"
@@ -471,16 +464,33 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         if message_out["role"] == "user":
             # Tool results must open the user turn that answers the tool calls.
             message_out["content"].sort(key=lambda b: b.get("type") != "tool_result")
-    if system:
-        if len(system) == 1 and "cache_control" not in system[0]:
-            out["system"] = system[0]["text"]
-        else:
-            out["system"] = system
     out["messages"] = messages
 
-    tools = _encode_tools(req, dropped)
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    tools = []
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
+            continue
+        flat = flatten_tool(tool)
+        schema = dict(flat.parameters) if flat.parameters else dict(EMPTY_PARAMETERS)
+        schema.setdefault("type", "object")
+        tool_out: dict[str, Any] = {"name": flat.name}
+        if flat.description:
+            tool_out["description"] = flat.description
+        tool_out["input_schema"] = schema
+        if flat.strict is not None and req.origin is DIALECT:
+            tool_out["strict"] = flat.strict
+        tools.append(_with_cache(tool_out, flat.cache_control))
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     choice: dict[str, Any] | None = None
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
@@ -502,7 +512,17 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     if choice is not None and (tools or choice["type"] == "none"):
         out["tool_choice"] = choice
 
-    output_config: dict[str, Any] = {}
+
+def _reasoning(
+    req: ir.Request,
+    out: dict[str, Any],
+    output_config: dict[str, Any],
+    dropped: Dropped,
+    *,
+    max_tokens: int,
+) -> bool:
+    # Returns whether thinking is on: `_sampling` must then leave out what the API refuses.
+    same = req.origin is DIALECT
     thinking_on = False
     reasoning = req.reasoning
     if reasoning is not None and reasoning.enabled and reasoning.effort is not ir.Effort.NONE:
@@ -510,20 +530,24 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["thinking"] = {"type": "adaptive"}
             thinking_on = True
         else:
-            budget = reasoning.budget_tokens or _effort.budget_for_effort(
+            budget = reasoning.budget_tokens or budget_for_effort(
                 reasoning.effort or ir.Effort.MEDIUM
             )
             budget = min(budget, max_tokens - 1)
-            if budget < _effort.ANTHROPIC_MIN_BUDGET:
+            if budget < ANTHROPIC_MIN_BUDGET:
                 dropped.add("reasoning (max_tokens below the smallest thinking budget)")
             else:
                 out["thinking"] = {"type": "enabled", "budget_tokens": budget}
                 thinking_on = True
         if reasoning.effort is not None and (same or reasoning.adaptive):
-            output_config["effort"] = _effort.ANTHROPIC_EFFORT.get(reasoning.effort, "high")
+            output_config["effort"] = ANTHROPIC_EFFORT.get(reasoning.effort, "high")
     elif reasoning is not None and not reasoning.enabled and same:
         out["thinking"] = {"type": "disabled"}
+    return thinking_on
 
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, thinking_on: bool) -> None:
+    same = req.origin is DIALECT
     if req.temperature is not None:
         if thinking_on and not same:
             dropped.add("temperature (not allowed with thinking)")
@@ -539,26 +563,57 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             dropped.add("top_k (not allowed with thinking)")
         else:
             out["top_k"] = req.top_k
+
+
+def _stop_sequences(req: ir.Request, out: dict[str, Any]) -> None:
     if req.stop:
         out["stop_sequences"] = list(req.stop)
-    if req.stream:
-        out["stream"] = True
-    if req.user is not None:
-        out["metadata"] = {"user_id": req.user}
+
+
+def _output_format(req: ir.Request, output_config: dict[str, Any], dropped: Dropped) -> None:
     if req.output_format is not None:
         if req.output_format.type == "json_schema" and req.output_format.schema is not None:
             output_config["format"] = {"type": "json_schema", "schema": req.output_format.schema}
         else:
             dropped.add(f"output_format:{req.output_format.type}")
-    if output_config:
-        existing = as_dict(req.extras.get("output_config")) if same else {}
-        out["output_config"] = {**existing, **output_config}
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # Streaming, the end user, metadata, the prompt-cache key and storage.
+    if req.stream:
+        out["stream"] = True
+    if req.user is not None:
+        out["metadata"] = {"user_id": req.user}
     if req.metadata:
         dropped.add("metadata")
     if req.cache_key is not None:
         dropped.add("prompt_cache_key")
-    if req.store is not None and not same:
+    if req.store is not None and req.origin is not DIALECT:
         dropped.add("store")
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as an Anthropic Messages body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    max_tokens = _output_limit(req, out)
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    # output_config gathers the effort (from the reasoning) and the structured-output format.
+    output_config: dict[str, Any] = {}
+    thinking_on = _reasoning(req, out, output_config, dropped, max_tokens=max_tokens)
+    _sampling(req, out, dropped, thinking_on=thinking_on)
+    _stop_sequences(req, out)
+    _output_format(req, output_config, dropped)
+    _options(req, out, dropped)
+    if output_config:
+        existing = as_dict(req.extras.get("output_config")) if same else {}
+        out["output_config"] = {**existing, **output_config}
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
 
@@ -675,37 +730,29 @@ def encode_response(
 # Streams
 
 
-# Events that matter to the watch path (usage, stop reason, errors).
-_WATCHED = frozenset({"message_start", "message_delta", "message_stop", "error"})
+# The watch path's needles: usage, the stop reason and errors come in the message_* events and
+# `error`; a chunk of nothing but content_block_delta (or ping) events carries none of them.
+WATCH = WatchNeedles(
+    chunk_markers=(b"message_", b"error"),
+    delta_starts=(b"event: content_block_delta\n", b"event: ping\n"),
+    event_names=frozenset({"message_start", "message_delta", "message_stop", "error"}),
+    data_needles=('"message_', '"error"'),
+)
 
 
-class StreamDecoder:
+class StreamDecoder(DecoderBase):
     """Anthropic SSE events → IR stream calls.
 
     `feed` returns event objects; `feed_into` calls a handler directly (the translator's hot
     path); `watch` only follows usage, the stop reason and errors, parsing nothing else.
     """
 
-    __slots__ = ("_skipped", "dropped", "error", "finished", "usage")
+    __slots__ = ("_skipped",)
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._skipped: set[int] = set()
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        name = event.event
-        if name in _WATCHED or (
-            not name and ('"message_' in event.data or '"error"' in event.data)
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent, h: ir.StreamHandler) -> None:
         try:
@@ -809,36 +856,27 @@ class StreamDecoder:
             self._skipped.add(index)
             self._drop(f"content:{kind}")
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Anthropic SSE bytes; `take()` returns what is ready to send.
 
-class StreamEncoder:
-    """IR stream calls → Anthropic SSE bytes; `take()` returns what is ready to send."""
+    `created` is not used (Anthropic messages carry no timestamp), nor `sse` (this format always
+    streams as SSE).
+    """
 
     __slots__ = (
         "_blocks",
         "_id",
         "_kinds",
-        "_model",
         "_next",
         "_open",
-        "_out",
         "_pending_reasoning",
-        "_reason",
-        "_started",
         "_stop_sequence",
         "_templates",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
-        self._out: list[bytes] = []
-        self._started = False
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._id = ""
         self._blocks: dict[int, int] = {}  # IR index → Anthropic block index
         self._kinds: dict[int, ir.PartKind] = {}
@@ -848,27 +886,10 @@ class StreamEncoder:
         # A reasoning part whose block start waits for its first delta: it may turn out to be
         # redacted thinking, which is a different block type.
         self._pending_reasoning: set[int] = set()
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
         self._stop_sequence: str | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _emit(self, name: bytes, obj: Any) -> None:
         self._out.append(b"event: " + name + b"\ndata: " + _json.dumps(obj) + b"\n\n")
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def message_start(
         self, id: str, model: str, created: int | None, usage: ir.Usage | None
@@ -1020,9 +1041,6 @@ class StreamEncoder:
         if number is not None and number == self._open:
             self._close_open()
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
     def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
         self._reason = reason
         self._stop_sequence = stop_sequence
@@ -1049,38 +1067,16 @@ class StreamEncoder:
         self._emit(b"message_stop", {"type": "message_stop"})
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        if self.ended:
-            return
-        self._out.append(self._error_bytes(gateway_error(error), error.type))
-        self.ended = True
-
-    def _error_bytes(self, err: GatewayError, upstream_type: str | None = None) -> bytes:
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
         if upstream_type and upstream_type.endswith("_error"):
             # Keep the upstream's own Anthropic error type (overloaded_error…) when it has one.
             body = {"type": "error", "error": {"type": upstream_type, "message": err.message}}
-            return b"event: error\ndata: " + _json.dumps(body) + b"\n\n"
-        return stream_error_event(DIALECT, err)
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        if self.ended:
-            return self.take()
-        self._out.append(self._error_bytes(err))
-        self.ended = True
-        return self.take()
+            self._out.append(b"event: error\ndata: " + _json.dumps(body) + b"\n\n")
+        else:
+            self._out.append(stream_error_event(DIALECT, err))
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -44,8 +44,16 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import (
+    GEMINI_LEVEL,
+    budget_for_effort,
+    effort_for_budget,
+    gemini_budget_cap,
+    gemini_uses_levels,
+    parse_effort,
+)
 from twproto.errors import GatewayError, error_body
-from twproto.formats import _effort
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     MALFORMED,
     NULL_HANDLER,
@@ -54,13 +62,13 @@ from twproto.formats._common import (
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     call_kinds,
     drop_cache_control,
     error_status,
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     is_base64,
     json_text,
     need_str,
@@ -75,6 +83,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -246,7 +255,7 @@ def _decode_reasoning(config: Mapping[str, Any]) -> ir.ReasoningConfig | None:
     if not isinstance(thinking, Mapping):
         return None
     budget = opt_int(_get(thinking, "thinkingBudget"))
-    level = _effort.parse_effort(_get(thinking, "thinkingLevel"))
+    level = parse_effort(_get(thinking, "thinkingLevel"))
     include = opt_bool(_get(thinking, "includeThoughts"))
     if budget == 0:
         return ir.ReasoningConfig(enabled=False, budget_tokens=0, include_thoughts=include)
@@ -379,8 +388,8 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     if reasoning is None:
         return None
     same = req.origin is DIALECT
-    levels = _effort.gemini_uses_levels(model)
-    cap = _effort.gemini_budget_cap(model)
+    levels = gemini_uses_levels(model)
+    cap = gemini_budget_cap(model)
     if not reasoning.enabled or reasoning.effort is ir.Effort.NONE:
         if same and reasoning.budget_tokens == 0:
             return {"thinkingBudget": 0}
@@ -398,19 +407,19 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     elif same and reasoning.adaptive:
         config["thinkingBudget"] = -1
         if reasoning.effort is not None:
-            config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+            config["thinkingLevel"] = GEMINI_LEVEL.get(reasoning.effort, "high")
     elif same and reasoning.effort is not None:
-        config["thinkingLevel"] = _effort.GEMINI_LEVEL.get(reasoning.effort, "high")
+        config["thinkingLevel"] = GEMINI_LEVEL.get(reasoning.effort, "high")
     elif levels:
         effort: ir.Effort | None = reasoning.effort
         if effort is None and reasoning.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning.budget_tokens)
+            effort = effort_for_budget(reasoning.budget_tokens)
         if effort is not None:
-            config["thinkingLevel"] = _effort.GEMINI_LEVEL[effort]
+            config["thinkingLevel"] = GEMINI_LEVEL[effort]
     else:
         budget = reasoning.budget_tokens
         if budget is None and reasoning.effort is not None:
-            budget = _effort.budget_for_effort(reasoning.effort)
+            budget = budget_for_effort(reasoning.effort)
         if budget is None and reasoning.adaptive:
             budget = -1
         if budget is not None:
@@ -418,25 +427,20 @@ def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
     return config or None
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Gemini generateContent body (the model goes in the URL; `model` picks
-    model-specific settings), and what could not be carried."""
-    dropped = Dropped()
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: str) -> None:
     same = req.origin is DIALECT
     calls = call_kinds(req.messages)
-    needs_signature = _effort.gemini_uses_levels(model)
-    system_parts = [{"text": t.text} for t in req.system]
+    needs_signature = gemini_uses_levels(model)
     contents: list[dict[str, Any]] = []
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
-            system_parts.extend({"text": p.text} for p in message.parts if isinstance(p, ir.Text))
-            continue
+            continue  # its text goes to the system instruction (`_system`)
         model_turn = message.role is ir.Role.ASSISTANT
         parts: list[dict[str, Any]] = []
         pending: str | None = None
         first_call = True
         for part in message.parts:
-            out: dict[str, Any] | None = None
+            part_out: dict[str, Any] | None = None
             if isinstance(part, ir.Reasoning):
                 if part.text and same:
                     thought: dict[str, Any] = {"text": part.text, "thought": True}
@@ -450,15 +454,15 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     dropped.add("reasoning.signature (not base64)")
                 continue
             if isinstance(part, ir.Text):
-                out = {"text": part.text}
+                part_out = {"text": part.text}
             elif isinstance(part, ir.Image):
-                out = _encode_image(part)
+                part_out = _encode_image(part)
             elif isinstance(part, ir.ToolCall):
                 flat = flatten_call(part)
                 args, ok = parse_arguments(flat.arguments)
                 if not ok:
                     dropped.add("tool_call.arguments (not a JSON object)")
-                out = {"functionCall": {"name": flat.name, "args": args}}
+                part_out = {"functionCall": {"name": flat.name, "args": args}}
                 if pending is None and first_call and model_turn and needs_signature:
                     pending = DUMMY_SIGNATURE
                 first_call = False
@@ -476,19 +480,19 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     response = {"output": part.text}
                 if any(isinstance(p, ir.Image) for p in part.content):
                     dropped.add("tool_result image")
-                out = {"functionResponse": {"name": name, "response": response}}
+                part_out = {"functionResponse": {"name": name, "response": response}}
             elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
-                out = dict(part.raw)
+                part_out = dict(part.raw)
             else:
                 dropped.add(
                     f"content:{part.raw.get('type') if isinstance(part, ir.Opaque) else part.kind}"
                 )
-            if out is None:
+            if part_out is None:
                 continue
             if pending is not None and model_turn:
-                out["thoughtSignature"] = pending
+                part_out["thoughtSignature"] = pending
                 pending = None
-            parts.append(out)
+            parts.append(part_out)
         if pending is not None and model_turn:
             parts.append({"text": "", "thoughtSignature": pending})
         if not parts:
@@ -498,20 +502,29 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             contents[-1]["parts"].extend(parts)
         else:
             contents.append({"role": role, "parts": parts})
+    out["contents"] = contents
 
-    out_body: dict[str, Any] = {"contents": contents}
+
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # The system prompt, then the text of every system message (Gemini has one instruction).
+    system_parts = [{"text": t.text} for t in req.system]
+    for message in req.messages:
+        if message.role is ir.Role.SYSTEM:
+            system_parts.extend({"text": p.text} for p in message.parts if isinstance(p, ir.Text))
     if system_parts:
-        out_body["systemInstruction"] = {"parts": system_parts}
+        out["systemInstruction"] = {"parts": system_parts}
 
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    # Returns whether there are function declarations (what a tool choice can name).
     declarations: list[dict[str, Any]] = []
     builtin: list[dict[str, Any]] = []
     removed: set[str] = set()
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                builtin.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                builtin.append(raw)
             continue
         flat_tool = flatten_tool(tool)
         decl: dict[str, Any] = {"name": flat_tool.name}
@@ -530,10 +543,12 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         tools_out.append({"functionDeclarations": declarations})
     tools_out.extend(builtin)
     if tools_out:
-        out_body["tools"] = tools_out
-    if req.tool_choice is not None and (
-        declarations or req.tool_choice.mode is ir.ToolChoiceMode.NONE
-    ):
+        out["tools"] = tools_out
+    return bool(declarations)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, tools: bool) -> None:
+    if req.tool_choice is not None and (tools or req.tool_choice.mode is ir.ToolChoiceMode.NONE):
         mode = req.tool_choice.mode
         calling: dict[str, Any]
         if mode is ir.ToolChoiceMode.NAMED:
@@ -547,21 +562,35 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     ir.ToolChoiceMode.REQUIRED: "ANY",
                 }[mode]
             }
-        out_body["toolConfig"] = {"functionCallingConfig": calling}
+        out["toolConfig"] = {"functionCallingConfig": calling}
     if req.parallel_tool_calls is False:
         dropped.add("parallel_tool_calls")
 
-    config: dict[str, Any] = {}
+
+# The sampling, output-limit, stop, output-format and reasoning sections all write into
+# generationConfig (`config` below).
+
+
+def _sampling(req: ir.Request, config: dict[str, Any]) -> None:
     if req.temperature is not None:
         config["temperature"] = req.temperature
     if req.top_p is not None:
         config["topP"] = req.top_p
     if req.top_k is not None:
         config["topK"] = req.top_k
+
+
+def _output_limit(req: ir.Request, config: dict[str, Any]) -> None:
     if req.max_output_tokens is not None:
         config["maxOutputTokens"] = req.max_output_tokens
+
+
+def _stop_sequences(req: ir.Request, config: dict[str, Any]) -> None:
     if req.stop:
         config["stopSequences"] = list(req.stop)
+
+
+def _output_format(req: ir.Request, config: dict[str, Any], dropped: Dropped) -> None:
     if req.output_format is not None:
         config["responseMimeType"] = "application/json"
         if req.output_format.schema is not None:
@@ -569,13 +598,17 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             if lost:
                 dropped.add("response schema keywords: " + ", ".join(lost))
             config["responseSchema"] = schema
+
+
+def _reasoning(req: ir.Request, config: dict[str, Any], *, model: str) -> None:
     thinking = _thinking_config(req, model)
     if thinking is not None:
         config["thinkingConfig"] = thinking
-    if same:
-        config = {**as_dict(req.extras.get("generationConfig")), **config}
-    if config:
-        out_body["generationConfig"] = config
+
+
+def _options(req: ir.Request, dropped: Dropped) -> None:
+    # The end user, metadata, the prompt-cache key and storage: Gemini has none of them (the
+    # stream is chosen by the URL).
     if req.user is not None:
         dropped.add("user")
     if req.metadata:
@@ -584,16 +617,47 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
         dropped.add("prompt_cache_key")
     if req.store is not None:
         dropped.add("store")
-    drop_cache_control(req, same=same, dropped=dropped)
+
+
+def _extras(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # `carry_extras`, except that generationConfig was merged field by field (`encode_request`).
+    same = req.origin is DIALECT
     for key, value in req.extras.items():
         if key == "generationConfig":
             if not same:
                 dropped.extend(f"generationConfig.{k}" for k in as_dict(value))
         elif same:
-            out_body.setdefault(key, value)
+            out.setdefault(key, value)
         else:
             dropped.add(key)
-    return out_body, dropped.tuple()
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Gemini generateContent body (the model goes in the URL; `model` picks
+    model-specific settings), and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {}
+    _messages(req, out, dropped, model=model)
+    _system(req, out)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, dropped, tools=tools)
+    config: dict[str, Any] = {}
+    _sampling(req, config)
+    _output_limit(req, config)
+    _stop_sequences(req, config)
+    _output_format(req, config, dropped)
+    _reasoning(req, config, model=model)
+    if same:
+        config = {**as_dict(req.extras.get("generationConfig")), **config}
+    if config:
+        out["generationConfig"] = config
+    _options(req, dropped)
+    drop_cache_control(req, same=same, dropped=dropped)
+    _extras(req, out, dropped)
+    return out, dropped.tuple()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -725,7 +789,16 @@ def encode_response(
 # Streams
 
 
-class StreamDecoder:
+# The watch path's needles: usage rides on every chunk, so the finish reason and errors are what
+# the watch path parses for (the last chunk, with its finishReason, also has the final usage).
+# Gemini's SSE events have no names; the JSON-array stream's elements are always followed.
+WATCH = WatchNeedles(
+    chunk_markers=(b"finishReason", b"error"),
+    data_needles=('"finishReason"', '"error"'),
+)
+
+
+class StreamDecoder(DecoderBase):
     """Gemini stream chunks → IR stream calls. A chunk is an `SSEEvent` (``alt=sse``) or an
     already parsed element of the JSON-array stream; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
@@ -738,13 +811,11 @@ class StreamDecoder:
         "_reasoning",
         "_started",
         "_text",
-        "dropped",
-        "error",
-        "finished",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
         self._id = ""
         self._next = 0
@@ -752,21 +823,16 @@ class StreamDecoder:
         self._reasoning: int | None = None
         self._calls = 0
         self._last_usage: Any = None
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent | Mapping[str, Any]) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
 
     def watch(self, event: SSEEvent | Mapping[str, Any]) -> None:
         if isinstance(event, SSEEvent):
             data = event.data
-            if '"finishReason"' not in data and '"error"' not in data:
+            for needle in WATCH.data_needles:
+                if needle in data:
+                    break
+            else:
                 return
+        # An event with a needle, or an element of the JSON-array stream (already parsed).
         self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent | Mapping[str, Any], h: ir.StreamHandler) -> None:
@@ -893,57 +959,34 @@ class StreamDecoder:
             h.part_stop(self._reasoning)
             self._reasoning = None
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Gemini stream bytes, SSE (`sse` True) or JSON-array framing.
 
-class StreamEncoder:
-    """IR stream calls → Gemini stream bytes, SSE (`sse` True) or JSON-array framing."""
+    `created` is not used: Gemini stream chunks carry no timestamp.
+    """
 
     __slots__ = (
         "_calls",
         "_first",
         "_id",
-        "_model",
-        "_out",
         "_pending",
-        "_reason",
         "_sse",
-        "_started",
         "_tail",
         "_text_head",
         "_thought_head",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, sse: bool = True) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._sse = sse
-        self._out: list[bytes] = []
         self._first = True
-        self._started = False
         self._id = ""
         self._pending: str | None = None  # a seal waiting for the next part
         self._calls: dict[int, tuple[str, str, list[str]]] = {}
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
         self._text_head = b""
         self._thought_head = b""
         self._tail = b""
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _frame(self, body: bytes) -> None:
         if self._sse:
@@ -986,10 +1029,6 @@ class StreamEncoder:
             + _json.dumps(self._id)
             + b"}"
         )
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
         self._ensure_started()
@@ -1060,12 +1099,6 @@ class StreamEncoder:
             self._pending = None
         self._chunk([part])
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1082,36 +1115,13 @@ class StreamEncoder:
             self._out.append(b"]")
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        self._append_error(gateway_error(error))
-
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        self._append_error(err)
-        return self.take()
-
-    def _append_error(self, err: GatewayError) -> None:
-        if not self.ended:
-            self._frame(error_body(DIALECT, err))
-            if not self._sse:
-                self._out.append(b"]")
-            self.ended = True
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._frame(error_body(DIALECT, err))
+        if not self._sse:
+            self._out.append(b"]")
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `created` is not used: Gemini stream chunks carry no timestamp.
-    """
-    return StreamEncoder(model=model, sse=sse)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -34,17 +34,18 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     carry_extras,
     custom_arguments,
     custom_input,
@@ -54,7 +55,6 @@ from twproto.formats._common import (
     flat_name,
     flatten_call,
     flatten_tool,
-    gateway_error,
     image_from_url,
     json_text,
     need_str,
@@ -67,6 +67,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -326,7 +327,7 @@ def decode_request(obj: Mapping[str, Any]) -> ir.Request:
             )
 
     reasoning_cfg = None
-    effort = _effort.parse_effort(obj.get("reasoning_effort"))
+    effort = parse_effort(obj.get("reasoning_effort"))
     thinking = as_dict(obj.get("thinking")).get("type")
     if effort is not None:
         reasoning_cfg = ir.ReasoningConfig(effort=effort, enabled=effort is not ir.Effort.NONE)
@@ -405,33 +406,14 @@ def _encode_call(call: ir.ToolCall, dropped: Dropped) -> dict[str, Any]:
     }
 
 
-def _encode_tools(req: ir.Request, dropped: Dropped) -> list[dict[str, Any]]:
-    tools = []
-    for tool in req.tools:
-        if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
-            continue
-        flat = flatten_tool(tool)
-        function: dict[str, Any] = {"name": flat.name}
-        if flat.description:
-            function["description"] = flat.description
-        function["parameters"] = flat.parameters if flat.parameters else EMPTY_PARAMETERS
-        if flat.strict is not None:
-            function["strict"] = flat.strict
-        tools.append({"type": "function", "function": function})
-    return tools
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    # Chat has no system field: the system prompt opens the messages, one system message a text.
+    out["messages"] = [{"role": "system", "content": text.text} for text in req.system]
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Chat Completions body for `model`, and what could not be carried."""
-    dropped = Dropped()
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     same = req.origin is DIALECT
-    messages: list[dict[str, Any]] = []
-    for text in req.system:
-        messages.append({"role": "system", "content": text.text})
+    messages: list[dict[str, Any]] = out["messages"]  # opened by `_system`
     for message in req.messages:
         if message.role is ir.Role.SYSTEM:
             joined = "".join(p.text for p in message.parts if isinstance(p, ir.Text))
@@ -481,10 +463,29 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out_message["tool_calls"] = calls
         messages.append(out_message)
 
-    out: dict[str, Any] = {"model": model, "messages": messages}
-    tools = _encode_tools(req, dropped)
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    tools = []
+    for tool in req.tools:
+        if tool.kind is ir.ToolKind.BUILTIN:
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
+            continue
+        flat = flatten_tool(tool)
+        function: dict[str, Any] = {"name": flat.name}
+        if flat.description:
+            function["description"] = flat.description
+        function["parameters"] = flat.parameters if flat.parameters else EMPTY_PARAMETERS
+        if flat.strict is not None:
+            function["strict"] = flat.strict
+        tools.append({"type": "function", "function": function})
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
         if mode is ir.ToolChoiceMode.NAMED:
@@ -498,23 +499,41 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             }[mode]
     if req.parallel_tool_calls is not None and tools:
         out["parallel_tool_calls"] = req.parallel_tool_calls
+
+
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> None:
+    # max_completion_tokens, not max_tokens: OpenAI's reasoning models refuse the older name.
     if req.max_output_tokens is not None:
         out["max_completion_tokens"] = req.max_output_tokens
-    reasoning_cfg = req.reasoning
-    if reasoning_cfg is not None:
-        if reasoning_cfg.effort is not None and (reasoning_cfg.enabled or same):
-            out["reasoning_effort"] = _effort.OPENAI_EFFORT[reasoning_cfg.effort]
-        elif reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning_cfg.budget_tokens)
-            out["reasoning_effort"] = _effort.OPENAI_EFFORT[effort]
+
+
+def _reasoning(req: ir.Request, out: dict[str, Any]) -> None:
+    reasoning = req.reasoning
+    if reasoning is not None:
+        if reasoning.effort is not None and (reasoning.enabled or req.origin is DIALECT):
+            out["reasoning_effort"] = OPENAI_EFFORT[reasoning.effort]
+        elif reasoning.enabled and reasoning.budget_tokens:
+            effort = effort_for_budget(reasoning.budget_tokens)
+            out["reasoning_effort"] = OPENAI_EFFORT[effort]
+
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     if req.temperature is not None:
         out["temperature"] = req.temperature
     if req.top_p is not None:
         out["top_p"] = req.top_p
     if req.top_k is not None:
         dropped.add("top_k")
+
+
+def _stop_sequences(req: ir.Request, out: dict[str, Any]) -> None:
     if req.stop:
         out["stop"] = list(req.stop)
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
+    # Streaming, the end user, metadata, the prompt-cache key and storage.
+    same = req.origin is DIALECT
     if req.stream:
         out["stream"] = True
         if not same:
@@ -536,6 +555,9 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["store"] = req.store
         else:
             dropped.add("store")
+
+
+def _output_format(req: ir.Request, out: dict[str, Any]) -> None:
     fmt = req.output_format
     if fmt is not None:
         if fmt.type == "json_schema":
@@ -548,6 +570,25 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["response_format"] = {"type": "json_schema", "json_schema": schema}
         else:
             out["response_format"] = {"type": "json_object"}
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Chat Completions body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    _output_limit(req, out)
+    _reasoning(req, out)
+    _sampling(req, out, dropped)
+    _stop_sequences(req, out)
+    _options(req, out, dropped)
+    _output_format(req, out)
     drop_cache_control(req, same=same, dropped=dropped)
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
@@ -710,7 +751,34 @@ def encode_response(
 # Streams
 
 
-class StreamDecoder:
+# The watch path's needles. Chat events have no names: usage, the finish reason and errors are
+# found in the data (servers write JSON with and without spaces), and the end is ``[DONE]``. A
+# chunk that ends like a plain delta chunk (``"finish_reason":null``, no usage) carries none.
+WATCH = WatchNeedles(
+    chunk_markers=(
+        b'"finish_reason":"',
+        b'"finish_reason": "',
+        b'"usage":{',
+        b'"usage": {',
+        b"error",
+        b"[DONE]",
+    ),
+    delta_ends=(
+        b'"finish_reason":null}]}\n\n',
+        b'"finish_reason":null}],"usage":null}\n\n',
+    ),
+    data_starts=("[DONE]",),
+    data_needles=(
+        '"usage":{',
+        '"usage": {',
+        '"error"',
+        '"finish_reason":"',
+        '"finish_reason": "',
+    ),
+)
+
+
+class StreamDecoder(DecoderBase):
     """Chat chunks (SSE events) → IR stream calls; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
 
@@ -723,13 +791,11 @@ class StreamDecoder:
         "_text",
         "_tool_ids",
         "_tools",
-        "dropped",
-        "error",
-        "finished",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self._started = False
         self._id = ""
         self._created: int | None = None
@@ -738,26 +804,6 @@ class StreamDecoder:
         self._reasoning: int | None = None
         self._tools: dict[int, int] = {}  # Chat tool-call index → IR index
         self._tool_ids: dict[str, int] = {}  # call id → Chat tool-call index
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        data = event.data
-        if (
-            '"usage":{' in data
-            or '"usage": {' in data
-            or '"error"' in data
-            or data.startswith("[DONE]")
-            or ('"finish_reason":"' in data or '"finish_reason": "' in data)
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def feed_into(self, event: SSEEvent, h: ir.StreamHandler) -> None:
         try:
@@ -903,53 +949,23 @@ class StreamDecoder:
         for index in self._tools.values():
             h.part_stop(index)
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
 
+class StreamEncoder(EncoderBase):
+    """IR stream calls → Chat chunk SSE bytes; `take()` returns what is ready to send.
 
-class StreamEncoder:
-    """IR stream calls → Chat chunk SSE bytes; `take()` returns what is ready to send."""
+    `sse` is not used: this format always streams as SSE.
+    """
 
-    __slots__ = (
-        "_args",
-        "_created",
-        "_custom",
-        "_head",
-        "_model",
-        "_out",
-        "_reason",
-        "_started",
-        "_tail",
-        "_tools",
-        "_usage",
-        "dropped",
-        "ended",
-    )
+    __slots__ = ("_args", "_created", "_custom", "_head", "_tail", "_tools")
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._created = created or 0
-        self._out: list[bytes] = []
-        self._started = False
         self._head = b""
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
         self._tools: dict[int, int] = {}  # IR index → Chat tool index
         self._args: dict[int, bytes] = {}  # IR index → argument-delta prefix
         self._custom: dict[int, tuple[str, str, list[str]]] = {}  # buffered custom calls
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def message_start(
         self, id: str, model: str, created: int | None, usage: ir.Usage | None
@@ -971,10 +987,6 @@ class StreamEncoder:
             + b',"choices":[{"index":0,"delta":'
         )
         self._out.append(self._head + b'{"role":"assistant","content":""}' + self._tail)
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def part_start(self, index: int, part: ir.PartKind, item_id: str | None) -> None:
         self._ensure_started()
@@ -1032,8 +1044,7 @@ class StreamEncoder:
         encrypted_content: str | None,
         redacted_data: str | None,
     ) -> None:
-        if "reasoning.signature" not in self.dropped:
-            self.dropped.append("reasoning.signature")
+        self._drop("reasoning.signature")
 
     def tool_args(self, index: int, arguments: str) -> None:
         prefix = self._args.get(index)
@@ -1058,12 +1069,6 @@ class StreamEncoder:
         }
         self._out.append(self._head + _json.dumps({"tool_calls": [call]}) + self._tail)
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1084,30 +1089,11 @@ class StreamEncoder:
         self._out.append(closing + b"}\n\ndata: [DONE]\n\n")
         self.ended = True
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        if self.ended:
-            return
-        self._out.append(stream_error_event(DIALECT, gateway_error(error)))
-        self.ended = True
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        if not self.ended:
-            self._out.append(stream_error_event(DIALECT, err))
-            self.ended = True
-        return self.take()
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._out.append(stream_error_event(DIALECT, err))
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -37,17 +37,18 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.effort import OPENAI_EFFORT, effort_for_budget, parse_effort
 from twproto.errors import GatewayError, stream_error_event
-from twproto.formats import _effort
+from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     EMPTY_PARAMETERS,
     MALFORMED,
-    NULL_HANDLER,
     Dropped,
     as_dict,
     as_int,
     as_list,
     as_str,
+    builtin_tool,
     call_kinds,
     carry_extras,
     custom_arguments,
@@ -55,7 +56,6 @@ from twproto.formats._common import (
     data_url,
     drop_cache_control,
     error_status,
-    gateway_error,
     image_from_url,
     json_text,
     need_int,
@@ -70,6 +70,7 @@ from twproto.sse import SSEEvent
 
 __all__ = [
     "DIALECT",
+    "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
@@ -308,7 +309,7 @@ def decode_request(obj: Mapping[str, Any]) -> ir.Request:
     reasoning_cfg = None
     raw_reasoning = as_dict(obj.get("reasoning"))
     if raw_reasoning:
-        effort = _effort.parse_effort(raw_reasoning.get("effort"))
+        effort = parse_effort(raw_reasoning.get("effort"))
         reasoning_cfg = ir.ReasoningConfig(
             effort=effort,
             enabled=effort is not ir.Effort.NONE,
@@ -374,9 +375,12 @@ def _tool_item(tool: ir.Tool) -> dict[str, Any]:
     return out
 
 
-def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`req` as a Responses body for `model`, and what could not be carried."""
-    dropped = Dropped()
+def _system(req: ir.Request, out: dict[str, Any]) -> None:
+    if req.system:
+        out["instructions"] = "\n\n".join(t.text for t in req.system)
+
+
+def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     same = req.origin is DIALECT
     calls = call_kinds(req.messages)
     items: list[dict[str, Any]] = []
@@ -484,20 +488,18 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
                     f"content:{part.raw.get('type') if isinstance(part, ir.Opaque) else part.kind}"
                 )
         flush()
-
-    out: dict[str, Any] = {"model": model}
-    if req.system:
-        out["instructions"] = "\n\n".join(t.text for t in req.system)
     out["input"] = items
 
+
+def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
+    same = req.origin is DIALECT
     tools: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, Any]] = {}
     for tool in req.tools:
         if tool.kind is ir.ToolKind.BUILTIN:
-            if tool.dialect is DIALECT and tool.raw is not None:
-                tools.append(dict(tool.raw))
-            else:
-                dropped.add(f"tools:{tool.name}")
+            raw = builtin_tool(tool, DIALECT, dropped)
+            if raw is not None:
+                tools.append(raw)
             continue
         item_out = _tool_item(tool)
         if tool.strict is None and same:
@@ -517,6 +519,10 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             tools.append(item_out)
     if tools:
         out["tools"] = tools
+    return bool(tools)
+
+
+def _tool_choice(req: ir.Request, out: dict[str, Any], *, tools: bool) -> None:
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
         if mode is ir.ToolChoiceMode.NAMED:
@@ -532,33 +538,52 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             out["tool_choice"] = mode.value
     if req.parallel_tool_calls is not None and tools:
         out["parallel_tool_calls"] = req.parallel_tool_calls
+
+
+def _output_limit(req: ir.Request, out: dict[str, Any]) -> None:
     if req.max_output_tokens is not None:
         out["max_output_tokens"] = req.max_output_tokens
+
+
+def _sampling(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
     if req.temperature is not None:
         out["temperature"] = req.temperature
     if req.top_p is not None:
         out["top_p"] = req.top_p
     if req.top_k is not None:
         dropped.add("top_k")
+
+
+def _stop_sequences(req: ir.Request, dropped: Dropped) -> None:
+    # Responses has no stop sequences.
     if req.stop:
         dropped.add("stop")
 
-    reasoning_cfg = req.reasoning
-    reasoning_on = False
-    if reasoning_cfg is not None:
-        settings: dict[str, Any] = {}
-        effort = reasoning_cfg.effort
-        if effort is None and reasoning_cfg.enabled and reasoning_cfg.budget_tokens:
-            effort = _effort.effort_for_budget(reasoning_cfg.budget_tokens)
-        if effort is not None and (reasoning_cfg.enabled or same):
-            settings["effort"] = _effort.OPENAI_EFFORT[effort]
-        if reasoning_cfg.summary is not None:
-            settings["summary"] = reasoning_cfg.summary
-        elif reasoning_cfg.enabled and not same:
-            settings["summary"] = "auto"
-        if settings:
-            out["reasoning"] = settings
-        reasoning_on = reasoning_cfg.enabled and effort is not ir.Effort.NONE
+
+def _reasoning(req: ir.Request, out: dict[str, Any]) -> bool:
+    # Returns whether reasoning is on: `_options` then asks for its encrypted content.
+    same = req.origin is DIALECT
+    reasoning = req.reasoning
+    if reasoning is None:
+        return False
+    settings: dict[str, Any] = {}
+    effort = reasoning.effort
+    if effort is None and reasoning.enabled and reasoning.budget_tokens:
+        effort = effort_for_budget(reasoning.budget_tokens)
+    if effort is not None and (reasoning.enabled or same):
+        settings["effort"] = OPENAI_EFFORT[effort]
+    if reasoning.summary is not None:
+        settings["summary"] = reasoning.summary
+    elif reasoning.enabled and not same:
+        settings["summary"] = "auto"
+    if settings:
+        out["reasoning"] = settings
+    return reasoning.enabled and effort is not ir.Effort.NONE
+
+
+def _options(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, reasoning_on: bool) -> None:
+    # Streaming, storage, the prompt-cache key, the end user and metadata.
+    same = req.origin is DIALECT
     if req.stream:
         out["stream"] = True
     if same:
@@ -579,6 +604,9 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             dropped.add("user (longer than 64 characters)")
     if req.metadata is not None:
         out["metadata"] = req.metadata
+
+
+def _output_format(req: ir.Request, out: dict[str, Any]) -> None:
     fmt = req.output_format
     if fmt is not None:
         if fmt.type == "json_schema":
@@ -592,9 +620,28 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
             text_format = {"type": "json_object"}
         out["text"] = (
             {**as_dict(req.extras.get("text")), "format": text_format}
-            if same
+            if req.origin is DIALECT
             else {"format": text_format}
         )
+
+
+def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`req` as a Responses body for `model`, and what could not be carried."""
+    # One section helper per part of the body, called in the order the body's fields are
+    # written (the same helper names in every format module).
+    dropped = Dropped()
+    same = req.origin is DIALECT
+    out: dict[str, Any] = {"model": model}
+    _system(req, out)
+    _messages(req, out, dropped)
+    tools = _tools(req, out, dropped)
+    _tool_choice(req, out, tools=tools)
+    _output_limit(req, out)
+    _sampling(req, out, dropped)
+    _stop_sequences(req, dropped)
+    reasoning_on = _reasoning(req, out)
+    _options(req, out, dropped, reasoning_on=reasoning_on)
+    _output_format(req, out)
     drop_cache_control(req, same=same, dropped=dropped)
     carry_extras(out, req, same=same, dropped=dropped)
     return out, dropped.tuple()
@@ -835,12 +882,43 @@ def encode_response(
 # ----------------------------------------------------------------------------------------------
 # Streams
 
-_WATCHED = frozenset(
-    {"response.completed", "response.incomplete", "response.failed", "error", "response.created"}
+# The watch path's needles: usage and the finish come in the response's terminal events, errors
+# in response.failed and error; response.created is watched too, for the ids an error ending
+# repeats. A chunk of one output, arguments or reasoning delta event carries none of them.
+WATCH = WatchNeedles(
+    chunk_markers=(
+        b"response.created",
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b"error",
+    ),
+    delta_starts=(
+        b"event: response.output_text.delta\n",
+        b"event: response.function_call_arguments.delta\n",
+        b"event: response.reasoning_summary_text.delta\n",
+        b"event: response.reasoning_text.delta\n",
+        b"event: response.custom_tool_call_input.delta\n",
+    ),
+    event_names=frozenset(
+        {
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+            "error",
+            "response.created",
+        }
+    ),
+    data_needles=(
+        '"response.completed"',
+        '"response.failed"',
+        '"response.incomplete"',
+        '"error"',
+    ),
 )
 
 
-class StreamDecoder:
+class StreamDecoder(DecoderBase):
     """Responses stream events → IR stream calls; see `twproto.formats.anthropic.StreamDecoder`
     for the `feed` / `feed_into` / `watch` split."""
 
@@ -853,15 +931,13 @@ class StreamDecoder:
         "_stopped",
         "_text_parts",
         "created_at",
-        "dropped",
-        "error",
-        "finished",
         "response_id",
         "response_model",
-        "usage",
     )
+    needles = WATCH
 
     def __init__(self) -> None:
+        super().__init__()
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.created_at: int | None = None
@@ -872,28 +948,6 @@ class StreamDecoder:
         self._stopped: set[int] = set()
         self._next = 0
         self._saw_calls = False
-        self.usage: ir.Usage | None = None
-        self.finished = False
-        self.error: ir.StreamErrorEvent | None = None
-        self.dropped: list[str] = []
-
-    def feed(self, event: SSEEvent) -> list[ir.StreamEvent]:
-        collector = ir.EventCollector()
-        self.feed_into(event, collector)
-        return collector.events
-
-    def watch(self, event: SSEEvent) -> None:
-        name = event.event
-        if name in _WATCHED or (
-            not name
-            and (
-                '"response.completed"' in event.data
-                or '"response.failed"' in event.data
-                or '"response.incomplete"' in event.data
-                or '"error"' in event.data
-            )
-        ):
-            self.feed_into(event, NULL_HANDLER)
 
     def _new_index(self) -> int:
         index = self._next
@@ -1065,10 +1119,6 @@ class StreamDecoder:
             h.tool_args(index, str(item["arguments"]))
         self._stop(index, h)
 
-    def _drop(self, what: str) -> None:
-        if what not in self.dropped:
-            self.dropped.append(what)
-
 
 class _OpenItem:
     __slots__ = (
@@ -1095,12 +1145,13 @@ class _OpenItem:
         self.delta_prefix = b""
 
 
-class StreamEncoder:
+class StreamEncoder(EncoderBase):
     """IR stream calls → Responses SSE bytes; `take()` returns what is ready to send.
 
     Message and reasoning items are sequential (a new part closes the open one); tool-call items
     stay open until their own part ends, so calls whose arguments arrive interleaved (Chat
-    upstreams may do that) are still delivered whole.
+    upstreams may do that) are still delivered whole. `sse` is not used: this format always
+    streams as SSE.
     """
 
     __slots__ = (
@@ -1109,25 +1160,16 @@ class StreamEncoder:
         "_created",
         "_done",
         "_id",
-        "_model",
         "_next_output",
-        "_out",
         "_parts",
-        "_reason",
         "_seq",
         "_seq_open",
-        "_started",
-        "_usage",
-        "dropped",
-        "ended",
     )
 
-    def __init__(self, *, model: str, created: int | None = None) -> None:
-        self._model = model
+    def __init__(self, *, model: str, created: int | None = None, sse: bool = True) -> None:
+        super().__init__(model)
         self._created = created or 0
-        self._out: list[bytes] = []
         self._seq = 0
-        self._started = False
         self._id = "resp_gateway"
         self._base = "gateway"
         self._next_output = 0
@@ -1136,19 +1178,6 @@ class StreamEncoder:
         self._calls: dict[int, _OpenItem] = {}  # output_index → open tool-call item
         # IR index → (item, content index within a message; -1 for other items)
         self._parts: dict[int, tuple[_OpenItem, int]] = {}
-        self._usage: ir.Usage | None = None
-        self._reason: ir.StopReason | None = None
-        self.ended = False
-        self.dropped: list[str] = []
-
-    def take(self) -> bytes:
-        """The bytes ready to send (and forget them)."""
-        out = self._out
-        if len(out) == 1:
-            return out.pop()
-        data = b"".join(out)
-        out.clear()
-        return data
 
     def _emit(self, kind: str, payload: dict[str, Any]) -> None:
         payload["sequence_number"] = self._seq
@@ -1185,10 +1214,6 @@ class StreamEncoder:
             self._usage = usage
         self._emit("response.created", {"response": self._response("in_progress", [], None)})
         self._emit("response.in_progress", {"response": self._response("in_progress", [], None)})
-
-    def _ensure_started(self) -> None:
-        if not self._started:
-            self.message_start("", self._model, None, None)
 
     def _new_item(self, kind: str, prefix: str) -> _OpenItem:
         self._ensure_started()
@@ -1444,12 +1469,6 @@ class StreamEncoder:
             else:
                 self._close_sequential()
 
-    def usage(self, usage: ir.Usage) -> None:
-        self._usage = usage
-
-    def finish(self, reason: ir.StopReason, stop_sequence: str | None) -> None:
-        self._reason = reason
-
     def end(self) -> None:
         if self.ended:
             return
@@ -1472,45 +1491,24 @@ class StreamEncoder:
 
     def _late(self, what: str) -> None:
         # A delta for an item already closed: Responses items cannot be reopened.
-        note = f"{what} after its item closed"
-        if note not in self.dropped:
-            self.dropped.append(note)
+        self._drop(f"{what} after its item closed")
 
-    def error(self, error: ir.StreamErrorEvent) -> None:
-        self._append_error(gateway_error(error))
-
-    def fail(self, err: GatewayError) -> bytes:
-        """The bytes that end the client's stream with `err` (nothing if it already ended)."""
-        self._append_error(err)
-        return self.take()
-
-    def _append_error(self, err: GatewayError) -> None:
-        if not self.ended:
-            self._ensure_started()
-            self._out.append(
-                stream_error_event(
-                    DIALECT,
-                    err,
-                    response_id=self._id,
-                    model=self._model,
-                    sequence_number=self._seq,
-                    created_at=self._created,
-                )
+    def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
+        self._ensure_started()
+        self._out.append(
+            stream_error_event(
+                DIALECT,
+                err,
+                response_id=self._id,
+                model=self._model,
+                sequence_number=self._seq,
+                created_at=self._created,
             )
-            self._seq += 1
-            self.ended = True
+        )
+        self._seq += 1
 
 
-def new_stream_decoder() -> StreamDecoder:
-    """A fresh decoder for one streamed answer in this format."""
-    return StreamDecoder()
-
-
-def new_stream_encoder(
-    *, model: str, created: int | None = None, sse: bool = True
-) -> StreamEncoder:
-    """A fresh encoder writing this format's stream for a client that asked for `model`.
-
-    `sse` is not used: this format always streams as SSE.
-    """
-    return StreamEncoder(model=model, created=created)
+# The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh
+# encoder writing this format's stream for a client that asked for `model`.
+new_stream_decoder = StreamDecoder
+new_stream_encoder = StreamEncoder

@@ -37,17 +37,15 @@ from typing import Any
 from twproto.dialect import Dialect
 from twproto.ir import Effort
 
+# The level table and the verbs a proxy needs (twproto's facade has them). The per-format names
+# further down (`OPENAI_EFFORT`, `ANTHROPIC_EFFORT`, `GEMINI_LEVEL`, the budget limits and the
+# `gemini_*` model tests) are what the format modules write on the wire: public to them, not
+# part of the facade.
 __all__ = [
-    "ANTHROPIC_EFFORT",
-    "ANTHROPIC_MIN_BUDGET",
     "BUDGET_EFFORT",
     "EFFORT_BUDGET",
-    "GEMINI_LEVEL",
-    "OPENAI_EFFORT",
     "budget_for_effort",
     "effort_for_budget",
-    "gemini_budget_cap",
-    "gemini_uses_levels",
     "level_after_refusal",
     "parse_effort",
     "requested_effort",
@@ -119,6 +117,7 @@ def parse_effort(value: object) -> Effort | None:
 
 
 def effort_for_budget(budget: int) -> Effort:
+    """The level a thinking budget of `budget` tokens reads as (`Effort.NONE` for none)."""
     if budget <= 0:
         return Effort.NONE
     level = Effort.LOW
@@ -129,6 +128,7 @@ def effort_for_budget(budget: int) -> Effort:
 
 
 def budget_for_effort(effort: Effort) -> int:
+    """The thinking budget, in tokens, of a level (medium's for a level with no budget)."""
     return EFFORT_BUDGET.get(effort, EFFORT_BUDGET[Effort.MEDIUM])
 
 
