@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -110,6 +111,7 @@ class GatewayApp:
         port: int | None = None,
         limits: http1.ServerLimits | None = None,
         ws_limits: websocket.WebSocketLimits | None = None,
+        h2_limits: http2.Http2Limits | None = None,
         control_port: int | None = None,
         shutdown_grace: float = 30.0,
         config_path: Path | None = None,
@@ -129,6 +131,7 @@ class GatewayApp:
         self.limits = limits
         # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
         self.ws_limits = ws_limits or websocket.WebSocketLimits()
+        self.h2_limits = h2_limits or http2.Http2Limits()
         self.store = open_store(config, data_dir, self.env)
         self.upstream = UpstreamClient(
             http2_for=self._speaks_http2, socket_route=socket_route(self._responses_socket_of)
@@ -339,7 +342,7 @@ class GatewayApp:
             limits=limits,
             errors=transport_error,
             switches=(
-                http2.switch,
+                partial(http2.switch, limits=self.h2_limits),
                 websocket.switch_for(self.gateway.check_head, self.ws_limits),
                 realtime.switch_for(self.gateway, self.ws_limits.idle_timeout),
             ),

@@ -21,7 +21,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from twengine.config import build_config
 from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
-from twserve import http1
+from twserve import http1, http2
 from twserve.app import GatewayApp
 from twserve.websocket import WebSocketLimits
 
@@ -84,6 +84,7 @@ def running_stack(
     config: Mapping[str, Any] | None = None,
     limits: http1.ServerLimits | None = None,
     ws_limits: WebSocketLimits | None = None,
+    h2_limits: http2.Http2Limits | None = None,
     control: bool = False,
     wall: Callable[[], float] | None = None,
     tz: dt.tzinfo | None = None,
@@ -130,6 +131,7 @@ def running_stack(
             port=0,
             limits=limits,
             ws_limits=ws_limits,
+            h2_limits=h2_limits,
             control_port=0 if control else None,
             **({"wall": wall} if wall is not None else {}),
             tz=tz,
