@@ -34,6 +34,7 @@ from twserve.confighistory import ConfigHistory
 from twserve.effort_store import load_effort_memory, save_effort_memory
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
+from twserve.httptypes import Request
 from twserve.liveconfig import LiveConfig
 from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
@@ -343,13 +344,19 @@ class GatewayApp:
             errors=transport_error,
             switches=(
                 partial(http2.switch, limits=self.h2_limits),
-                websocket.switch_for(self.gateway.check_head, self.ws_limits),
-                realtime.switch_for(self.gateway, self.ws_limits.idle_timeout),
+                websocket.switch_for(
+                    self.gateway.check_head, self.ws_limits, key_of=self._key_name
+                ),
+                realtime.switch_for(self.gateway, self.ws_limits),
             ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
         )
+
+    def _key_name(self, request: Request) -> str | None:
+        """The name of the gateway key `request` presents (None: none the config lists)."""
+        return self.gateway.callers.check(request)[1]
 
     def _new_control_server(self) -> http1.Server:
         assert self.control is not None

@@ -106,6 +106,7 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
             env: Mapping[str, str] | None = None,
             ws_limits: WebSocketLimits | None = None,
             h2_limits: http2.Http2Limits | None = None,
+            uvloop: bool = False,
         ) -> Stack:
             data_dir = tmp_path / f"stack-{next(numbers)}"
             data_dir.mkdir()
@@ -118,6 +119,7 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
                     env=env,
                     ws_limits=ws_limits,
                     h2_limits=h2_limits,
+                    uvloop=uvloop,
                 )
             )
 

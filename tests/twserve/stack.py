@@ -21,7 +21,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from twengine.config import build_config
 from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
-from twserve import http1, http2
+from twserve import eventloop, http1, http2
 from twserve.app import GatewayApp
 from twserve.websocket import WebSocketLimits
 
@@ -89,10 +89,14 @@ def running_stack(
     wall: Callable[[], float] | None = None,
     tz: dt.tzinfo | None = None,
     env: Mapping[str, str] | None = None,
+    uvloop: bool = False,
 ) -> Iterator[Stack]:
     """A gateway over mocks. `wall` stands in for the wall clock (limits, rows), `tz` for the
-    local time zone of calendar limits."""
-    with start_blocking_portal() as portal:
+    local time zone of calendar limits; `uvloop` runs it on uvloop, as ``twserve serve`` does
+    (asyncio's own loop otherwise)."""
+    with start_blocking_portal(
+        backend_options=eventloop.backend_options() if uvloop else None
+    ) as portal:
         futures = []
         mocks: dict[str, tuple[MockHandler, int]] = {}
         providers = []

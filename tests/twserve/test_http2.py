@@ -38,6 +38,7 @@ from tests.twserve.conftest import (
     attempts,
     fallback,
 )
+from tests.twserve.floods import flood, flood_socket
 from tests.twserve.h2_client import RawH2
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
@@ -1084,34 +1085,12 @@ _PING = _frame(6, 0, 0, b"12345678")  # PING, no ACK flag: each asks for an ackn
 _SETTINGS = _frame(4, 0, 0, b"")  # an empty SETTINGS frame, acknowledged like any other
 
 
-def _flood(port: int, frame: bytes, *, cap: int = 256 * 1024 * 1024) -> tuple[int, bool]:
-    """Send the preface and then `frame` over and over without reading a byte, until the
-    server closes the connection, stops taking bytes for 2 s (it stopped reading), or `cap`
-    bytes went out. Returns (bytes sent, closed)."""
-    blob = frame * (65536 // len(frame))
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        sock.settimeout(0.25)
-        sent, stalled_since = 0, None
-        # The first write carries the preface and the flood's start: the server's first read
-        # finds bytes already queued.
-        pending = memoryview(http2.PREFACE + _SETTINGS + blob)
-        deadline = time.monotonic() + 60
-        while sent < cap and time.monotonic() < deadline:
-            try:
-                n = sock.send(pending)
-            except TimeoutError:
-                stalled_since = stalled_since or time.monotonic()
-                if time.monotonic() - stalled_since > 2.0:
-                    return sent, False
-                continue
-            except OSError:
-                return sent, True
-            sent += n
-            stalled_since = None
-            pending = pending[n:] or memoryview(blob)
-        return sent, False
+def _flood(port: int, frame: bytes) -> tuple[int, bool]:
+    """The preface, then `frame` over and over without reading a byte (tests/twserve/floods.py).
+    The first write carries the preface and the flood's start: the server's first read finds
+    bytes already queued."""
+    with flood_socket(port) as sock:
+        return flood(sock, http2.PREFACE + _SETTINGS, frame * (65536 // len(frame)))
 
 
 @pytest.mark.parametrize("frame", [_PING, _SETTINGS], ids=["ping", "settings"])
