@@ -7,9 +7,10 @@ import socket
 import time
 
 from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection
 from wsproto.events import Request as WSRequest
 
-__all__ = ["flood", "flood_socket", "ws_ping", "ws_upgrade"]
+__all__ = ["flood", "flood_socket", "ws_connect", "ws_ping", "ws_upgrade"]
 
 
 def flood_socket(port: int) -> socket.socket:
@@ -51,6 +52,21 @@ def ws_upgrade(path: str, key: str) -> bytes:
     ws = WSConnection(ConnectionType.CLIENT)
     headers = [(b"authorization", b"Bearer " + key.encode())]
     return ws.send(WSRequest(host="127.0.0.1", target=path, extra_headers=headers))
+
+
+def ws_connect(sock: socket.socket, path: str, key: str) -> WSConnection:
+    """The WebSocket handshake on `sock`, waiting for the 101; the client's connection."""
+    ws = WSConnection(ConnectionType.CLIENT)
+    headers = [(b"authorization", b"Bearer " + key.encode())]
+    sock.settimeout(10)
+    sock.sendall(ws.send(WSRequest(host="127.0.0.1", target=path, extra_headers=headers)))
+    while True:
+        data = sock.recv(65536)
+        assert data, "closed during the handshake"
+        ws.receive_data(data)
+        for event in ws.events():
+            assert isinstance(event, AcceptConnection), event
+            return ws
 
 
 def ws_ping(payload: bytes = b"") -> bytes:

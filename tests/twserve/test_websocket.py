@@ -31,7 +31,7 @@ from wsproto.events import AcceptConnection, CloseConnection, TextMessage
 from wsproto.events import Request as WSRequest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
-from tests.twserve.floods import flood, flood_socket, ws_ping, ws_upgrade
+from tests.twserve.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
 from tests.twserve.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve import http1
@@ -891,11 +891,7 @@ def test_a_client_that_stops_reading_frees_its_turns_slot_and_permit(
         limits=http1.ServerLimits(write_timeout=1.0),
     )
     with flood_socket(st.port) as sock:
-        ws = WSConnection(ConnectionType.CLIENT)
-        auth = [(b"authorization", f"Bearer {KEY}".encode())]
-        sock.sendall(ws.send(WSRequest(host="x", target="/v1/responses", extra_headers=auth)))
-        while not any(isinstance(e, AcceptConnection) for e in ws.events()):
-            ws.receive_data(sock.recv(65536))
+        ws = ws_connect(sock, "/v1/responses", KEY)
         create = {"type": "response.create", "model": MODEL, "input": "x"}
         sock.sendall(ws.send(TextMessage(data=json.dumps(create))))
         deadline = time.monotonic() + 5
