@@ -7,14 +7,14 @@ the client, in this process, opens one connection and does one of:
 * ``h2-ping`` / ``h2-settings`` — HTTP/2 by prior knowledge, then PING (or empty SETTINGS)
   frames back to back, no key needed;
 * ``ws-ping`` — a Responses WebSocket, then pings of `--payload` bytes back to back;
-* ``ws-turns`` — three Responses WebSockets, each sending nine ``response.create`` messages of
-  `--mb` MB (one runs, eight wait in its queue) against a slow upstream.
+* ``ws-turns`` — `--sockets` Responses WebSockets (3), each sending nine ``response.create``
+  messages of `--mb` MB (one runs, eight wait in its queue) against a slow upstream.
 
 It reads nothing, for `--secs` seconds, and prints the gateway's RSS every half second, its
 peak, how many bytes it got to send and whether the gateway dropped the connection.
 
     python benchmarks/floods.py h2-ping|h2-settings|ws-ping|ws-turns [--secs 6] [--mb 30]
-        [--payload 0]
+        [--sockets 3] [--payload 0]
 """
 
 from __future__ import annotations
@@ -104,11 +104,11 @@ def _ws_ping(port: int, secs: float, payload: int) -> tuple[int, bool]:
         return flood(sock, upgrade, ping * (65536 // len(ping)), secs)
 
 
-def _ws_turns(port: int, secs: float, mb: int) -> tuple[int, bool]:
+def _ws_turns(port: int, secs: float, mb: int, sockets: int) -> tuple[int, bool]:
     sent, closed = 0, False
     socks = []
     text = json.dumps({"type": "response.create", "model": "m", "input": "x" * (mb << 20)})
-    for _ in range(3):
+    for _ in range(sockets):
         sock = flood_socket(port)
         socks.append(sock)
         message = ws_open(sock).send(TextMessage(data=text))
@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["h2-ping", "h2-settings", "ws-ping", "ws-turns"])
     parser.add_argument("--secs", type=float, default=6.0)
     parser.add_argument("--mb", type=int, default=30)
+    parser.add_argument("--sockets", type=int, default=3, help="sockets of ws-turns")
     parser.add_argument("--payload", type=int, default=0, help="bytes in each ping (0-125)")
     args = parser.parse_args()
     # A slow upstream, so that the turns of ws-turns wait.
@@ -165,7 +166,7 @@ def measure(args: argparse.Namespace, pid: int, port: int) -> dict[str, object]:
     elif args.mode == "ws-ping":
         sent, closed = _ws_ping(port, args.secs, args.payload)
     else:
-        sent, closed = _ws_turns(port, args.secs, args.mb)
+        sent, closed = _ws_turns(port, args.secs, args.mb, args.sockets)
     took = time.monotonic() - began
     done.set()
     return {

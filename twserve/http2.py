@@ -32,7 +32,14 @@ in a task of its own in the connection's task group, inside its own cancel scope
   (or the connection's) stays shut that long is a client that stopped reading it. The stream is
   reset (CANCEL) and its handler cancelled, which frees its upstream call, slot and key permit;
   the connection's other streams carry on. A socket write that cannot go out in that time
-  means the whole connection stopped reading: every stream goes.
+  means the whole connection stopped reading: every stream goes. An answer's waits for its
+  windows also count together against `Http2Limits.max_blocked_secs`, so a window opened a
+  byte at a time buys no more time than one left shut.
+* Reading and writing in step (twserve/backpressure.py): the socket is read no further ahead
+  than one read, and a write returns while at most `Http2Limits.output_buffer_bytes` wait for
+  the client; past it writers wait, and so does the reader, whose PING and SETTINGS
+  acknowledgements are writes. A client owing more than `max_owed_control_frames` of those
+  while output waits (it sends them and reads nothing) is dropped.
 * RST_STREAM from the client is the client leaving: that stream's scope is cancelled, which tears
   down its upstream call and frees its slot, as the HTTP/1.1 watcher does for a closed socket.
   The other streams carry on. A socket that closes ends every stream.

@@ -17,20 +17,31 @@ the handler answers through `_TurnResponder`, which decodes the Server-Sent Even
 sends each event's JSON as one text message. Routing, key limits, the slot held only while the
 turn runs, failover before content, conversion from Anthropic, Chat and Gemini upstreams and one
 row per turn are therefore those of an HTTP request. A turn the handler refuses or fails before
-its stream starts (an HTTP error status) is answered with an ``error`` event carrying that status
-and the error object of the HTTP body; the socket stays usable. What a client message means and
-the events the gateway writes itself are twproto's (twproto/responses_socket.py); this module
-only carries them out.
+its stream starts (an HTTP error status) is answered with a ``response.failed`` event carrying
+that status and the error object of the HTTP body; the socket stays usable. What a client
+message means and the events the gateway writes itself are twproto's
+(twproto/responses_socket.py); this module only carries them out.
 
 Turns run one at a time per socket, in arrival order: a ``response.create`` sent while one runs
-waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with an ``error``
-event (``gw.ws.busy``, 429). ``response.steer`` is answered with ``response.steer.failed``
-(``steering_not_supported``): the gateway does not steer a running upstream call.
+waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with a
+``response.failed`` event (``gw.ws.busy``, 429). A message's bytes draw on the server's body
+budget while it arrives and while its turn waits and runs (one that does not fit is refused with
+an ``error`` event, ``gw.request.bodies_busy``); a key may hold
+`WebSocketLimits.max_sockets_per_key` sockets at once.
+
+Every write has the server's write timeout: a client that stops reading is taken as gone, its
+turn cancelled (which frees the upstream slot and the key's permit) and the socket dropped. The
+socket is read no further ahead than one read, writes return while at most
+`WebSocketLimits.output_buffer_bytes` wait, and a client owing more than `max_owed_pongs` pongs
+while output waits is dropped (twserve/backpressure.py).
+
+``response.steer`` is answered with ``response.steer.failed`` (``steering_not_supported``): the
+gateway does not steer a running upstream call.
 
 Close codes: 1000 after the client's close or an idle socket, 1001 when the server drains (the
-running turn finishes first; queued turns get an ``error`` event, ``gw.ws.closing``), 1008 when a
-turn is refused for its key or address (nothing more could succeed on this socket), 1003 for a
-binary message (client events are JSON text), 1009 for a message over
+running turn finishes first; queued turns get a ``response.failed`` event, ``gw.ws.closing``),
+1008 when a turn is refused for its key or address (nothing more could succeed on this
+socket), 1003 for a binary message (client events are JSON text), 1009 for a message over
 `WebSocketLimits.max_message_bytes`, 1011 for a fault inside the gateway; protocol errors get
 wsproto's code (1002, 1007). Once a close frame is out, the session stops and waits a bounded
 time for the client's close before the TCP connection is closed. A client that goes away (close

@@ -238,7 +238,7 @@ async def test_a_refused_turn_then_a_good_one_on_the_same_socket(stack: StackFac
     async with _client(st).responses.connect() as conn:
         refused = await _turn(conn, model="forbidden-1")
         good = await _turn(conn)
-    # SPEC §15: a refused turn is a failed response (the HTTP status rides along).
+    # A refused turn is a failed response (the HTTP status rides along).
     (failed,) = refused
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert failed.status == 403 and failed.response.error.code == "gw.rule.denied"
