@@ -22,11 +22,17 @@ def flood_socket(port: int) -> socket.socket:
 
 
 def flood(
-    sock: socket.socket, first: bytes, blob: bytes, *, cap: int = 256 * 1024 * 1024
+    sock: socket.socket,
+    first: bytes,
+    blob: bytes,
+    *,
+    cap: int = 256 * 1024 * 1024,
+    stall: float = 2.0,
 ) -> tuple[int, bool]:
     """Send `first`, then `blob` over and over, reading nothing, until the server closes the
-    connection, takes nothing for 2 s (it stopped reading), or `cap` bytes went out. Returns
-    (bytes sent, closed)."""
+    connection, takes nothing for `stall` seconds (it stopped reading), or `cap` bytes went
+    out. Returns (bytes sent, closed). A test that waits for the close gives a long `stall`:
+    a loaded machine's server reads slowly without having stopped."""
     sock.settimeout(0.25)
     sent, stalled_since = 0, None
     pending = memoryview(first + blob)
@@ -36,7 +42,7 @@ def flood(
             n = sock.send(pending)
         except TimeoutError:
             stalled_since = stalled_since or time.monotonic()
-            if time.monotonic() - stalled_since > 2.0:
+            if time.monotonic() - stalled_since > stall:
                 return sent, False
             continue
         except OSError:

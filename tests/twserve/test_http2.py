@@ -1085,12 +1085,13 @@ _PING = _frame(6, 0, 0, b"12345678")  # PING, no ACK flag: each asks for an ackn
 _SETTINGS = _frame(4, 0, 0, b"")  # an empty SETTINGS frame, acknowledged like any other
 
 
-def _flood(port: int, frame: bytes) -> tuple[int, bool]:
+def _flood(port: int, frame: bytes, stall: float = 2.0) -> tuple[int, bool]:
     """The preface, then `frame` over and over without reading a byte (tests/twserve/floods.py).
     The first write carries the preface and the flood's start: the server's first read finds
     bytes already queued."""
     with flood_socket(port) as sock:
-        return flood(sock, http2.PREFACE + _SETTINGS, frame * (65536 // len(frame)))
+        blob = frame * (65536 // len(frame))
+        return flood(sock, http2.PREFACE + _SETTINGS, blob, stall=stall)
 
 
 @pytest.mark.parametrize("frame", [_PING, _SETTINGS], ids=["ping", "settings"])
@@ -1114,7 +1115,7 @@ def test_a_ping_flood_from_a_client_that_never_reads_is_dropped(stack: StackFact
     """No key is needed to send PINGs. A client that owes more acknowledgements than
     `max_owed_control_frames` while its socket is full is dropped."""
     st = stack({"a": Upstream("anthropic")})
-    sent, closed = _flood(st.port, _PING)
+    sent, closed = _flood(st.port, _PING, stall=15)
     assert closed
     assert sent < 48 * 1024 * 1024, sent
     # The gateway still serves.

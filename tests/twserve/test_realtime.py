@@ -477,7 +477,7 @@ def test_a_ping_flood_on_realtime_is_dropped(stack: StackFactory) -> None:
     ping = ws_ping(b"p" * 16)
     with flood_socket(st.port) as sock:
         upgrade = ws_upgrade(f"/v1/realtime?model={MODEL}", KEY)
-        sent, closed = flood(sock, upgrade, ping * (65536 // len(ping)))
+        sent, closed = flood(sock, upgrade, ping * (65536 // len(ping)), stall=15)
     assert closed
     assert sent < 48 * 1024 * 1024, sent
     _wait_for(lambda: st.mock("rt").realtime.ended == [1001])

@@ -871,7 +871,8 @@ def test_a_ping_flood_is_dropped(stack: StackFactory) -> None:
     st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
     ping = ws_ping(b"p" * 16)
     with flood_socket(st.port) as sock:
-        sent, closed = flood(sock, ws_upgrade("/v1/responses", KEY), ping * (65536 // len(ping)))
+        upgrade = ws_upgrade("/v1/responses", KEY)
+        sent, closed = flood(sock, upgrade, ping * (65536 // len(ping)), stall=15)
     assert closed
     assert sent < 48 * 1024 * 1024, sent
 
