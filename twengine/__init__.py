@@ -174,6 +174,7 @@ from twengine.limits import (
     Spend,
     Wait,
     period_bounds,
+    used_up,
 )
 from twengine.model_listing import (
     answer_models,
@@ -409,5 +410,6 @@ __all__ = (
     "template_variables",
     "upstream_identity",
     "url_test_latency",
+    "used_up",
     "when_holds",
 )

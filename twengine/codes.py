@@ -227,6 +227,21 @@ _CODES = {
     "gw.ws.bad_event": "A WebSocket message is not JSON, or not a client event taken there (400).",
     "gw.ws.busy": "Too many turns already wait on this WebSocket; this one was not queued (429).",
     "gw.ws.closing": "The gateway drains; a turn queued on the WebSocket was not started (503).",
+    "gw.ws.too_many_sockets": (
+        "The key has max_sockets_per_key Responses WebSockets open; the upgrade is refused (429)."
+    ),
+    "gw.ws.ping_flood": (
+        "A WebSocket peer owed more pongs than max_owed_pongs while not reading; dropped (log)."
+    ),
+    "gw.ws.stopped_reading": (
+        "A WebSocket peer read nothing for write_timeout; taken as gone and dropped (log)."
+    ),
+    "gw.http2.control_flood": (
+        "An HTTP/2 client owed more PING/SETTINGS acks than max_owed_control_frames; dropped (log)."
+    ),
+    "gw.http2.stalled": (
+        "An HTTP/2 answer waited max_blocked_secs in all for its window; stream reset (log)."
+    ),
     "gw.realtime.no_upstream": (
         "No usable Realtime upstream (`realtime: true`) serves the model (404)."
     ),

@@ -27,6 +27,11 @@ A request's life, as `KeyLimits` sees it:
    dropped and the spend is booked at `now`. `release(reservation)` instead when the request
    never reached an upstream: it counts for nothing.
 
+A request that lives long and spends as it goes (a Realtime connection, one response after
+another) books each part as it comes, as a spend of no request settled without a reservation,
+and settles what is left at its end; `used_up(statuses)` says whether a token or cost limit is
+spent meanwhile, so that no further part is started.
+
 `rebuild(events, now)` books stored spends (from the request store's rows) at startup, so
 calendar totals survive a restart. `status(key, now)` reports every limit's usage and reset for
 the control plane. `settle` and refusals return `LimitAlert` values when a limit's usage first
@@ -54,6 +59,7 @@ __all__ = [
     "Spend",
     "Wait",
     "period_bounds",
+    "used_up",
 ]
 
 ALERT_LEVELS = (80, 100)
@@ -193,6 +199,17 @@ class LimitStatus:
     reserved: int
     reset: float | None
     window_start: float
+
+
+def used_up(statuses: Sequence[LimitStatus]) -> Refused | None:
+    """The first token or cost limit among `statuses` whose usage has reached its amount, as
+    the refusal of anything more; None while each has room. Request limits are left out: they
+    count whole requests, and a long one was counted when it was admitted."""
+    for st in statuses:
+        lim = st.limit
+        if lim.measure is not LimitMeasure.REQUESTS and st.used >= lim.amount:
+            return Refused(limit=lim, used=st.used, reset=st.reset)
+    return None
 
 
 # --- the ledgers -----------------------------------------------------------------------------

@@ -12,6 +12,11 @@ the openai SDK's ``types/realtime`` has them):
 * ``{"type": "mock.close", "code": N}`` makes the mock close the socket with code N, which is how
   tests have an upstream close on them; ``{"type": "mock.big", "bytes": N}`` is answered with
   one message of about N bytes; `RealtimeLog.refuse_status` set, upgrades are refused with it;
+* ``{"type": "mock.respond"}`` makes the mock start a response of its own, as an upstream does
+  when its voice detection hears the end of speech: ``response.created``, and then, at the
+  next client event, ``response.done`` — ``cancelled`` (no usage) when that event is a
+  ``response.cancel`` of it (logged in `RealtimeLog.cancelled`), else ``completed`` with
+  `REALTIME_USAGE`;
 * pings are answered; other events are ignored.
 
 `RealtimeLog` keeps what tests assert on: the upgrades seen (with their headers) and how each
@@ -67,6 +72,8 @@ class RealtimeLog:
     changed: anyio.Event = field(default_factory=anyio.Event)
     # A test knob: answer upgrades with this HTTP status instead of switching.
     refuse_status: int | None = None
+    # The responses a client cancelled (their ids).
+    cancelled: list[str] = field(default_factory=list)
 
     def _changed(self) -> None:
         self.changed.set()
@@ -127,6 +134,7 @@ async def _serve(handoff: Handoff, log: RealtimeLog) -> None:
         if handoff.buffered:
             ws.receive_data(handoff.buffered)
         parts: list[str] = []
+        started: list[str] = []  # a response the mock started by itself, not yet done
         while ws.state is ConnectionState.OPEN:
             for event in ws.events():
                 if isinstance(event, Ping):
@@ -137,6 +145,12 @@ async def _serve(handoff: Handoff, log: RealtimeLog) -> None:
                     parts.append(event.data)
                     if event.message_finished:
                         text, parts = "".join(parts), []
+                        if started:
+                            await _finish_own(text, started.pop(), send, log)
+                            continue
+                        if '"mock.respond"' in text:
+                            started.append(await _start_own(send))
+                            continue
                         end = await _answer(text, send, ws)
                         if end is not None:
                             return
@@ -219,6 +233,38 @@ async def _answer(text: str, send: Callable[..., Awaitable[None]], ws: WSConnect
         await send(CloseConnection(code=code, reason="mock closes"))
         return code
     return None
+
+
+async def _start_own(send: Callable[..., Awaitable[None]]) -> str:
+    """A response the mock starts by itself; its id."""
+    rid = "resp_mock_own"
+    response = {"id": rid, "object": "realtime.response", "status": "in_progress", "output": []}
+    await send({"type": "response.created", "response": response})
+    return rid
+
+
+async def _finish_own(
+    text: str, rid: str, send: Callable[..., Awaitable[None]], log: RealtimeLog
+) -> None:
+    """End the mock's own response `rid` at the client event `text`: cancelled by a
+    ``response.cancel`` of it, else completed."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        event = None
+    cancel = (
+        isinstance(event, dict)
+        and event.get("type") == "response.cancel"
+        and event.get("response_id") == rid
+    )
+    response: dict[str, Any] = {"id": rid, "object": "realtime.response", "output": []}
+    if cancel:
+        log.cancelled.append(rid)
+        response["status"] = "cancelled"
+    else:
+        response["status"] = "completed"
+        response["usage"] = REALTIME_USAGE
+    await send({"type": "response.done", "response": response})
 
 
 def _pieces(text: str) -> list[str]:

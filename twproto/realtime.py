@@ -1,8 +1,13 @@
 """The Realtime API's WebSocket as far as the gateway reads it (docs/transports.md, "Realtime").
 
 The gateway proxies a Realtime socket frame by frame and does not take its events apart, with
-one exception: the upstream's ``response.done`` events carry each response's usage, which the
-connection's row sums. `realtime_usage` reads that usage from one upstream text message;
+two exceptions: the upstream's ``response.done`` events carry each response's usage, which the
+connection's row sums and the key's limits count as it comes; and once those limits are spent,
+the events that start a response (a client's ``response.create``, the upstream's
+``response.created``) are looked at, to refuse or cancel it. `realtime_usage` reads that usage
+from one upstream text message; `read_realtime_event` an event's type (and a
+``response.created``'s response id); `realtime_cancel_event` is the client event that cancels a
+response;
 `realtime_upstream_url` is where a provider takes Realtime sockets, next to its HTTP API;
 `realtime_error_event` is the API's ``error`` server event, for what the gateway itself has to
 tell a client before it closes the connection.
@@ -12,6 +17,7 @@ Text in, values out: no IO.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +27,10 @@ from twproto.ir import Usage
 __all__ = [
     "REALTIME_CHECKED_AS",
     "REALTIME_PATH",
+    "RealtimeEvent",
     "add_usage",
+    "read_realtime_event",
+    "realtime_cancel_event",
     "realtime_error_event",
     "realtime_upstream_url",
     "realtime_usage",
@@ -90,6 +99,40 @@ def add_usage(total: Usage | None, more: Usage) -> Usage:
         reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
         cache_write_1h_tokens=total.cache_write_1h_tokens + more.cache_write_1h_tokens,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeEvent:
+    """What a Realtime message is, as far as the gateway looks: its event `type` (empty when
+    it is not a JSON object with one) and, for an event about a response, that response's id
+    (``response.id``)."""
+
+    type: str
+    response_id: str | None = None
+
+
+def read_realtime_event(text: str) -> RealtimeEvent:
+    """The type (and response id) of one Realtime text message."""
+    try:
+        event = loads(text)
+    except ValueError:
+        return RealtimeEvent(type="")
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        return RealtimeEvent(type="")
+    response = event.get("response")
+    rid = response.get("id") if isinstance(response, dict) else None
+    return RealtimeEvent(type=event["type"], response_id=rid if isinstance(rid, str) else None)
+
+
+def realtime_cancel_event(response_id: str) -> str:
+    """The client event that cancels response `response_id` (``response.cancel``)."""
+    return dumps(
+        {
+            "type": "response.cancel",
+            "event_id": f"event_gw_cancel_{response_id}",
+            "response_id": response_id,
+        }
+    ).decode()
 
 
 def realtime_error_event(code: str, message: str) -> str:

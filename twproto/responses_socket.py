@@ -8,10 +8,15 @@ for), `SteerRequested` (``response.steer``) or `EventRejected` (anything else, w
 The answer to a turn is the Responses stream's own events, one per message; the transport only
 adds the turn's ``stream_id`` to each (`ws_tag_stream_id`). What the gateway writes besides them:
 
+* `ws_failed_event` — the ``response.failed`` event a turn refused before its stream started
+  (an HTTP error answer: a limit, a rule, an unknown model, the socket's queue full) is answered
+  with: a failed response carrying the HTTP answer's error object and status, after which the
+  socket stays usable; `ws_answer_failed_event` makes it from an HTTP error answer's status and
+  body, `ws_gateway_failed_event` from a refusal of the transport's own;
 * `ws_error_event` — the ``error`` event the openai SDK reads on this transport
-  (``ResponseWsError``): ``{"type": "error", "status": <HTTP status>, "error": {...}}``;
-  `ws_answer_error_event` makes it from an HTTP error answer's status and body, so a refused turn
-  carries the same error object an HTTP client would have got;
+  (``ResponseWsError``): ``{"type": "error", "status": <HTTP status>, "error": {...}}``, for a
+  message that is no turn at all (not JSON, an unknown event type) and for a turn whose stream
+  broke; `ws_answer_error_event` makes it from an HTTP error answer's status and body;
 * `ws_steer_failed_event` — ``response.steer.failed`` with ``steering_not_supported``.
 
 The gateway is also a client of this socket, towards an OpenAI Responses upstream configured with
@@ -41,6 +46,7 @@ __all__ = [
     "WS_RESPONSES_PATHS",
     "AnswerError",
     "EventRejected",
+    "FailedResponse",
     "SteerRequested",
     "TurnRequested",
     "UpstreamErrorAnswer",
@@ -49,9 +55,12 @@ __all__ = [
     "read_ws_client_event",
     "read_ws_upstream_event",
     "ws_answer_error_event",
+    "ws_answer_failed_event",
     "ws_completed_event",
     "ws_error_event",
+    "ws_failed_event",
     "ws_gateway_error_event",
+    "ws_gateway_failed_event",
     "ws_steer_failed_event",
     "ws_stream_message",
     "ws_tag_stream_id",
@@ -74,10 +83,12 @@ WS_MAX_ERROR_BODY = 64 * 1024
 class TurnRequested:
     """A ``response.create``: `body` is the JSON body of the Responses request it stands for
     (``stream`` set to true: answers on this socket are always streamed); `stream_id` is the
-    lane the client named, echoed on every event of the turn."""
+    lane the client named, echoed on every event of the turn; `model` the model it asks for
+    (empty when it names none), which a refusal's failed response names."""
 
     body: bytes
     stream_id: str | None = None
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +129,10 @@ def read_ws_client_event(text: str | bytes) -> WsClientEvent:
             )
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         body["stream"] = True
-        return TurnRequested(body=dumps(body), stream_id=lane)
+        model = body.get("model")
+        return TurnRequested(
+            body=dumps(body), stream_id=lane, model=model if isinstance(model, str) else ""
+        )
     if kind == "response.steer":
         previous = event.get("previous_response_id")
         return SteerRequested(
@@ -160,9 +174,9 @@ class AnswerError:
     code: str | None
 
 
-def ws_answer_error_event(status: int, body: bytes, stream_id: str | None = None) -> AnswerError:
-    """The ``error`` event for an HTTP error answer (`status` ≥ 400) with `body`: the body's own
-    error object when it has one, else a ``gw.internal`` one naming the status."""
+def _answer_error(status: int, body: bytes) -> dict[str, Any]:
+    """The error object of an HTTP error answer (`status` ≥ 400) with `body`: the body's own
+    when it has one, else a ``gw.internal`` one naming the status."""
     error: object = None
     if len(body) <= WS_MAX_ERROR_BODY:
         try:
@@ -180,11 +194,80 @@ def ws_answer_error_event(status: int, body: bytes, stream_id: str | None = None
                 message=f"the turn failed with HTTP status {status}",
             )
         )
+    return error
+
+
+def _answer(event: str, status: int, error: Mapping[str, Any]) -> AnswerError:
     code = error.get("code")
-    return AnswerError(
-        event=ws_error_event(error, status=status, stream_id=stream_id),
-        status=status,
-        code=code if isinstance(code, str) else None,
+    return AnswerError(event=event, status=status, code=code if isinstance(code, str) else None)
+
+
+def ws_answer_error_event(status: int, body: bytes, stream_id: str | None = None) -> AnswerError:
+    """The ``error`` event for an HTTP error answer (`status` ≥ 400) with `body`: the body's own
+    error object when it has one, else a ``gw.internal`` one naming the status."""
+    error = _answer_error(status, body)
+    return _answer(ws_error_event(error, status=status, stream_id=stream_id), status, error)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedResponse:
+    """What a refused turn's failed response says of itself: its `id` (the transport makes
+    one: the turn never reached an upstream that would have), when it was made (`created_at`,
+    Unix seconds) and the `model` the turn asked for."""
+
+    id: str
+    created_at: int
+    model: str = ""
+
+
+def ws_failed_event(
+    error: Mapping[str, Any],
+    *,
+    status: int,
+    response: FailedResponse,
+    stream_id: str | None = None,
+) -> str:
+    """A ``response.failed`` event for a turn refused before its stream started: a response
+    in status ``failed`` with no output, whose ``error`` is `error` (``code``, ``message``, and
+    the ``type`` and ``param`` an HTTP error body has) and which carries the HTTP `status` the
+    refusal has over HTTP. It is the only event of the turn."""
+    event: dict[str, Any] = {
+        "type": "response.failed",
+        "sequence_number": 0,
+        "response": {
+            "id": response.id,
+            "object": "response",
+            "created_at": response.created_at,
+            "status": "failed",
+            "model": response.model,
+            "output": [],
+            "error": dict(error),
+            "incomplete_details": None,
+            "usage": None,
+        },
+        "status": status,
+    }
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return dumps(event).decode()
+
+
+def ws_answer_failed_event(
+    status: int, body: bytes, response: FailedResponse, stream_id: str | None = None
+) -> AnswerError:
+    """The ``response.failed`` event for a turn answered with an HTTP error (`status` ≥ 400,
+    `body`), carrying the body's error object (a ``gw.internal`` one when it has none)."""
+    error = _answer_error(status, body)
+    event = ws_failed_event(error, status=status, response=response, stream_id=stream_id)
+    return _answer(event, status, error)
+
+
+def ws_gateway_failed_event(
+    err: GatewayError, response: FailedResponse, stream_id: str | None = None
+) -> str:
+    """`err` as the ``response.failed`` event of a turn the transport refused itself."""
+    return ws_failed_event(
+        _error_object(err), status=err.status, response=response, stream_id=stream_id
     )
 
 

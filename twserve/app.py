@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ from twserve.confighistory import ConfigHistory
 from twserve.effort_store import load_effort_memory, save_effort_memory
 from twserve.events import EventBus
 from twserve.gateway import Gateway, transport_error
+from twserve.httptypes import Request
 from twserve.liveconfig import LiveConfig
 from twserve.maintenance import Maintenance
 from twserve.metrics import Metrics
@@ -109,6 +111,7 @@ class GatewayApp:
         port: int | None = None,
         limits: http1.ServerLimits | None = None,
         ws_limits: websocket.WebSocketLimits | None = None,
+        h2_limits: http2.Http2Limits | None = None,
         control_port: int | None = None,
         shutdown_grace: float = 30.0,
         config_path: Path | None = None,
@@ -128,6 +131,7 @@ class GatewayApp:
         self.limits = limits
         # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
         self.ws_limits = ws_limits or websocket.WebSocketLimits()
+        self.h2_limits = h2_limits or http2.Http2Limits()
         self.store = open_store(config, data_dir, self.env)
         self.upstream = UpstreamClient()
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
@@ -321,14 +325,20 @@ class GatewayApp:
             limits=limits,
             errors=transport_error,
             switches=(
-                http2.switch,
-                websocket.switch_for(self.gateway.check_head, self.ws_limits),
-                realtime.switch_for(self.gateway, self.ws_limits.idle_timeout),
+                partial(http2.switch, limits=self.h2_limits),
+                websocket.switch_for(
+                    self.gateway.check_head, self.ws_limits, key_of=self._key_name
+                ),
+                realtime.switch_for(self.gateway, self.ws_limits),
             ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
         )
+
+    def _key_name(self, request: Request) -> str | None:
+        """The name of the gateway key `request` presents (None: none the config lists)."""
+        return self.gateway.callers.check(request)[1]
 
     def _new_control_server(self) -> http1.Server:
         """The control plane's HTTP server: the control key checked before the body, its own

@@ -340,6 +340,9 @@ class _Connection:
         # runs (twserve.client_watch); over any other stream, by a reader task (`_watch_client`).
         self._watch: ClientWatch | None = None
         if self._transport is not None:
+            # A new connection's transport reads from the start, before the connection's first
+            # read: nothing is taken in until that read asks (see `_receive`).
+            self._transport.pause_reading()
             self._watch = ClientWatch(
                 self._transport,
                 self._protocol,
@@ -565,11 +568,18 @@ class _Connection:
 
     async def _receive(self) -> bytes:
         try:
-            return await self.stream.receive(READ_SIZE)
+            data = await self.stream.receive(READ_SIZE)
         except anyio.EndOfStream:
             return b""
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
+        # anyio pauses the transport only after a read that waited: one that found bytes
+        # queued leaves it reading, without bound for a client that sends faster than it is
+        # read (twserve.backpressure). The next read that waits resumes it.
+        transport = self._transport
+        if transport is not None and not self.watched and transport.is_reading():
+            transport.pause_reading()
+        return data
 
     async def _receive_by(self, deadline: float) -> bytes:
         """Read from the socket before `deadline` (loop time); TimeoutError after it."""

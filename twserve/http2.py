@@ -32,7 +32,14 @@ in a task of its own in the connection's task group, inside its own cancel scope
   (or the connection's) stays shut that long is a client that stopped reading it. The stream is
   reset (CANCEL) and its handler cancelled, which frees its upstream call, slot and key permit;
   the connection's other streams carry on. A socket write that cannot go out in that time
-  means the whole connection stopped reading: every stream goes.
+  means the whole connection stopped reading: every stream goes. An answer's waits for its
+  windows also count together against `Http2Limits.max_blocked_secs`, so a window opened a
+  byte at a time buys no more time than one left shut.
+* Reading and writing in step (twserve/backpressure.py): the socket is read no further ahead
+  than one read, and a write returns while at most `Http2Limits.output_buffer_bytes` wait for
+  the client; past it writers wait, and so does the reader, whose PING and SETTINGS
+  acknowledgements are writes. A client owing more than `max_owed_control_frames` of those
+  while output waits (it sends them and reads nothing) is dropped.
 * RST_STREAM from the client is the client leaving: that stream's scope is cancelled, which tears
   down its upstream call and frees its slot, as the HTTP/1.1 watcher does for a closed socket.
   The other streams carry on. A socket that closes ends every stream.
@@ -75,6 +82,7 @@ import h2.settings
 from hyperframe.frame import GoAwayFrame
 
 from twproto.paths import split_target
+from twserve.backpressure import Intake, Outflow
 from twserve.http1 import LINGER_SECS, READ_SIZE, BodyBudget, ClientGone, Handoff
 from twserve.httptypes import Headers, Request
 
@@ -113,6 +121,17 @@ class Http2Limits:
     # so opening and resetting streams at once ("rapid reset") would start handlers unbounded.
     max_resets: int = 200
     reset_window_secs: float = 10.0
+    # Output waiting for a client that does not read it: past this many bytes in the socket's
+    # buffer, writes wait, and so does the reader (whose PING and SETTINGS acknowledgements are
+    # writes): it stops reading until the client takes some.
+    output_buffer_bytes: int = 64 * 1024
+    # PING and SETTINGS acknowledgements the client has not taken off the socket: past this
+    # many the connection is ended (GOAWAY ENHANCE_YOUR_CALM), a flood of control frames.
+    max_owed_control_frames: int = 1000
+    # The total time one answer may wait for the client's flow-control windows, over its whole
+    # life: a client that opens its window by a byte now and then gets no more time than one
+    # that never opens it (each wait is also bounded by `ServerLimits.write_timeout`).
+    max_blocked_secs: float = 60.0
 
 
 def switch(
@@ -230,6 +249,7 @@ class _FrameGuard:
 
 class _Stream:
     __slots__ = (
+        "blocked",
         "body",
         "ended",
         "gone",
@@ -257,6 +277,7 @@ class _Stream:
         self.running = False  # a task answers it (and forgets it when done)
         self.scope = anyio.CancelScope()
         self.window = anyio.Event()  # set when more may be sent on this stream
+        self.blocked = 0.0  # seconds its answer has waited for a window, in all
 
 
 class _Responder:
@@ -353,6 +374,12 @@ class _Connection:
         self.h2.max_inbound_frame_size = limits.max_frame_size
         self.h2.decoder.max_header_list_size = limits.hard_header_list_size
         self.guard = _FrameGuard(limits.max_frame_size, len(PREFACE))
+        self.intake = Intake(self.socket)
+        self.outflow = Outflow(
+            self.socket,
+            buffered=limits.output_buffer_bytes,
+            max_owed=limits.max_owed_control_frames,
+        )
         self.resets: deque[float] = deque()  # when the client last reset streams
         self.ready: list[tuple[_Stream, Request]] = []  # complete requests of the current read
         self.streams: dict[int, _Stream] = {}
@@ -396,13 +423,15 @@ class _Connection:
 
     async def _send(self, data: bytes) -> None:
         """One socket write (the send lock held), bounded by `ServerLimits.write_timeout`: a
-        connection whose client reads nothing at all is gone, every stream with it.
+        connection whose client reads nothing at all is gone, every stream with it. It returns
+        once no more than `Http2Limits.output_buffer_bytes` wait unsent.
 
         The write is shielded: h2 already counts `data` as sent (frames of every stream, not
         only the caller's), so a cancelled stream must not cut it short or drop it — that would
         tear a frame and desynchronise the whole connection. The deadline still bounds it."""
         try:
             with anyio.CancelScope(shield=True), anyio.fail_after(self.server_limits.write_timeout):
+                self.outflow.wrote(len(data))
                 await self.socket.send(data)
         except TimeoutError:
             log.info("HTTP/2 client %s stopped reading; dropping the connection", self.peer[0])
@@ -418,27 +447,51 @@ class _Connection:
             stream.window.set()
         self._wake_reader()
 
+    def _window(self, stream: _Stream) -> int:
+        if stream.gone or self.dead:
+            raise ClientGone()
+        try:
+            return self.h2.local_flow_control_window(stream.id)
+        except h2.exceptions.ProtocolError as exc:
+            stream.gone = True
+            raise ClientGone() from exc
+
     async def wait_window(self, stream: _Stream) -> int:
         """How much may be sent on `stream` now, waiting for WINDOW_UPDATE while it is none —
-        at most `ServerLimits.write_timeout`, after which the client is taken as gone."""
-        with anyio.move_on_after(self.server_limits.write_timeout):
-            while True:
-                if stream.gone or self.dead:
-                    raise ClientGone()
-                try:
-                    window = self.h2.local_flow_control_window(stream.id)
-                except h2.exceptions.ProtocolError as exc:
-                    stream.gone = True
-                    raise ClientGone() from exc
-                if window > 0:
-                    return window
-                stream.window = anyio.Event()
-                await stream.window.wait()
-        # The window stayed shut: the client stopped reading this stream. Resetting it and
-        # cancelling its handler stops the upstream call and frees what it held.
-        log.info(
-            "HTTP/2 client %s stopped reading stream %d; resetting it", self.peer[0], stream.id
-        )
+        each wait at most `ServerLimits.write_timeout`, and all of the answer's waits together
+        at most `Http2Limits.max_blocked_secs`; past either the client is taken as gone."""
+        window = self._window(stream)
+        if window > 0:
+            return window
+        left = self.limits.max_blocked_secs - stream.blocked
+        began = anyio.current_time()
+        try:
+            with anyio.move_on_after(min(self.server_limits.write_timeout, max(0.0, left))):
+                while True:
+                    stream.window = anyio.Event()
+                    await stream.window.wait()
+                    window = self._window(stream)
+                    if window > 0:
+                        return window
+        finally:
+            stream.blocked += anyio.current_time() - began
+        # The window stayed shut, or opened too little too seldom: the client stopped reading
+        # this stream. Resetting it and cancelling its handler stops the upstream call and
+        # frees what it held.
+        if stream.blocked >= self.limits.max_blocked_secs:
+            log.info(
+                "gw.http2.stalled: HTTP/2 client %s kept stream %d waiting %.0f s in all; "
+                "resetting it",
+                self.peer[0],
+                stream.id,
+                stream.blocked,
+            )
+        else:
+            log.info(
+                "HTTP/2 client %s stopped reading stream %d; resetting it",
+                self.peer[0],
+                stream.id,
+            )
         await self.reset(stream, h2.errors.ErrorCodes.CANCEL)
         stream.scope.cancel()
         raise ClientGone()
@@ -498,7 +551,7 @@ class _Connection:
 
     async def _receive(self) -> bytes:
         try:
-            return await self.socket.receive(READ_SIZE)
+            return await self.intake.receive(READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
 
@@ -601,8 +654,30 @@ class _Connection:
                 stream.running = True
                 self.tg.start_soon(self._serve, stream, request)
         self.ready.clear()
+        # Looked at before the write as well as after: a write that has to wait for the client
+        # would hold the reader until the write deadline.
+        if self.outflow.flooded():
+            self._end_flood()
+            return False
         await self.flush()
+        if self.outflow.flooded():
+            self._end_flood()
+            return False
         return True
+
+    def _end_flood(self) -> None:
+        """The client owes more control-frame replies than it may: PINGs or SETTINGS sent
+        without reading their acknowledgements. Replies are owed only while the socket's
+        buffers are full, so a GOAWAY could not reach the client either: the connection is
+        dropped, every stream with it."""
+        log.info(
+            "gw.http2.control_flood: HTTP/2 client %s owes %d PING/SETTINGS acknowledgements "
+            "it does not read; dropping the connection",
+            self.peer[0],
+            self.outflow.owed(),
+        )
+        self.ready.clear()
+        self._lost()
 
     def _lost_streams(self) -> None:
         for stream in self.streams.values():
@@ -635,7 +710,10 @@ class _Connection:
                     stream.window.set()
             elif (stream := self.streams.get(event.stream_id)) is not None:
                 stream.window.set()
+        elif isinstance(event, h2.events.PingReceived):
+            self.outflow.owe(1)  # h2 queued its acknowledgement
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.outflow.owe(1)  # h2 queued its acknowledgement
             for stream in self.streams.values():
                 stream.window.set()  # the initial window may have grown
         elif isinstance(event, h2.events.SettingsAcknowledged):

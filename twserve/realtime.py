@@ -34,8 +34,17 @@ opened by twserve/ws_client.py.
 
 The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
 the summed usage of the upstream's ``response.done`` events (`twproto.realtime.realtime_usage`),
-priced like any row and settled once against the key's limits when the connection closes. The
-key permit and the upstream slot are held for the connection's life.
+priced like any row. Each ``response.done`` is booked against the key's limits as it arrives
+(`UsageKeeper.book_part`); once a token or cost limit is spent, a client ``response.create`` is
+answered with an ``error`` event carrying the limit's refusal instead of being passed on, and a
+response the upstream starts on its own (server voice detection) is cancelled
+(``response.cancel``), until the limit has room again. The connection counts as one request,
+settled when it closes. The key permit and the upstream slot are held for the connection's life.
+
+Both hops are read no further ahead than one read and written with the server's write
+deadline (`twserve.backpressure`): a client or upstream that stops reading for `write_timeout`
+is taken as gone, which ends the connection and frees the permit and the slot; one that sends
+pings without reading the pongs (more than `WebSocketLimits.max_owed_pongs` owed) is dropped.
 """
 
 from __future__ import annotations
@@ -74,18 +83,23 @@ from twproto.ir import Usage
 from twproto.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
+    RealtimeEvent,
     add_usage,
+    read_realtime_event,
+    realtime_cancel_event,
     realtime_error_event,
     realtime_upstream_url,
     realtime_usage,
 )
 from twserve.attempt_reader import Destination, destinations
+from twserve.backpressure import Intake, Outflow
 from twserve.client_answer import RelayOutcome
 from twserve.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Refusal, Switch
 from twserve.httptypes import Request
-from twserve.key_turn import key_turn
+from twserve.key_turn import KeyTurn, key_turn
 from twserve.request_row import fill_row
 from twserve.store import RequestRow
+from twserve.websocket import WebSocketLimits
 from twserve.ws_client import DialFailed, Refused, dial
 
 if TYPE_CHECKING:
@@ -104,15 +118,16 @@ INTERNAL = 1011
 # close.
 _NOT_SENT = frozenset({1005, 1006, 1015})
 _REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
-# The Responses WebSocket's idle timeout (twserve.websocket.WebSocketLimits), the default here.
-IDLE_TIMEOUT = 300.0
 # A response.done repeats its whole output; one larger than this is passed on unread (no usage).
 _MAX_READ_MESSAGE = 16 * 1024 * 1024
 
 
-def switch_for(gateway: Gateway, idle_timeout: float = IDLE_TIMEOUT) -> Switch:
-    """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``); a connection
-    on which neither side sends anything (pings included) for `idle_timeout` seconds is closed."""
+def switch_for(gateway: Gateway, limits: WebSocketLimits | None = None) -> Switch:
+    """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``). Of `limits`
+    (the Responses socket's), a connection on which neither side sends anything (pings
+    included) for `idle_timeout` seconds is closed, and `output_buffer_bytes` and
+    `max_owed_pongs` hold for both hops."""
+    lim = limits or WebSocketLimits()
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or request.path != REALTIME_PATH:
@@ -123,7 +138,7 @@ def switch_for(gateway: Gateway, idle_timeout: float = IDLE_TIMEOUT) -> Switch:
             return None
 
         async def take(handoff: Handoff) -> None:
-            await _Proxy(handoff, gateway, idle_timeout).run()
+            await _Proxy(handoff, gateway, lim).run()
 
         return take
 
@@ -135,20 +150,48 @@ class _Lost(Exception):
 
 
 class _Hop:
-    """One side of the proxy: a socket and its wsproto connection, writes serialised."""
+    """One side of the proxy: a socket and its wsproto connection, writes serialised, each
+    bounded by `write_timeout`; reads no further ahead than one read."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, ws: WSConnection) -> None:
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        ws: WSConnection,
+        *,
+        name: str,
+        write_timeout: float,
+        limits: WebSocketLimits,
+    ) -> None:
         self.stream = stream
         self.ws = ws
+        self.name = name  # "client" or "upstream", for the log
+        self.write_timeout = write_timeout
         self.lock = anyio.Lock()
         self.lost = False
         self.close_sent = False
+        self.intake = Intake(stream)
+        self.outflow = Outflow(
+            stream, buffered=limits.output_buffer_bytes, max_owed=limits.max_owed_pongs
+        )
 
     async def write(self, data: bytes) -> None:
         if self.lost:
             raise _Lost()
         try:
-            await self.stream.send(data)
+            with anyio.fail_after(self.write_timeout):
+                self.outflow.wrote(len(data))
+                await self.stream.send(data)
+        except TimeoutError as exc:
+            # It stopped reading: as good as gone (the connection ends, its permit and slot
+            # are freed), as an HTTP client that reads nothing for the write timeout.
+            log.info(
+                "gw.ws.stopped_reading: the Realtime %s read nothing for %.0f s; "
+                "ending the connection",
+                self.name,
+                self.write_timeout,
+            )
+            self.lost = True
+            raise _Lost() from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.lost = True
             raise _Lost() from exc
@@ -166,6 +209,23 @@ class _Hop:
             send = self.ws.send
             await self.write(b"".join([send(event) for event in events]))
 
+    async def answer_pings(self, pings: list[Ping]) -> None:
+        """The pongs of one read, in one write; a peer that keeps pinging without reading
+        them (more than `max_owed_pongs` owed while output waits for it) is dropped."""
+        if self.ws.state is not ConnectionState.OPEN:
+            return
+        self.outflow.owe(len(pings))
+        if not self.outflow.flooded():
+            await self.send_all([ping.response() for ping in pings])
+        if self.outflow.flooded():
+            log.info(
+                "gw.ws.ping_flood: the Realtime %s owes %d pongs it does not read; dropping it",
+                self.name,
+                self.outflow.owed(),
+            )
+            self.lost = True
+            raise _Lost()
+
     async def close(self, code: int, reason: str = "") -> None:
         """Send a close frame once (or answer the peer's), if the socket can still take one."""
         async with self.lock:
@@ -181,7 +241,7 @@ class _Hop:
 
     async def receive(self) -> bytes:
         try:
-            data = await self.stream.receive(READ_SIZE)
+            data = await self.intake.receive(READ_SIZE)
         except (
             anyio.EndOfStream,
             anyio.BrokenResourceError,
@@ -215,15 +275,30 @@ class _Refused(Exception):
 class _Proxy:
     """One Realtime connection: the checks, the upstream socket, the two pumps, the row."""
 
-    def __init__(self, handoff: Handoff, gateway: Gateway, idle_timeout: float) -> None:
+    def __init__(self, handoff: Handoff, gateway: Gateway, limits: WebSocketLimits) -> None:
         self.handoff = handoff
         self.gateway = gateway
-        self.idle_timeout = idle_timeout
+        self.limits = limits
+        self.idle_timeout = limits.idle_timeout
         self.active_at = anyio.current_time()  # when either side last sent anything
         self.upgrade = handoff.request
-        self.client = _Hop(handoff.stream, WSConnection(ConnectionType.SERVER))
+        self.client = self._hop(handoff.stream, WSConnection(ConnectionType.SERVER), "client")
         self.max_message = handoff.limits.max_body_bytes
         self.usage: Usage | None = None
+        # The key's turn, and the upstream and model the responses are priced at.
+        self.turn: KeyTurn | None = None
+        self.priced_at: tuple[str, str] | None = None
+        # The key's refusal once one of its token or cost limits is spent: no further response.
+        self.spent: GatewayError | None = None
+
+    def _hop(self, stream: anyio.abc.ByteStream, ws: WSConnection, name: str) -> _Hop:
+        return _Hop(
+            stream,
+            ws,
+            name=name,
+            write_timeout=self.handoff.limits.write_timeout,
+            limits=self.limits,
+        )
 
     async def run(self) -> None:
         try:
@@ -301,6 +376,7 @@ class _Proxy:
         if isinstance(turn, GatewayError):
             await self._refuse(row, turn)
             return
+        self.turn = turn
         outcome = RelayOutcome()
         models = {d.name: d.target.model for d in usable}
         permit: Permit | None = None
@@ -313,6 +389,7 @@ class _Proxy:
                 await self._reject_error(refused.err)
                 return
             sent_at = gw.clock()
+            self.priced_at = (dest.name, models[dest.name])
             outcome.provider = dest.name
             outcome.status = 101
             if not await self._accept():
@@ -381,7 +458,7 @@ class _Proxy:
             # is: a refusal is classified as its HTTP answer, a connection that fails as its
             # transport fault.
             try:
-                hop = await _dial(dest, dest.connect_timeout or 10.0)
+                hop = await self._dial(dest, dest.connect_timeout or 10.0)
             except _NotOpened as exc:
                 log.info("Realtime upstream %s not opened: %s", dest.name, exc)
                 hooks.release(permit)
@@ -406,6 +483,22 @@ class _Proxy:
                 "no Realtime upstream accepted the connection",
             )
         )
+
+    async def _dial(self, dest: Destination, timeout: float) -> _Hop:
+        """Open the upstream's Realtime socket; raises `_NotOpened` when it cannot be opened
+        or refuses."""
+        target = dest.target
+        headers = list(target.headers)
+        if target.key:
+            headers.append((b"authorization", b"Bearer " + target.key.encode()))
+        url = realtime_upstream_url(target.base_url, target.model)
+        try:
+            opened = await dial(url, headers, timeout)
+        except DialFailed as exc:
+            raise _NotOpened(None, exc) from exc
+        if isinstance(opened, Refused):
+            raise _NotOpened(opened, None)
+        return self._hop(opened.stream, opened.ws, "upstream")
 
     async def _refuse(self, row: RequestRow, err: GatewayError) -> None:
         row.status, row.error_code = err.status, err.code
@@ -484,9 +577,13 @@ class _Proxy:
         parts: list[str] = []
         size = 0
         reading = True  # the message is small enough to be read for its usage
+        # While the key's limits are spent, a client text message is held until it is whole,
+        # to see whether it asks for a response (None: passed on as it comes).
+        held: list[TextMessage] | None = None
         out: list[Event] = []  # what one read brought, passed on in one write
         try:
             while True:
+                pings: list[Ping] = []
                 for event in src.ws.events():
                     if isinstance(event, TextMessage | BytesMessage):
                         begun = size > 0  # pieces of this message have been passed on
@@ -499,17 +596,33 @@ class _Proxy:
                             await src.close(TOO_BIG, f"message over {self.max_message} bytes")
                             await dst.close(GOING_AWAY, "the client's message was too big")
                             return
-                        # Passed on as it came: a fragment stays a fragment.
-                        out.append(event)
-                        if isinstance(event, TextMessage) and from_upstream and reading:
+                        if (
+                            not begun
+                            and not from_upstream
+                            and isinstance(event, TextMessage)
+                            and self.spent is not None
+                        ):
+                            held = []
+                        if held is not None and isinstance(event, TextMessage):
+                            held.append(event)
                             parts.append(event.data)
-                            reading = size <= _MAX_READ_MESSAGE
+                        else:
+                            # Passed on as it came: a fragment stays a fragment.
+                            out.append(event)
+                            if isinstance(event, TextMessage) and from_upstream and reading:
+                                parts.append(event.data)
+                                reading = size <= _MAX_READ_MESSAGE
                         if event.message_finished:
-                            if parts and reading:
-                                self._note_usage("".join(parts))
+                            text = "".join(parts)
+                            if held is not None:
+                                if await self._may_pass(text):
+                                    out.extend(held)
+                                held = None
+                            elif parts and reading:
+                                await self._on_upstream_message(src, text)
                             parts, size, reading = [], 0, True
                     elif isinstance(event, Ping):
-                        await src.send(event.response())
+                        pings.append(event)
                     elif isinstance(event, CloseConnection):
                         await dst.send_all(out)
                         out = []
@@ -530,11 +643,13 @@ class _Proxy:
                         return
                 await dst.send_all(out)
                 out = []
+                if pings:
+                    await src.answer_pings(pings)
                 await src.receive()
                 self.active_at = anyio.current_time()
         except _Lost:
             if src.lost:
-                # The side we read from went away without a close frame.
+                # The side we read from went away without a close frame (or stopped reading).
                 code = INTERNAL if from_upstream else GOING_AWAY
                 await dst.close(code, "upstream lost" if from_upstream else "client gone")
             else:
@@ -546,6 +661,48 @@ class _Proxy:
             await dst.close(code if from_upstream else GOING_AWAY, "protocol error")
         except ClientGone:
             await src.close(GOING_AWAY, "the other side is gone")
+
+    async def _may_pass(self, text: str) -> bool:
+        """Whether a whole client message, held while the key's limits were spent, goes on: a
+        ``response.create`` does only once the limits have room again; refused, the client
+        gets an ``error`` event with the limit's refusal."""
+        if read_realtime_event(text).type != "response.create":
+            return True
+        self.spent = await self._limits_spent()
+        if self.spent is None:
+            return True
+        await self.client.send(
+            TextMessage(data=realtime_error_event(self.spent.code, self.spent.message))
+        )
+        return False
+
+    async def _limits_spent(self) -> GatewayError | None:
+        turn = self.turn
+        if turn is None or not turn.admission.counts:
+            return None
+        return await self.gateway.usage.used_up(turn.admission.reservation.key)
+
+    async def _on_upstream_message(self, upstream: _Hop, text: str) -> None:
+        """A whole upstream text message small enough to read: a ``response.done`` adds its
+        usage to the connection's and is booked against the key's limits at once; while they
+        are spent, a response the upstream starts by itself is cancelled."""
+        usage = realtime_usage(text)
+        if usage is not None:
+            self.usage = add_usage(self.usage, usage)
+            turn = self.turn
+            if turn is not None:
+                provider, model = self.priced_at or (None, None)
+                self.gateway.usage.book_part(turn.admission, usage, provider, model)
+                self.spent = await self._limits_spent()
+            return
+        if self.spent is None or '"response.created"' not in text:
+            return
+        event: RealtimeEvent = read_realtime_event(text)
+        if event.type != "response.created" or not event.response_id:
+            return
+        self.spent = await self._limits_spent()
+        if self.spent is not None:
+            await upstream.send(TextMessage(data=realtime_cancel_event(event.response_id)))
 
     async def _upstream_too_big(
         self, upstream: _Hop, client: _Hop, event: TextMessage | BytesMessage, begun: bool
@@ -565,11 +722,6 @@ class _Proxy:
         await client.close(TOO_BIG, "upstream message too big")
         await upstream.close(TOO_BIG, f"message over {self.max_message} bytes")
 
-    def _note_usage(self, text: str) -> None:
-        usage = realtime_usage(text)
-        if usage is not None:
-            self.usage = add_usage(self.usage, usage)
-
 
 class _NotOpened(Exception):
     """The upstream's socket did not open: it refused the upgrade, or could not be reached."""
@@ -587,22 +739,6 @@ class _NotOpened(Exception):
             return classify_response(r.status, r.headers, r.body, now=wall_now)
         assert self.failed is not None
         return classify_transport(self.failed.fault)
-
-
-async def _dial(dest: Destination, timeout: float) -> _Hop:
-    """Open the upstream's Realtime socket; raises `_NotOpened` when it cannot be opened or
-    refuses."""
-    target = dest.target
-    headers = list(target.headers)
-    if target.key:
-        headers.append((b"authorization", b"Bearer " + target.key.encode()))
-    try:
-        opened = await dial(realtime_upstream_url(target.base_url, target.model), headers, timeout)
-    except DialFailed as exc:
-        raise _NotOpened(None, exc) from exc
-    if isinstance(opened, Refused):
-        raise _NotOpened(opened, None)
-    return _Hop(opened.stream, opened.ws)
 
 
 def _model_of(query: str) -> str:

@@ -15,6 +15,11 @@ The gateway calls this module twice per generation request, and nowhere else:
   before its usage event) is booked at its estimate, and the row says so: its input tokens and
   cost are the estimate's, cost state ``estimated``.
 
+A Realtime connection is one request that spends as it goes: `UsageKeeper.book_part` books
+each response's usage as it is reported (so the key's limits see it at once, not when the
+connection closes), `UsageKeeper.used_up` says when a token or cost limit is spent, and the
+settling at the end books only what the parts did not.
+
 Limits count wall-clock time (`wall`), the time rows are stored with, so that the totals
 rebuilt from the store at startup (`rebuild`) line up with the ones kept live. Calendar periods
 follow the local time zone unless one is given.
@@ -26,7 +31,9 @@ import datetime as dt
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +51,7 @@ from twengine.limits import (
     Reservation,
     Spend,
     Wait,
+    used_up,
 )
 from twengine.pricing import Cost, CostState, Pricer, PriceTable
 from twproto.errors import ErrorCategory, GatewayError
@@ -82,6 +90,9 @@ class Admission:
     counts: bool = True
     # The reservation's id in Redis when the key's limits were shared ones at admission.
     shared_id: str | None = None
+    # What `UsageKeeper.book_part` booked of the request already (a Realtime connection's
+    # responses); its settling books the rest.
+    booked: Spend | None = None
 
     @classmethod
     def uncounted(cls, key: str) -> Admission:
@@ -410,11 +421,65 @@ class UsageKeeper:
             else:
                 view["cost_micros"], view["cost_state"] = None, CostState.UNKNOWN.value
 
+    def book_part(
+        self, admission: Admission, usage: Usage, provider: str | None, model: str | None
+    ) -> None:
+        """Book part of a request still running (one response of a Realtime connection) at its
+        usage and `provider`'s price for `model`, now: no request, its tokens and cost. The
+        request's reservation stays until it settles, which books only what is left."""
+        if not admission.counts:
+            return
+        cost = self.cost(provider, model, usage)
+        part = spend_of(usage, cost.counted if cost is not None else 0, admission.estimate)
+        part = Spend(
+            requests=0,
+            tokens=part.tokens,
+            cache_reads=part.cache_reads,
+            cost_micros=part.cost_micros,
+        )
+        admission.booked = _add(admission.booked, part)
+        key = admission.reservation.key
+        now = self.wall()
+        self._alert(self.limits.settle(Reservation(key=key, estimate=part, held=False), part, now))
+        shared = self.shared
+        if admission.shared_id is not None and shared is not None:
+            limits = self.config.client(key).limits if self.config.has_client(key) else ()
+            rid = f"{admission.shared_id}.{uuid.uuid4().hex[:12]}"
+            tz = self.tz
+
+            async def job(_client: object) -> None:
+                with suppress(RedisDown):
+                    await shared.settle(key, rid, limits, part, now, tz)
+
+            shared.state.later(job)
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled.set()
+
+    async def used_up(self, key: str) -> GatewayError | None:
+        """The refusal for anything more of `key` once one of its token or cost limits is
+        spent (counted across instances while the limits are shared); None while each has
+        room."""
+        now = self.wall()
+        statuses: Sequence[LimitStatus] = ()
+        shared = self.shared
+        if shared is not None and shared.state.up and self.limits.has_limits(key):
+            try:
+                statuses = await shared.status(key, self.config.client(key).limits, now, self.tz)
+            except RedisDown:
+                statuses = ()
+        if not statuses:
+            statuses = self.limits.status(key, now)
+        verdict = used_up(statuses)
+        return None if verdict is None else self._refusal(key, verdict, now)
+
     def settle(self, admission: Admission | None, spend: Spend | None) -> None:
         """Book what an admitted request used (`spend`), or release it (None: it never reached
-        an upstream)."""
+        an upstream). What `book_part` booked of it already is not booked again."""
         if admission is None:
             return
+        if spend is not None and admission.booked is not None:
+            spend = _less(spend, admission.booked)
         reservation = admission.reservation
         if admission.shared_id is not None and self.shared is not None:
             self._settle_shared(admission, spend)
@@ -566,6 +631,28 @@ class UsageKeeper:
                 if self.pricer.pricing(provider.name, model) is None:
                     out.append({"provider": provider.name, "model": model})
         return out
+
+
+def _add(total: Spend | None, more: Spend) -> Spend:
+    if total is None:
+        return more
+    return Spend(
+        requests=total.requests + more.requests,
+        tokens=total.tokens + more.tokens,
+        cache_reads=total.cache_reads + more.cache_reads,
+        cost_micros=total.cost_micros + more.cost_micros,
+    )
+
+
+def _less(spend: Spend, booked: Spend) -> Spend:
+    """What `spend` adds to `booked`, never below nothing (a cost summed over parts may round
+    above the whole's)."""
+    return Spend(
+        requests=max(0, spend.requests - booked.requests),
+        tokens=max(0, spend.tokens - booked.tokens),
+        cache_reads=max(0, spend.cache_reads - booked.cache_reads),
+        cost_micros=max(0, spend.cost_micros - booked.cost_micros),
+    )
 
 
 def _usage_json(usage: Usage) -> dict[str, int]:

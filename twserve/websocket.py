@@ -17,20 +17,31 @@ the handler answers through `_TurnResponder`, which decodes the Server-Sent Even
 sends each event's JSON as one text message. Routing, key limits, the slot held only while the
 turn runs, failover before content, conversion from Anthropic, Chat and Gemini upstreams and one
 row per turn are therefore those of an HTTP request. A turn the handler refuses or fails before
-its stream starts (an HTTP error status) is answered with an ``error`` event carrying that status
-and the error object of the HTTP body; the socket stays usable. What a client message means and
-the events the gateway writes itself are twproto's (twproto/responses_socket.py); this module
-only carries them out.
+its stream starts (an HTTP error status) is answered with a ``response.failed`` event carrying
+that status and the error object of the HTTP body; the socket stays usable. What a client
+message means and the events the gateway writes itself are twproto's
+(twproto/responses_socket.py); this module only carries them out.
 
 Turns run one at a time per socket, in arrival order: a ``response.create`` sent while one runs
-waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with an ``error``
-event (``gw.ws.busy``, 429). ``response.steer`` is answered with ``response.steer.failed``
-(``steering_not_supported``): the gateway does not steer a running upstream call.
+waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with a
+``response.failed`` event (``gw.ws.busy``, 429). A message's bytes draw on the server's body
+budget while it arrives and while its turn waits and runs (one that does not fit is refused with
+an ``error`` event, ``gw.request.bodies_busy``); a key may hold
+`WebSocketLimits.max_sockets_per_key` sockets at once.
+
+Every write has the server's write timeout: a client that stops reading is taken as gone, its
+turn cancelled (which frees the upstream slot and the key's permit) and the socket dropped. The
+socket is read no further ahead than one read, writes return while at most
+`WebSocketLimits.output_buffer_bytes` wait, and a client owing more than `max_owed_pongs` pongs
+while output waits is dropped (twserve/backpressure.py).
+
+``response.steer`` is answered with ``response.steer.failed`` (``steering_not_supported``): the
+gateway does not steer a running upstream call.
 
 Close codes: 1000 after the client's close or an idle socket, 1001 when the server drains (the
-running turn finishes first; queued turns get an ``error`` event, ``gw.ws.closing``), 1008 when a
-turn is refused for its key or address (nothing more could succeed on this socket), 1003 for a
-binary message (client events are JSON text), 1009 for a message over
+running turn finishes first; queued turns get a ``response.failed`` event, ``gw.ws.closing``),
+1008 when a turn is refused for its key or address (nothing more could succeed on this
+socket), 1003 for a binary message (client events are JSON text), 1009 for a message over
 `WebSocketLimits.max_message_bytes`, 1011 for a fault inside the gateway; protocol errors get
 wsproto's code (1002, 1007). Once a close frame is out, the session stops and waits a bounded
 time for the client's close before the TCP connection is closed. A client that goes away (close
@@ -46,6 +57,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -73,6 +86,7 @@ from twproto import (
     Dialect,
     ErrorCategory,
     EventRejected,
+    FailedResponse,
     GatewayError,
     SSEDecoder,
     SSEError,
@@ -82,15 +96,18 @@ from twproto import (
     error_body,
     error_headers,
     read_ws_client_event,
-    ws_answer_error_event,
+    ws_answer_failed_event,
     ws_completed_event,
     ws_gateway_error_event,
+    ws_gateway_failed_event,
     ws_steer_failed_event,
     ws_stream_message,
 )
+from twserve.backpressure import Intake, Outflow
 from twserve.http1 import (
     LINGER_SECS,
     READ_SIZE,
+    BodyBudget,
     ClientGone,
     Handoff,
     HeadCheck,
@@ -125,16 +142,28 @@ _MAX_EVENT = 256 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebSocketLimits:
-    """What a Responses WebSocket allows.
+    """What a Responses WebSocket allows (`output_buffer_bytes`, `max_owed_pongs` and
+    `idle_timeout` hold for Realtime connections too).
 
-    `max_message_bytes` of None takes the server's `ServerLimits.max_body_bytes`, so a turn may be
-    as big over the socket as over HTTP. `idle_timeout` closes a socket that neither runs a turn
-    nor hears from its client (a ping counts) for that long.
+    `max_message_bytes` bounds one client message, never above the server's
+    `ServerLimits.max_body_bytes` (None: that bound itself); its bytes, while the message
+    arrives and while its turn waits and runs, count against the server's body budget as an
+    HTTP body's do. `idle_timeout` closes a socket that neither runs a turn nor hears from its
+    client (a ping counts) for that long. `max_sockets_per_key` bounds the sockets open at once
+    with one gateway key, on this process.
+
+    `output_buffer_bytes` is how much may wait in the socket's buffer for a client that does
+    not read before writes wait (a write that waits gets the server's `write_timeout`); past
+    `max_owed_pongs` pongs the client has not taken while output waits, its pings are a flood
+    and the connection is dropped.
     """
 
-    max_message_bytes: int | None = None
+    max_message_bytes: int | None = 16 * 1024 * 1024
     idle_timeout: float = 300.0
     max_queued_turns: int = 8
+    max_sockets_per_key: int = 32
+    output_buffer_bytes: int = 64 * 1024
+    max_owed_pongs: int = 1000
 
 
 def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> Refusal | None:
@@ -153,10 +182,43 @@ def _tokens(request: Request, name: bytes) -> set[bytes]:
     }
 
 
-def switch_for(check_head: HeadCheck, limits: WebSocketLimits | None = None) -> Switch:
+# The gateway key's name for an upgrade request (None: no key).
+KeyOf = Callable[[Request], str | None]
+
+
+class SocketCount:
+    """Responses sockets open per gateway key, for `WebSocketLimits.max_sockets_per_key`."""
+
+    __slots__ = ("limit", "open")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def take(self, key: str) -> bool:
+        count = self.open.get(key, 0)
+        if count >= self.limit:
+            return False
+        self.open[key] = count + 1
+        return True
+
+    def give_back(self, key: str) -> None:
+        count = self.open.get(key, 0) - 1
+        if count > 0:
+            self.open[key] = count
+        else:
+            self.open.pop(key, None)
+
+
+def switch_for(
+    check_head: HeadCheck, limits: WebSocketLimits | None = None, *, key_of: KeyOf | None = None
+) -> Switch:
     """The HTTP/1.1 server's switch for Responses WebSocket upgrades; `check_head` is the
-    gateway's (`Gateway.check_head`), read at each upgrade so a reload applies to the next."""
+    gateway's (`Gateway.check_head`), read at each upgrade so a reload applies to the next;
+    `key_of` names the key an upgrade presents, for the cap on sockets per key (without it,
+    sockets are not counted)."""
     lim = limits or WebSocketLimits()
+    counts = SocketCount(lim.max_sockets_per_key)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
@@ -165,7 +227,7 @@ def switch_for(check_head: HeadCheck, limits: WebSocketLimits | None = None) -> 
             return None
 
         async def take(handoff: Handoff) -> None:
-            await _Session(handoff, check_head, lim).run()
+            await _Session(handoff, check_head, lim, key_of=key_of, counts=counts).run()
 
         return take
 
@@ -176,6 +238,8 @@ def switch_for(check_head: HeadCheck, limits: WebSocketLimits | None = None) -> 
 class _Turn:
     request: Request
     stream_id: str | None
+    model: str = ""
+    reserved: int = 0  # bytes of the body budget its message holds
 
 
 class _TurnResponder:
@@ -186,6 +250,7 @@ class _TurnResponder:
         "_body",
         "_decoder",
         "_ended",
+        "_model",
         "_session",
         "_started",
         "_status",
@@ -193,9 +258,10 @@ class _TurnResponder:
         "refused",
     )
 
-    def __init__(self, session: _Session, stream_id: str | None) -> None:
+    def __init__(self, session: _Session, stream_id: str | None, model: str = "") -> None:
         self._session = session
         self._stream_id = stream_id
+        self._model = model
         self._started = False
         self._ended = False
         self._status = 0
@@ -261,7 +327,11 @@ class _TurnResponder:
                 await self._session.send_text(completed)
                 return
             status = 500
-        self.refused = ws_answer_error_event(status, bytes(self._body), self._stream_id)
+        # Refused before its stream started: the turn's one event is a failed response, and
+        # the socket stays usable.
+        self.refused = ws_answer_failed_event(
+            status, bytes(self._body), failed_response(self._model), self._stream_id
+        )
         await self._session.send_text(self.refused.event)
 
     async def abort(self) -> None:
@@ -278,6 +348,14 @@ class _TurnResponder:
         await self._session.send_text(ws_gateway_error_event(err, self._stream_id))
 
 
+def failed_response(model: str) -> FailedResponse:
+    """The failed response a refused turn is answered with: an id of the gateway's own (no
+    upstream made one), made now."""
+    return FailedResponse(
+        id=f"resp_gw_{secrets.token_hex(12)}", created_at=int(time.time()), model=model
+    )
+
+
 class _Closed(Exception):
     """The socket is finished with (closed by either side, or lost)."""
 
@@ -286,13 +364,23 @@ class _Session:
     """One upgraded connection: a reader task (frames, pings, client events) and a turn task
     (one `Gateway.handle` at a time), sharing a lock for writes."""
 
-    def __init__(self, handoff: Handoff, check_head: HeadCheck, limits: WebSocketLimits) -> None:
+    def __init__(
+        self,
+        handoff: Handoff,
+        check_head: HeadCheck,
+        limits: WebSocketLimits,
+        *,
+        key_of: KeyOf | None = None,
+        counts: SocketCount | None = None,
+    ) -> None:
         self.handoff = handoff
         self.stream: anyio.abc.SocketStream = handoff.stream
         self.handler: Handler = handoff.handler
         self.check_head = check_head
         self.limits = limits
-        self.max_message = limits.max_message_bytes or handoff.limits.max_body_bytes
+        max_body = handoff.limits.max_body_bytes
+        self.max_message = min(limits.max_message_bytes or max_body, max_body)
+        self.write_timeout = handoff.limits.write_timeout
         self.ws = WSConnection(ConnectionType.SERVER)
         self.write_lock = anyio.Lock()
         self.lost = False  # the socket failed or was closed
@@ -309,17 +397,50 @@ class _Session:
         # The upstream sockets this client socket's turns keep (an OpenAI Responses upstream
         # configured with ``responses_transport: websocket``), closed with it.
         self.upstreams = UpstreamSockets()
+        # Client messages, arriving and waiting in turns, draw on the bytes the server holds
+        # for request bodies (HTTP/1.1's and HTTP/2's budget).
+        self.budget = handoff.budget or BodyBudget(handoff.limits.body_budget_bytes)
+        self.reserved = 0  # bytes of the budget this socket holds, in all
+        self.intake = Intake(self.stream)
+        self.outflow = Outflow(
+            self.stream, buffered=limits.output_buffer_bytes, max_owed=limits.max_owed_pongs
+        )
+        self.key_of = key_of
+        self.counts = counts
+        self.counted_key: str | None = None  # the key this socket counts against
 
     # --- writing ----------------------------------------------------------------------------
 
     async def _write(self, data: bytes) -> None:
+        """One socket write. It returns once no more than `output_buffer_bytes` wait; one that
+        has to wait longer than the server's `write_timeout` means the client stopped reading:
+        it is taken as gone, as over HTTP (its turn is cancelled, which frees the upstream
+        slot and the key's permit), and the socket is dropped."""
         if self.lost:
             raise ClientGone()
         try:
-            await self.stream.send(data)
+            with anyio.fail_after(self.write_timeout):
+                self.outflow.wrote(len(data))
+                await self.stream.send(data)
+        except TimeoutError as exc:
+            log.info(
+                "gw.ws.stopped_reading: WebSocket client %s read nothing for %.0f s; "
+                "dropping the connection",
+                self.upgrade.client[0],
+                self.write_timeout,
+            )
+            self._drop()
+            raise ClientGone() from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.lost = True
             raise ClientGone() from exc
+
+    def _drop(self) -> None:
+        """End the socket without a close handshake (the client takes nothing we send)."""
+        self.lost = True
+        self._cancel_turn()
+        if self.session_scope is not None:
+            self.session_scope.cancel()
 
     async def send_text(self, text: str) -> None:
         """One text message; `ClientGone` when the client can no longer be written to (which
@@ -374,6 +495,20 @@ class _Session:
         if refusal is not None:
             await self._reject(refusal)
             return False
+        if not self._count_socket():
+            err = GatewayError(
+                status=429,
+                category=ErrorCategory.RATE_LIMITED,
+                code="gw.ws.too_many_sockets",
+                message=(
+                    f"this gateway key has {self.limits.max_sockets_per_key} Responses "
+                    "WebSockets open; close one, or run more turns on each"
+                ),
+                retry_after=1,
+            )
+            body = error_body(Dialect.OPENAI_RESPONSES, err)
+            await self._reject(Refusal(status=429, headers=error_headers(err), body=body))
+            return False
         # No extensions: permessage-deflate would let a small frame inflate past the message
         # limit before it could be counted, and turns are small next to their upstream time.
         with suppress(ClientGone):
@@ -382,6 +517,18 @@ class _Session:
                 self.ws.receive_data(self.handoff.buffered)
             return True
         return False
+
+    def _count_socket(self) -> bool:
+        """Count this socket against its key's cap; False when the key is at it."""
+        if self.key_of is None or self.counts is None:
+            return True
+        key = self.key_of(dataclasses.replace(self.upgrade, method="POST", body=b""))
+        if key is None:
+            return True
+        if not self.counts.take(key):
+            return False
+        self.counted_key = key
+        return True
 
     async def _reject(self, refusal: Refusal) -> None:
         body = refusal.body
@@ -418,6 +565,12 @@ class _Session:
         finally:
             self.queue_in.close()
             self.queue_out.close()
+            # What the socket still holds of the body budget: a message cut off, queued turns.
+            self.budget.release(self.reserved)
+            self.reserved = 0
+            if self.counted_key is not None and self.counts is not None:
+                self.counts.give_back(self.counted_key)
+                self.counted_key = None
             await self.upstreams.aclose()
             await self._end_socket()
 
@@ -440,7 +593,7 @@ class _Session:
         # (`_run_turns`), and the socket closes when the queue is empty.
         self.queue_in.close()
 
-    async def _refuse_closing(self, stream_id: str | None) -> None:
+    async def _refuse_closing(self, stream_id: str | None, model: str) -> None:
         err = GatewayError(
             status=503,
             category=ErrorCategory.UPSTREAM,
@@ -448,16 +601,23 @@ class _Session:
             message="the gateway is shutting down; this turn was not started",
         )
         with suppress(ClientGone):
-            await self.send_text(ws_gateway_error_event(err, stream_id))
+            await self.send_text(ws_gateway_failed_event(err, failed_response(model), stream_id))
+
+    def _give_back(self, size: int) -> None:
+        """Bytes of the body budget a message held, given back."""
+        size = min(size, self.reserved)
+        self.budget.release(size)
+        self.reserved -= size
 
     async def _run_turns(self) -> None:
         async for turn in self.queue_out:
             if self.lost or self.close_sent:
                 return
             if self.handoff.draining.is_set():
-                await self._refuse_closing(turn.stream_id)
+                self._give_back(turn.reserved)
+                await self._refuse_closing(turn.stream_id, turn.model)
                 continue
-            responder = _TurnResponder(self, turn.stream_id)
+            responder = _TurnResponder(self, turn.stream_id, turn.model)
             self.running = turn
             self.turn_scope = anyio.CancelScope()
             try:
@@ -475,6 +635,7 @@ class _Session:
             finally:
                 self.running = None
                 self.turn_scope = None
+                self._give_back(turn.reserved)
             refused = responder.refused
             if refused is not None and (
                 refused.status == 401 or refused.code == "gw.auth.denied_address"
@@ -492,11 +653,14 @@ class _Session:
 
     async def _read(self) -> None:
         parts: list[str] = []
-        size = 0
+        size = 0  # bytes of the message arriving, held against the body budget
+        dropped = False  # the message arriving did not fit in the budget: its rest is skipped
         while True:
+            if self.lost:  # what the client sent before it went is not worth reading
+                raise _Closed()
             try:
                 with anyio.fail_after(self.limits.idle_timeout):
-                    data = await self.stream.receive(READ_SIZE)
+                    data = await self.intake.receive(READ_SIZE)
             except TimeoutError:
                 if self.running is not None or self.queue_out.statistics().current_buffer_used:
                     continue
@@ -512,6 +676,7 @@ class _Session:
                 self._cancel_turn()
                 raise _Closed() from None
             self.ws.receive_data(data)
+            pings: list[Ping] = []
             for event in self.ws.events():
                 if isinstance(event, BytesMessage):
                     # Client events are JSON text (RFC 6455: 1003 for a kind of data
@@ -521,22 +686,35 @@ class _Session:
                     raise _Closed()
                 if isinstance(event, TextMessage):
                     piece = event.data
-                    size += len(piece.encode())
+                    grown = len(piece.encode())
+                    size += grown
                     if size > self.max_message:
                         self._cancel_turn()
                         await self.close(TOO_BIG, f"message over {self.max_message} bytes")
                         raise _Closed()
-                    parts.append(piece)
+                    if not dropped:
+                        if self.budget.reserve(grown):
+                            self.reserved += grown
+                            parts.append(piece)
+                        else:
+                            # Refused rather than waited for, as an HTTP body is: what
+                            # arrived of it is given back, the rest is not kept.
+                            dropped = True
+                            self._give_back(size - grown)
+                            parts = []
                     if event.message_finished:
                         text = "".join(parts)
-                        parts, size = [], 0
-                        if not self.close_sent:
-                            await self._on_message(text)
+                        held = 0 if dropped else size
+                        busy = dropped
+                        parts, size, dropped = [], 0, False
+                        if self.close_sent:
+                            self._give_back(held)
+                        elif busy:
+                            await self._refuse_busy_body()
+                        else:
+                            await self._on_message(text, held)
                 elif isinstance(event, Ping):
-                    async with self.write_lock:
-                        if self.ws.state is ConnectionState.OPEN and not self.close_sent:
-                            with suppress(ClientGone):
-                                await self._write(self.ws.send(event.response()))
+                    pings.append(event)
                 elif isinstance(event, CloseConnection):
                     # The client closes (or wsproto found a protocol error, whose code this
                     # carries): a turn still running has lost its reader.
@@ -549,12 +727,59 @@ class _Session:
                     elif self.ws.state is ConnectionState.OPEN:
                         await self.close(event.code, event.reason or "")
                     raise _Closed()
+            if pings:
+                await self._answer_pings(pings)
 
-    async def _on_message(self, text: str) -> None:
+    async def _answer_pings(self, pings: list[Ping]) -> None:
+        """The pongs of one read, in one write. A client that keeps pinging without reading
+        them (more than `max_owed_pongs` owed while output waits for it) is dropped."""
+        if self.lost:
+            raise _Closed()
+        if self.ws.state is not ConnectionState.OPEN or self.close_sent:
+            return
+        self.outflow.owe(len(pings))
+        if self.outflow.flooded():
+            self._ping_flood()
+        async with self.write_lock:
+            if self.ws.state is ConnectionState.OPEN and not self.close_sent:
+                send = self.ws.send
+                with suppress(ClientGone):
+                    await self._write(b"".join([send(ping.response()) for ping in pings]))
+        if self.outflow.flooded():
+            self._ping_flood()
+
+    def _ping_flood(self) -> None:
+        log.info(
+            "gw.ws.ping_flood: WebSocket client %s owes %d pongs it does not read; "
+            "dropping the connection",
+            self.upgrade.client[0],
+            self.outflow.owed(),
+        )
+        self._drop()
+        raise _Closed()
+
+    async def _refuse_busy_body(self) -> None:
+        err = GatewayError(
+            status=503,
+            category=ErrorCategory.RATE_LIMITED,
+            code="gw.request.bodies_busy",
+            message=(
+                "the gateway is holding as many request bodies as it may; this message was "
+                "not read, send it again shortly"
+            ),
+            retry_after=1,
+        )
+        with suppress(ClientGone):
+            await self.send_text(ws_gateway_error_event(err))
+
+    async def _on_message(self, text: str, held: int) -> None:
+        """One whole client message; `held` is the bytes of the budget it holds, which a turn
+        keeps until it has run."""
         event = read_ws_client_event(text)
         if isinstance(event, TurnRequested):
-            await self._queue_turn(event)
+            await self._queue_turn(event, held)
             return
+        self._give_back(held)
         if isinstance(event, SteerRequested):
             answer = ws_steer_failed_event(event)
         else:
@@ -562,7 +787,7 @@ class _Session:
         with suppress(ClientGone):
             await self.send_text(answer)
 
-    async def _queue_turn(self, event: TurnRequested) -> None:
+    async def _queue_turn(self, event: TurnRequested, held: int) -> None:
         headers: Headers = [
             (name, value)
             for name, value in self.upgrade.headers
@@ -583,9 +808,11 @@ class _Session:
             http_version=self.upgrade.http_version,
             upstream_sockets=self.upstreams,
         )
+        turn = _Turn(request=request, stream_id=event.stream_id, model=event.model, reserved=held)
         try:
-            self.queue_in.send_nowait(_Turn(request=request, stream_id=event.stream_id))
+            self.queue_in.send_nowait(turn)
         except anyio.WouldBlock:
+            self._give_back(held)
             err = GatewayError(
                 status=429,
                 category=ErrorCategory.RATE_LIMITED,
@@ -595,10 +822,12 @@ class _Session:
                     "wait for one to finish"
                 ),
             )
+            failed = ws_gateway_failed_event(err, failed_response(event.model), event.stream_id)
             with suppress(ClientGone):
-                await self.send_text(ws_gateway_error_event(err, event.stream_id))
+                await self.send_text(failed)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await self._refuse_closing(event.stream_id)
+            self._give_back(held)
+            await self._refuse_closing(event.stream_id, event.model)
 
 
 def _bad_event(event: EventRejected) -> GatewayError:

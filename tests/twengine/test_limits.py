@@ -12,9 +12,11 @@ from twengine.limits import (
     Admitted,
     KeyLimits,
     Refused,
+    Reservation,
     Spend,
     Wait,
     period_bounds,
+    used_up,
 )
 
 UTC = dt.UTC
@@ -229,3 +231,19 @@ def test_alerts_for_usage_counted_elsewhere_are_raised_once_per_window() -> None
     assert [(a.limit.per.value, a.percent) for a in both] == [("day", 100), ("minute", 100)]
     assert kl.shared_alerts("k", [10], T0 + 3) == []  # not one figure per limit: ignored
     assert kl.shared_alerts("nobody", [1], T0) == []
+
+
+def test_used_up_names_a_spent_token_or_cost_limit_and_leaves_requests_out() -> None:
+    kl = limits(lim("day", "requests", 1), lim("day", "tokens", 100), lim("hour", "cost", 50))
+    admitted = kl.admit("k", Spend(requests=1), T0)
+    assert isinstance(admitted, Admitted)
+    # The long request itself fills the request limit: that is no reason to stop it.
+    assert used_up(kl.status("k", T0)) is None
+    # Parts booked as they come (no request each), without a reservation of their own.
+    part = Spend(requests=0, tokens=60, cost_micros=10)
+    kl.settle(Reservation(key="k", estimate=part, held=False), part, T0)
+    assert used_up(kl.status("k", T0)) is None
+    kl.settle(Reservation(key="k", estimate=part, held=False), part, T0 + 1)
+    spent = used_up(kl.status("k", T0 + 1))
+    assert spent is not None and spent.limit.measure is LimitMeasure.TOKENS
+    assert spent.used == 120 and spent.reset is not None

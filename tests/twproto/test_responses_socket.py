@@ -13,6 +13,7 @@ from twproto import (
     Dialect,
     ErrorCategory,
     EventRejected,
+    FailedResponse,
     GatewayError,
     SteerRequested,
     TurnRequested,
@@ -20,9 +21,11 @@ from twproto import (
     read_ws_client_event,
     read_ws_upstream_event,
     ws_answer_error_event,
+    ws_answer_failed_event,
     ws_completed_event,
     ws_error_event,
     ws_gateway_error_event,
+    ws_gateway_failed_event,
     ws_steer_failed_event,
     ws_stream_message,
     ws_tag_stream_id,
@@ -110,6 +113,48 @@ def test_an_error_answer_keeps_its_error_object() -> None:
     assert (refused.status, refused.code) == (403, "gw.rule.denied")
     event = json.loads(refused.event)
     assert event["error"] == json.loads(body)["error"] and event["status"] == 403
+
+
+def test_a_refused_turn_is_a_failed_response_carrying_the_error_answer() -> None:
+    body = json.dumps(
+        {"error": {"type": "invalid_request_error", "code": "gw.rule.denied", "message": "no"}}
+    ).encode()
+    made = FailedResponse(id="resp_gw_1", created_at=1_800_000_000, model="forbidden-1")
+    refused = ws_answer_failed_event(403, body, made, "lane")
+    assert (refused.status, refused.code) == (403, "gw.rule.denied")
+    event = json.loads(refused.event)
+    assert (event["type"], event["status"], event["stream_id"]) == ("response.failed", 403, "lane")
+    response = event["response"]
+    assert (response["id"], response["created_at"], response["model"]) == (
+        "resp_gw_1",
+        1_800_000_000,
+        "forbidden-1",
+    )
+    assert response["object"] == "response" and response["status"] == "failed"
+    assert response["output"] == [] and response["usage"] is None
+    assert response["error"] == json.loads(body)["error"]
+
+
+def test_a_turn_the_transport_refuses_is_a_failed_response_too() -> None:
+    err = GatewayError(
+        status=429, category=ErrorCategory.RATE_LIMITED, code="gw.ws.busy", message="wait"
+    )
+    event = json.loads(ws_gateway_failed_event(err, FailedResponse(id="r", created_at=0)))
+    assert (event["type"], event["status"]) == ("response.failed", 429)
+    assert "stream_id" not in event
+    error = event["response"]["error"]
+    assert (error["code"], error["message"], error["type"]) == (
+        "gw.ws.busy",
+        "wait",
+        "rate_limit_error",
+    )
+
+
+def test_a_create_names_its_model() -> None:
+    event = read_ws_client_event(json.dumps({"type": "response.create", "model": "gpt-x"}))
+    assert isinstance(event, TurnRequested) and event.model == "gpt-x"
+    unnamed = read_ws_client_event(json.dumps({"type": "response.create", "model": 3}))
+    assert isinstance(unnamed, TurnRequested) and unnamed.model == ""
 
 
 @pytest.mark.parametrize("body", [b"", b"<html>bad gateway</html>", b'{"error": "text"}'])
@@ -227,7 +272,7 @@ def test_what_an_upstream_message_is_to_the_turn(
 def test_an_upstream_error_event_is_the_http_answer_it_stands_for() -> None:
     error = {
         "type": "rate_limit_error",
-        "code": "rate_limit_exceeded",
+        "code": "rate_limit_error",
         "message": "slow down",
         "param": None,
         "headers": {"Retry-After": "7", "bad name": "x", "x-ok": "a\nb", "x-n": 3},

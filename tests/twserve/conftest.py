@@ -34,7 +34,7 @@ from google.genai import types as gtypes
 
 import twmock.server
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
-from twserve import http1
+from twserve import http1, http2
 from twserve.websocket import WebSocketLimits
 
 __all__ = [
@@ -105,12 +105,21 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
             limits: http1.ServerLimits | None = None,
             env: Mapping[str, str] | None = None,
             ws_limits: WebSocketLimits | None = None,
+            h2_limits: http2.Http2Limits | None = None,
+            uvloop: bool = False,
         ) -> Stack:
             data_dir = tmp_path / f"stack-{next(numbers)}"
             data_dir.mkdir()
             return exits.enter_context(
                 running_stack(
-                    data_dir, upstreams, config=config, limits=limits, env=env, ws_limits=ws_limits
+                    data_dir,
+                    upstreams,
+                    config=config,
+                    limits=limits,
+                    env=env,
+                    ws_limits=ws_limits,
+                    h2_limits=h2_limits,
+                    uvloop=uvloop,
                 )
             )
 

@@ -21,7 +21,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from twengine.config import build_config
 from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
-from twserve import http1
+from twserve import eventloop, http1, http2
 from twserve.app import GatewayApp
 from twserve.httptypes import Handler
 from twserve.websocket import WebSocketLimits
@@ -90,14 +90,19 @@ def running_stack(
     config: Mapping[str, Any] | None = None,
     limits: http1.ServerLimits | None = None,
     ws_limits: WebSocketLimits | None = None,
+    h2_limits: http2.Http2Limits | None = None,
     control: bool = False,
     wall: Callable[[], float] | None = None,
     tz: dt.tzinfo | None = None,
     env: Mapping[str, str] | None = None,
+    uvloop: bool = False,
 ) -> Iterator[Stack]:
     """A gateway over mocks. `wall` stands in for the wall clock (limits, rows), `tz` for the
-    local time zone of calendar limits."""
-    with start_blocking_portal() as portal:
+    local time zone of calendar limits; `uvloop` runs it on uvloop, as ``twserve serve`` does
+    (asyncio's own loop otherwise)."""
+    with start_blocking_portal(
+        backend_options=eventloop.backend_options() if uvloop else None
+    ) as portal:
         futures = []
         mocks: dict[str, tuple[MockHandler, int]] = {}
         providers = []
@@ -141,6 +146,7 @@ def running_stack(
             port=0,
             limits=limits,
             ws_limits=ws_limits,
+            h2_limits=h2_limits,
             control_port=0 if control else None,
             **({"wall": wall} if wall is not None else {}),
             tz=tz,

@@ -38,6 +38,7 @@ from tests.twserve.conftest import (
     attempts,
     fallback,
 )
+from tests.twserve.floods import flood, flood_socket
 from tests.twserve.h2_client import RawH2
 from tests.twserve.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
@@ -1119,3 +1120,78 @@ def test_a_connection_that_reads_nothing_is_dropped_after_the_write_timeout(
     finally:
         client.close()
     assert took < 10, took
+
+
+# --- control-frame floods, windows opened a byte at a time -----------------------------------
+
+_PING = _frame(6, 0, 0, b"12345678")  # PING, no ACK flag: each asks for an acknowledgement
+_SETTINGS = _frame(4, 0, 0, b"")  # an empty SETTINGS frame, acknowledged like any other
+
+
+def _flood(port: int, frame: bytes, stall: float = 2.0) -> tuple[int, bool]:
+    """The preface, then `frame` over and over without reading a byte (tests/twserve/floods.py).
+    The first write carries the preface and the flood's start: the server's first read finds
+    bytes already queued."""
+    with flood_socket(port) as sock:
+        blob = frame * (65536 // len(frame))
+        return flood(sock, http2.PREFACE + _SETTINGS, blob, stall=stall)
+
+
+@pytest.mark.parametrize("frame", [_PING, _SETTINGS], ids=["ping", "settings"])
+def test_a_control_frame_flood_from_a_client_that_never_reads_is_bounded(frame: bytes) -> None:
+    """Before: the server kept reading while its acknowledgements waited for the client, a
+    flood's bytes piling up in memory (gigabytes in seconds). Now it stops reading: what the
+    client gets to send is what the kernel's socket buffers hold."""
+
+    async def nothing(request: Request, responder: Responder) -> None:
+        await _hold(request, responder)
+
+    # No flood limit: only the backpressure is tried here.
+    limits = http2.Http2Limits(max_owed_control_frames=10**9)
+    with _server(nothing, h2_limits=limits) as port:
+        sent, closed = _flood(port, frame)
+    assert not closed
+    assert sent < 48 * 1024 * 1024, sent
+
+
+def test_a_ping_flood_from_a_client_that_never_reads_is_dropped(stack: StackFactory) -> None:
+    """No key is needed to send PINGs. A client that owes more acknowledgements than
+    `max_owed_control_frames` while its socket is full is dropped."""
+    st = stack({"a": Upstream("anthropic")})
+    sent, closed = _flood(st.port, _PING, stall=15)
+    assert closed
+    assert sent < 48 * 1024 * 1024, sent
+    # The gateway still serves.
+    reply = httpx2.post(st.url + "/v1/messages", content=_body("anthropic"), headers=dict(_auth()))
+    assert reply.status_code == 200
+
+
+def test_a_window_opened_a_byte_at_a_time_gets_no_more_time(stack: StackFactory) -> None:
+    """Before: each WINDOW_UPDATE restarted the write deadline, so one byte of window now and
+    then kept the stream (its upstream slot, its key's permit) for ever. Now the answer's
+    waits count together against `max_blocked_secs`."""
+    big = MockSettings(script=Script(chunks=4000, chunk_size=256))
+    st = stack(
+        {"a": Upstream("anthropic", big, extra={"max_concurrent": 1})},
+        config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
+        limits=http1.ServerLimits(write_timeout=1.0),
+        h2_limits=http2.Http2Limits(max_blocked_secs=2.0),
+    )
+    client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 1024}, auto_ack=False)
+    try:
+        sid = client.request("/v1/messages", _body("anthropic"), headers=_auth())
+        answer = client.answers[sid]
+        client.wait(lambda: len(answer.body) >= 1024)
+        deadline = time.monotonic() + 20
+        # A byte of window every 0.3 s: every wait ends well inside the 1 s write timeout.
+        while answer.reset is None and not answer.ended:
+            assert time.monotonic() < deadline, "the stream was never given up"
+            client.h2.increment_flow_control_window(1, stream_id=sid)
+            client.flush()
+            client.read_once(0.3)
+        assert answer.reset == h2.errors.ErrorCodes.CANCEL and not answer.ended
+        _wait(lambda: _in_flight(st, "a") == 0)
+        (row,) = st.wait_rows(1)
+        assert row["cancelled"] == 1
+    finally:
+        client.close()

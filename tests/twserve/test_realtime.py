@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,12 +20,20 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from wsproto.events import TextMessage
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
+from tests.twserve.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
 from tests.twserve.stack import Stack, Upstream
 from tests.twserve.tls_front import certificates, tls_front
 from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
-from twproto.realtime import realtime_upstream_url, realtime_usage
+from twproto.realtime import (
+    RealtimeEvent,
+    read_realtime_event,
+    realtime_cancel_event,
+    realtime_upstream_url,
+    realtime_usage,
+)
 from twserve import http1
 from twserve.websocket import WebSocketLimits
 
@@ -250,6 +259,16 @@ def test_realtime_usage_reads_response_done_only() -> None:
     assert realtime_usage("not json response.done") is None
 
 
+def test_realtime_events_are_read_for_their_type_and_response() -> None:
+    created = {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}
+    assert read_realtime_event(json.dumps(created)) == RealtimeEvent("response.created", "resp_1")
+    assert read_realtime_event('{"type": "response.create"}') == RealtimeEvent("response.create")
+    for text in ("not json", "[1]", '{"type": 3}', '{"response": {"id": "r"}}'):
+        assert read_realtime_event(text) == RealtimeEvent("")
+    cancel = json.loads(realtime_cancel_event("resp_1"))
+    assert (cancel["type"], cancel["response_id"]) == ("response.cancel", "resp_1")
+
+
 def test_realtime_upstream_url() -> None:
     assert (
         realtime_upstream_url("https://api.openai.com/v1", "gpt-realtime")
@@ -423,3 +442,124 @@ async def test_a_wss_upstream_with_an_untrusted_certificate_is_not_used(
     assert refusal.response.status_code == 502
     assert not st.mock("rt").realtime.upgrades
     _assert_failed_once(st, "rt")
+
+
+# --- a client that does not read, ping floods, usage counted as it comes -----------------------
+
+
+def test_a_client_that_stops_reading_frees_the_permit_and_the_slot(stack: StackFactory) -> None:
+    """Before: the proxy's write to a client that read nothing waited for ever, and the
+    connection held the key's permit and the upstream's slot with it. Now each write has the
+    server's write timeout, as over HTTP/1.1."""
+    st = stack(
+        {"rt": _rt(max_concurrent=1)},
+        config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
+        limits=http1.ServerLimits(write_timeout=1.0),
+    )
+    slots = st.app.gateway.router.slots
+    with flood_socket(st.port) as sock:
+        ws = ws_connect(sock, f"/v1/realtime?model={MODEL}", KEY)
+        assert slots.in_flight("rt") == 1
+        # Far more than the socket's buffers hold, and never read.
+        big = ws.send(TextMessage(data=json.dumps({"type": "mock.big", "bytes": 1 << 20})))
+        sock.sendall(big * 32)
+        deadline = time.monotonic() + 20
+        while slots.in_flight("rt"):
+            assert time.monotonic() < deadline, "the connection still holds its slot"
+            time.sleep(0.05)
+        (row,) = st.wait_rows(1)
+        assert row["status"] == 101
+    assert st.mock("rt").realtime.ended == [1001]
+
+
+def test_a_ping_flood_on_realtime_is_dropped(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    ping = ws_ping(b"p" * 16)
+    with flood_socket(st.port) as sock:
+        upgrade = ws_upgrade(f"/v1/realtime?model={MODEL}", KEY)
+        sent, closed = flood(sock, upgrade, ping * (65536 // len(ping)), stall=15)
+    assert closed
+    assert sent < 48 * 1024 * 1024, sent
+    _wait_for(lambda: st.mock("rt").realtime.ended == [1001])
+
+
+def _wait_for(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+# REALTIME_USAGE as a key's token limit counts it: uncached input and output.
+_TOKENS = (
+    REALTIME_USAGE["input_tokens"]
+    - REALTIME_USAGE["input_token_details"]["cached_tokens"]
+    + REALTIME_USAGE["output_tokens"]
+)
+
+
+async def test_each_response_counts_against_the_key_as_it_ends(stack: StackFactory) -> None:
+    """Before: a Realtime connection's usage reached its key's limits only when it closed (a
+    key allowed 100 tokens a day used 510). Now each ``response.done`` is booked as it
+    arrives, and once a token limit is spent the next ``response.create`` is refused with an
+    ``error`` event, the connection staying open."""
+    st = stack(
+        {"rt": _rt()},
+        config={
+            "clients": [
+                {"name": "tester", "key": KEY, "limits": [{"per": "day", "tokens": _TOKENS + 1}]}
+            ]
+        },
+    )
+    usage = st.app.gateway.usage
+    client = openai.AsyncOpenAI(base_url=st.url + "/v1", api_key=KEY, max_retries=0)
+    async with client.realtime.connect(model=MODEL) as conn:
+        for _ in range(2):  # the first leaves room, the second goes past the limit
+            await conn.response.create()
+            with anyio.fail_after(TIMEOUT):
+                async for event in conn:
+                    if event.type == "response.done":
+                        break
+        # Counted while the connection is still open.
+        (day,) = usage.key_view("tester")
+        assert day["used"] == 2 * _TOKENS
+        await conn.response.create()
+        with anyio.fail_after(TIMEOUT):
+            async for event in conn:
+                if event.type in ("error", "response.created"):
+                    break
+        assert event.type == "error"
+        assert event.error.code == "gw.key_limit.period"
+        # Still open: other events pass.
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        with anyio.fail_after(TIMEOUT):
+            async for event in conn:
+                if event.type == "session.updated":
+                    break
+    (row,) = st.wait_rows(1)
+    assert row["limit_tokens"] == 2 * _TOKENS
+    assert row["output_tokens"] == 2 * REALTIME_USAGE["output_tokens"]
+    # Booked once: the settling at close adds nothing to what the responses booked.
+    (day,) = usage.key_view("tester")
+    assert day["used"] == 2 * _TOKENS
+    assert len(st.mock("rt").realtime.upgrades) == 1
+
+
+async def test_a_response_the_upstream_starts_itself_is_cancelled_once_the_limit_is_spent(
+    stack: StackFactory,
+) -> None:
+    st = stack(
+        {"rt": _rt()},
+        config={
+            "clients": [{"name": "tester", "key": KEY, "limits": [{"per": "day", "tokens": 1}]}]
+        },
+    )
+    async with _connect(st) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "response.create"}))
+        await _until_type(ws, "response.done")  # the limit is spent now
+        # The upstream starts a response of its own (voice detection would): cancelled.
+        await ws.send(json.dumps({"type": "mock.respond"}))
+        done = (await _until_type(ws, "response.done"))[-1]
+    assert done["response"]["status"] == "cancelled"
+    assert st.mock("rt").realtime.cancelled == ["resp_mock_own"]

@@ -208,8 +208,8 @@ async def test_a_refused_turn_then_a_good_turn_on_the_same_socket(stack: StackFa
     async with _client(st).responses.connect() as conn:
         refused = await _turn(conn, model="forbidden-1")
         good = await _turn(conn)
-    (error,) = refused
-    assert error.type == "error" and error.status == 403
+    (failed,) = refused
+    assert failed.type == "response.failed" and failed.status == 403
     assert good[-1].type == "response.completed" and _text(good) == TEXT
     rows = st.wait_rows(2)
     assert [r["status"] for r in rows] == [403, 200]
@@ -223,7 +223,7 @@ async def test_an_upstream_refusal_is_the_clients_error_and_the_socket_is_kept(
     st = stack({"a": _up({"error": 400}, **WS)}, config=fallback("a"))
     async with _client(st).responses.connect() as conn:
         (refused,) = await _turn(conn)
-        assert refused.type == "error" and refused.status == 400
+        assert refused.type == "response.failed" and refused.status == 400
         mock = st.mock("a")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         good = await _turn(conn)

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 import openai
 import pytest
 import websockets
@@ -30,6 +31,7 @@ from wsproto.events import AcceptConnection, CloseConnection, TextMessage
 from wsproto.events import Request as WSRequest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
+from tests.twserve.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
 from tests.twserve.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve import http1
@@ -236,13 +238,57 @@ async def test_a_refused_turn_then_a_good_one_on_the_same_socket(stack: StackFac
     async with _client(st).responses.connect() as conn:
         refused = await _turn(conn, model="forbidden-1")
         good = await _turn(conn)
-    (error,) = refused
-    assert error.type == "error" and error.status == 403
-    assert error.error.message
+    # A refused turn is a failed response (the HTTP status rides along).
+    (failed,) = refused
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert failed.status == 403 and failed.response.error.code == "gw.rule.denied"
+    assert failed.response.error.message and failed.response.model == "forbidden-1"
     assert good[-1].type == "response.completed" and _text(good) == TEXT
     rows = st.wait_rows(2)
     assert [r["status"] for r in rows] == [403, 200]
     assert rows[0]["error_code"] == "gw.rule.denied"
+
+
+@pytest.mark.sdk
+async def test_the_sdks_event_loop_carries_on_past_a_refused_turn(stack: StackFactory) -> None:
+    """The openai SDK's push-style loop (`dispatch_events`) raises on an ``error`` event no
+    handler takes; a refused turn is a ``response.failed``, so the loop and the socket carry
+    on to the next turn."""
+    st = stack(
+        {"a": _up("openai-chat", {"text": TEXT})},
+        config={
+            "routes": [
+                {
+                    "name": "default",
+                    "rules": [
+                        {"name": "no", "when": {"model": "forbidden-*"}, "deny": "not here"},
+                        {"name": "all", "to": "a"},
+                    ],
+                }
+            ]
+        },
+    )
+    seen: list[tuple[str, str | None]] = []
+    completed = anyio.Event()
+
+    def on_failed(event: Any) -> None:
+        seen.append((event.type, event.response.error.code))
+
+    def on_completed(event: Any) -> None:
+        seen.append((event.type, None))
+        completed.set()
+
+    async with _client(st).responses.connect() as conn:
+        conn.on("response.failed", on_failed)
+        conn.on("response.completed", on_completed)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.dispatch_events)
+            await conn.send({"type": "response.create", "model": "forbidden-1", "input": "hi"})
+            await conn.send({"type": "response.create", "model": MODEL, "input": "hi"})
+            with anyio.fail_after(TIMEOUT):
+                await completed.wait()
+            tg.cancel_scope.cancel()
+    assert seen == [("response.failed", "gw.rule.denied"), ("response.completed", None)]
 
 
 @pytest.mark.sdk
@@ -261,20 +307,20 @@ async def test_key_limits_count_each_turn(stack: StackFactory) -> None:
         second = await _turn(conn)
         (refused,) = await _turn(conn)
     assert first[-1].type == second[-1].type == "response.completed"
-    assert refused.type == "error" and refused.status == 429
-    assert refused.error.code == "gw.key_limit.requests_rolling"
+    assert refused.type == "response.failed" and refused.status == 429
+    assert refused.response.error.code == "gw.key_limit.requests_rolling"
     assert [r["status"] for r in st.wait_rows(3)] == [200, 200, 429]
 
 
 @pytest.mark.sdk
-async def test_an_unknown_model_is_an_error_event(stack: StackFactory) -> None:
+async def test_an_unknown_model_is_a_failed_response(stack: StackFactory) -> None:
     st = stack({"a": _up("openai-responses", {"text": TEXT}, models=["only-this"])})
     async with _client(st).responses.connect() as conn:
-        (error,) = await _turn(conn, model="not-configured")
+        (failed,) = await _turn(conn, model="not-configured")
         good = await _turn(conn, model="only-this")
-    assert error.type == "error" and error.status in (400, 404)
+    assert failed.type == "response.failed" and failed.status in (400, 404)
     assert good[-1].type == "response.completed"
-    assert [r["status"] for r in st.wait_rows(2)] == [error.status, 200]
+    assert [r["status"] for r in st.wait_rows(2)] == [failed.status, 200]
 
 
 @pytest.mark.sdk
@@ -490,10 +536,10 @@ async def test_the_drain_finishes_the_running_turn_then_closes_1001(stack: Stack
                 while True:
                     event = json.loads(await ws.recv())
                     types.append(event["type"])
-                    if event["type"] == "error":
-                        assert event["error"]["code"] == "gw.ws.closing"
+                    if event["type"] == "response.failed":
+                        assert event["response"]["error"]["code"] == "gw.ws.closing"
     assert ws.close_code == 1001
-    assert "response.completed" in types and types[-1] == "error"
+    assert "response.completed" in types and types[-1] == "response.failed"
     assert time.monotonic() - started < TIMEOUT
     assert [r["status"] for r in st.wait_rows(1)] == [200]
 
@@ -524,8 +570,8 @@ async def test_a_key_revoked_by_a_reload_ends_the_socket_1008(stack: StackFactor
         gateway = st.app.gateway
         revoked = replace(gateway.config, clients=())
         st.portal.call(gateway.apply_config, revoked)
-        (error,) = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "y"})
-        assert error["status"] == 401
+        (failed,) = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "y"})
+        assert failed["type"] == "response.failed" and failed["status"] == 401
         with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
             await ws.recv()
     assert ws.close_code == 1008
@@ -550,9 +596,12 @@ def _sse(kind: str, **fields: Any) -> bytes:
 
 @asynccontextmanager
 async def _transport(
-    handler: Handler, limits: WebSocketLimits | None = None
+    handler: Handler,
+    limits: WebSocketLimits | None = None,
+    *,
+    budget: http1.BodyBudget | None = None,
 ) -> AsyncIterator[tuple[int, http1.Server]]:
-    server = http1.Server(handler, switches=(switch_for(_admit, limits),))
+    server = http1.Server(handler, switches=(switch_for(_admit, limits),), budget=budget)
     async with anyio.create_task_group() as tg:
         port = await tg.start(partial(http1.serve, handler, port=0, server=server))
         yield port, server
@@ -588,8 +637,8 @@ async def test_turns_past_the_queue_are_refused_busy() -> None:
             await ws.send(create)  # over the queue
             with anyio.fail_after(TIMEOUT):
                 busy = json.loads(await ws.recv())
-            assert (busy["type"], busy["status"]) == ("error", 429)
-            assert busy["error"]["code"] == "gw.ws.busy"
+            assert (busy["type"], busy["status"]) == ("response.failed", 429)
+            assert busy["response"]["error"]["code"] == "gw.ws.busy"
             release.set()
             with anyio.fail_after(TIMEOUT):
                 done = [json.loads(await ws.recv())["type"] for _ in range(2)]
@@ -791,3 +840,172 @@ async def test_protocol_garbage_closes_the_socket_and_nothing_else(garbage: byte
             (event,) = await _next_events(sock, client)
         assert json.loads(event.data)["response"]["echo"] == "still here"
         await _until(lambda: not server.connections)
+
+
+# --- clients that do not read, ping floods, the body budget, sockets per key ------------------
+
+
+def test_a_ping_flood_from_a_client_that_never_reads_is_bounded(stack: StackFactory) -> None:
+    """Before: each ping's pong was a write that waited for the client while the transport
+    kept reading (46 → 3247 MB in 4 s). Now the server stops reading: what the client gets to
+    send is what the socket buffers hold."""
+    # On uvloop, as `twserve serve` runs: its reads take 256 KiB at a time.
+    st = stack(
+        {"a": _up("openai-responses", {})},
+        ws_limits=WebSocketLimits(max_owed_pongs=10**9),
+        uvloop=True,
+    )
+    ping = ws_ping()
+    with flood_socket(st.port) as sock:
+        # The pings follow the upgrade in its very write: the server's first read finds
+        # bytes queued behind the request.
+        sent, closed = flood(sock, ws_upgrade("/v1/responses", KEY), ping * (65536 // len(ping)))
+    assert not closed
+    assert sent < 48 * 1024 * 1024, sent
+
+
+def test_a_ping_flood_is_dropped(stack: StackFactory) -> None:
+    """Pings whose pongs wait unread in the socket's buffer, more than `max_owed_pongs` of
+    them: the client is dropped. (Their 16-byte payload makes the pongs fill the socket's
+    buffers soon, yet many fit in the output bound.)"""
+    st = stack({"a": _up("openai-responses", {"text": TEXT})}, config=fallback("a"))
+    ping = ws_ping(b"p" * 16)
+    with flood_socket(st.port) as sock:
+        upgrade = ws_upgrade("/v1/responses", KEY)
+        sent, closed = flood(sock, upgrade, ping * (65536 // len(ping)), stall=15)
+    assert closed
+    assert sent < 48 * 1024 * 1024, sent
+
+
+def test_a_client_that_stops_reading_frees_its_turns_slot_and_permit(
+    stack: StackFactory,
+) -> None:
+    """Before: a turn's write to a client that read nothing waited for ever, holding the
+    upstream slot and the key's permit. Now it has the server's write timeout, as over
+    HTTP/1.1."""
+    st = stack(
+        {"a": _up("anthropic", {"chunks": 20000, "chunk_size": 512}, max_concurrent=1)},
+        config={
+            **fallback("a"),
+            "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
+        },
+        limits=http1.ServerLimits(write_timeout=1.0),
+    )
+    with flood_socket(st.port) as sock:
+        ws = ws_connect(sock, "/v1/responses", KEY)
+        create = {"type": "response.create", "model": MODEL, "input": "x"}
+        sock.sendall(ws.send(TextMessage(data=json.dumps(create))))
+        deadline = time.monotonic() + 5
+        while _in_flight(st, "a") == 0:
+            assert time.monotonic() < deadline, "the turn never started"
+            time.sleep(0.02)
+        deadline = time.monotonic() + 20
+        while _in_flight(st, "a"):
+            assert time.monotonic() < deadline, "the turn still holds its slot"
+            time.sleep(0.05)
+        (row,) = st.wait_rows(1)
+        assert row["cancelled"] == 1
+    # The key's permit is free too: the next request of the key is served.
+    reply = httpx2.post(
+        st.url + "/v1/responses",
+        json={"model": MODEL, "input": "hi"},
+        headers={"authorization": f"Bearer {KEY}", "x-mock-script": '{"chunks": 1}'},
+        timeout=10,
+    )
+    assert reply.status_code == 200
+
+
+async def test_queued_messages_draw_on_the_body_budget() -> None:
+    """Before: turns queued on a socket held their bodies outside the server's budget (three
+    sockets × eight queued 30 MB turns: 888 MB). Now a message that does not fit is refused
+    with 503, the socket carries on, and what the socket held is given back when it ends."""
+    release = anyio.Event()
+    started: list[int] = []
+
+    async def slow(request: Request, responder: Responder) -> None:
+        started.append(len(request.body))
+        await release.wait()
+        await responder.start(200, _SSE_HEAD)
+        await responder.send(_sse("response.completed", response={}))
+        await responder.end()
+
+    budget = http1.BodyBudget(250_000)
+    limits = WebSocketLimits(max_queued_turns=8)
+    async with _transport(slow, limits, budget=budget) as (port, _):
+        async with _connect(port) as ws:
+            big = json.dumps({"type": "response.create", "model": "m", "input": "x" * 100_000})
+            await ws.send(big)  # runs
+            await _until(lambda: len(started) == 1)
+            await ws.send(big)  # waits in the queue
+            await ws.send(big)  # does not fit: refused, not queued
+            with anyio.fail_after(TIMEOUT):
+                busy = json.loads(await ws.recv())
+            assert (busy["type"], busy["status"]) == ("error", 503)
+            assert busy["error"]["code"] == "gw.request.bodies_busy"
+            assert 200_000 <= budget.used <= 250_000
+            release.set()
+            with anyio.fail_after(TIMEOUT):
+                done = [json.loads(await ws.recv())["type"] for _ in range(2)]
+            assert done == ["response.completed"] * 2
+            await _until(lambda: budget.used == 0)
+            await ws.send(big)  # room again
+            with anyio.fail_after(TIMEOUT):
+                assert json.loads(await ws.recv())["type"] == "response.completed"
+        release = anyio.Event()
+        async with _connect(port) as ws:
+            await ws.send(big)
+            await ws.send(big)
+            await _until(lambda: budget.used > 150_000)
+        # The socket ended with a turn running and one queued: all of it is given back.
+        await _until(lambda: budget.used == 0)
+    assert len(started) == 5
+
+
+async def test_a_message_over_the_default_cap_closes_1009() -> None:
+    async def unused(request: Request, responder: Responder) -> None:
+        raise AssertionError("no turn is taken")
+
+    cap = WebSocketLimits().max_message_bytes
+    assert cap is not None and cap < http1.ServerLimits().max_body_bytes
+    async with _transport(unused) as (port, _):
+        async with websockets.connect(
+            f"ws://127.0.0.1:{port}/v1/responses",
+            additional_headers={"authorization": f"Bearer {KEY}"},
+            open_timeout=5,
+            close_timeout=5,
+            max_size=None,
+        ) as ws:
+            await ws.send(json.dumps({"type": "response.create", "input": "x" * (cap + 1)}))
+            with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+                await ws.recv()
+    assert ws.close_code == 1009
+
+
+async def test_sockets_per_key_are_capped(stack: StackFactory) -> None:
+    st = stack(
+        {"a": _up("openai-responses", {"text": TEXT})},
+        config={
+            **fallback("a"),
+            "clients": [{"name": "tester", "key": KEY}, {"name": "other", "key": "other-key"}],
+        },
+        ws_limits=WebSocketLimits(max_sockets_per_key=2),
+    )
+    async with _raw(st), _raw(st):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            async with _raw(st):
+                pass
+        response = refused.value.response
+        assert response.status_code == 429
+        assert json.loads(response.body)["error"]["code"] == "gw.ws.too_many_sockets"
+        # Another key has sockets of its own.
+        async with websockets.connect(
+            f"ws://127.0.0.1:{st.port}/v1/responses",
+            additional_headers={"authorization": "Bearer other-key"},
+            open_timeout=5,
+        ) as other:
+            turn = await _raw_turn(other, {"type": "response.create", "model": MODEL, "input": "x"})
+            assert turn[-1]["type"] == "response.completed"
+    # Closed sockets count no more.
+    async with _raw(st) as ws:
+        turn = await _raw_turn(ws, {"type": "response.create", "model": MODEL, "input": "x"})
+        assert turn[-1]["type"] == "response.completed"
