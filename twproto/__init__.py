@@ -32,6 +32,7 @@ from twproto.dialect import (
 )
 from twproto.errors import (
     ERROR_HEADER,
+    MAX_RETRY_SLEEP_SECS,
     ErrorCategory,
     GatewayError,
     error_body,
@@ -244,6 +245,7 @@ __all__ = (
     "KEY_HEADERS",
     "KIND_POLICY",
     "MAX_BODY_BYTES",
+    "MAX_RETRY_SLEEP_SECS",
     "MIN_REPEAT",
     "PREFILL_FORMATS",
     "REALTIME_CHECKED_AS",
