@@ -24,8 +24,10 @@ from twengine.admission import (
     admit,
     check_caller,
     key_busy,
+    model_name_refusal,
     no_usable_credentials,
     routing_view,
+    shown_model,
 )
 from twengine.affinity import (
     CACHE_MIN_TOKENS,
@@ -176,6 +178,7 @@ from twengine.limits import (
 )
 from twengine.model_listing import (
     answer_models,
+    configured_models,
     listed_models,
 )
 from twengine.pricing import (
@@ -375,6 +378,7 @@ __all__ = (
     "base_backoff",
     "build_config",
     "check_caller",
+    "configured_models",
     "conversation_key",
     "cost_of",
     "effective_weights",
@@ -390,6 +394,7 @@ __all__ = (
     "listed_models",
     "may_reach",
     "meaning",
+    "model_name_refusal",
     "near_context_limit",
     "next_backoff",
     "no_usable_credentials",
@@ -402,6 +407,7 @@ __all__ = (
     "route_for",
     "routing_view",
     "session_id",
+    "shown_model",
     "swrr_step",
     "take_part",
     "template_variables",

@@ -18,7 +18,29 @@ from twproto.errors import ErrorCategory, GatewayError
 from twproto.models import ModelInfo, encode_model, encode_model_list
 from twproto.paths import Operation, Route
 
-__all__ = ["answer_models", "listed_models"]
+__all__ = ["answer_models", "configured_models", "listed_models"]
+
+
+def configured_models(config: Config) -> frozenset[str]:
+    """Every model name the config writes: upstreams' model lists and specs, aliases and their
+    targets, the models rules set or pin, price sheets' models. A bounded set, unlike the
+    names clients send (the metrics label their series with these only)."""
+    names: set[str] = set()
+    for provider in config.providers:
+        names.update(provider.models or ())
+        names.update(name for name, _ in provider.model_specs)
+    for alias in config.aliases:
+        names.add(alias.name)
+        names.update(alias.targets)
+    for route in config.routes:
+        for rule in route.rules:
+            if rule.overrides.model is not None:
+                names.add(rule.overrides.model)
+            if rule.to is not None:
+                names.update(pin.model for pin in rule.to.pinned)
+    for sheet in config.pricing.sheets:
+        names.update(name for name, _ in sheet.models)
+    return frozenset(names)
 
 
 def listed_models(config: Config, table: PriceTable | None = None) -> list[ModelInfo]:

@@ -437,11 +437,13 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
                     f"{text!r} is not an IP address or network such as 10.0.0.0/8",
                 )
         max_connections = gf.integer("max_connections", defaults.GATEWAY_MAX_CONNECTIONS)
+        model_chars = gf.integer("max_model_name_chars", defaults.GATEWAY_MAX_MODEL_NAME_CHARS)
         gateway = GatewayListen(
             bind=bind,
             port=port or defaults.GATEWAY_PORT,
             allow_from=tuple(networks),
             max_connections=max_connections or 1000,
+            max_model_name_chars=model_chars or 256,
         )
     control = ControlListen()
     cf = lf.fields("control", SECTIONS["listen.control"])

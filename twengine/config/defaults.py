@@ -20,6 +20,7 @@ __all__ = [
     "FAILOVER",
     "GATEWAY_BIND",
     "GATEWAY_MAX_CONNECTIONS",
+    "GATEWAY_MAX_MODEL_NAME_CHARS",
     "GATEWAY_PORT",
     "GROUP_WEIGHT",
     "LIMIT_COST_USD",
@@ -69,6 +70,9 @@ CONTROL_PORT = 8789
 PORT = Bound(low=1, high=65535)
 # listen.gateway.max_connections: client connections open at once.
 GATEWAY_MAX_CONNECTIONS = Bound(low=1, high=1_000_000, default=1000)
+# listen.gateway.max_model_name_chars: the longest model name a request may ask for. Real names
+# (dated snapshots, vendor/ prefixes, Bedrock ARNs) stay well under 256.
+GATEWAY_MAX_MODEL_NAME_CHARS = Bound(low=16, high=65_536, default=256)
 
 CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
 # Per-upstream numbers; `max_concurrent` has no default (no cap).

@@ -177,6 +177,9 @@ class GatewayListen:
     allow_from: tuple[IPNetwork, ...] = ()
     # Client connections open at once; beyond it new ones wait in the listen backlog.
     max_connections: int = 1000
+    # The longest model name a request may ask for (400 `gw.request.model_name_too_long`):
+    # the name is echoed in headers, rows, events and answers.
+    max_model_name_chars: int = 256
 
     def allows(self, address: str) -> bool:
         """Whether a client at `address` may connect (checked before the key)."""
