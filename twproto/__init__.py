@@ -78,6 +78,7 @@ from twproto.formats import (
 )
 from twproto.headers import CLIENT_RESPONSE_HEADERS, client_response_headers
 from twproto.ir import (
+    MAX_TOKEN_COUNT,
     Answer,
     AnswerBuilder,
     Effort,
@@ -246,6 +247,7 @@ __all__ = (
     "KIND_POLICY",
     "MAX_BODY_BYTES",
     "MAX_RETRY_SLEEP_SECS",
+    "MAX_TOKEN_COUNT",
     "MIN_REPEAT",
     "PREFILL_FORMATS",
     "REALTIME_CHECKED_AS",

@@ -59,6 +59,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 from twproto.dialect import Dialect
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "Answer",
     "AnswerBuilder",
     "Effort",
