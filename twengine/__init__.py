@@ -24,8 +24,10 @@ from twengine.admission import (
     admit,
     check_caller,
     key_busy,
+    model_name_refusal,
     no_usable_credentials,
     routing_view,
+    shown_model,
 )
 from twengine.affinity import (
     CACHE_MIN_TOKENS,
@@ -178,6 +180,7 @@ from twengine.limits import (
 )
 from twengine.model_listing import (
     answer_models,
+    configured_models,
     listed_models,
 )
 from twengine.pricing import (
@@ -215,6 +218,7 @@ from twengine.rules import (
     Skipped,
     SkipReason,
     hop_overrides,
+    may_reach,
     resolve,
     resumes,
     route_for,
@@ -377,6 +381,7 @@ __all__ = (
     "browser_refusal",
     "build_config",
     "check_caller",
+    "configured_models",
     "conversation_key",
     "cost_of",
     "effective_weights",
@@ -392,7 +397,9 @@ __all__ = (
     "key_busy",
     "latency_factor",
     "listed_models",
+    "may_reach",
     "meaning",
+    "model_name_refusal",
     "near_context_limit",
     "next_backoff",
     "no_usable_credentials",
@@ -405,6 +412,7 @@ __all__ = (
     "route_for",
     "routing_view",
     "session_id",
+    "shown_model",
     "swrr_step",
     "take_part",
     "template_variables",

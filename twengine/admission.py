@@ -4,7 +4,9 @@
 one of three values (docs/operations.md, "What a client may send"; docs/balancing.md):
 
 1. the body must be a JSON object, and name a model (in the body, or for Gemini in the path) —
-   else `Refusal` with 400 ``gw.request.bad_json``;
+   else `Refusal` with 400 ``gw.request.bad_json``; a name longer than
+   ``listen.gateway.max_model_name_chars`` is 400 ``gw.request.model_name_too_long`` (it would
+   be echoed in headers, rows, events and metrics);
 2. every `AdmissionCheck` the caller passes, in order; the first refusal wins. This is where
    per-key limits plug in: a check sees the `RequestFacts` routing will see and the time, and
    returns a `GatewayError` to refuse with, or None. No upstream has been chosen yet, so a
@@ -48,8 +50,10 @@ __all__ = [
     "admit",
     "check_caller",
     "key_busy",
+    "model_name_refusal",
     "no_usable_credentials",
     "routing_view",
+    "shown_model",
 ]
 
 #: One more admission step: refuse with an error, or None to let the request on.
@@ -129,6 +133,23 @@ def _bad_json(message: str, view: RequestView | None = None) -> Refusal:
     return Refusal(error=error, view=view or RequestView())
 
 
+def model_name_refusal(model: str, limit: int) -> GatewayError | None:
+    """The refusal of a model name longer than `limit` characters, or None."""
+    if len(model) <= limit:
+        return None
+    return GatewayError(
+        status=400,
+        category=ErrorCategory.REQUEST,
+        code="gw.request.model_name_too_long",
+        message=f"the model name is {len(model)} characters long; at most {limit} are accepted",
+    )
+
+
+def shown_model(model: str, limit: int) -> str:
+    """`model` as a row or event records it: cut at `limit` characters, marked with ``…``."""
+    return model if len(model) <= limit else model[:limit] + "…"
+
+
 def routing_view(plan: RoutePlan) -> dict[str, Any]:
     """The routing JSON of the request row for `plan`."""
     decision = plan.decision
@@ -177,6 +198,10 @@ def admit(
     stream = route.stream if dialect is Dialect.GEMINI else bool(body.get("stream"))
     if not isinstance(model, str) or not model:
         return _bad_json("the request names no model")
+    limit = config.listen.gateway.max_model_name_chars
+    too_long = model_name_refusal(model, limit)
+    if too_long is not None:
+        return Refusal(error=too_long, view=RequestView(model=shown_model(model, limit)))
     summary = summarize(body, dialect)
     session = session_id(request.headers, prompt_cache_key=summary.prompt_cache_key)
     view = RequestView(

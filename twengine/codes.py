@@ -182,6 +182,9 @@ _CODES = {
     "gw.request.invalid_body": (
         "A field of the body has the wrong shape for its API (messages not a list…) (400)."
     ),
+    "gw.request.model_name_too_long": (
+        "The model name asked for is longer than listen.gateway.max_model_name_chars (400)."
+    ),
     "gw.no_upstream": "No upstream can take the request: every candidate was skipped.",
     "gw.upstream.connect": "The upstream could not be reached (refused, reset, TLS failure).",
     "gw.upstream.error": "The upstream answered with an error.",

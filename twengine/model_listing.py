@@ -2,7 +2,9 @@
 
 Every model an upstream lists in the config, then every alias, each with the context window and
 output limit its ``model_specs`` give (for an alias: those of the first target that has one).
-The answer's shape follows the client's format (`twproto.models`).
+A key is shown the ones its route can reach (`twengine.rules.may_reach`): a model its rules
+deny, or that none of the upstreams they send it to offers, is neither listed nor found. The
+answer's shape follows the client's format (`twproto.models`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,35 @@ from __future__ import annotations
 from twengine.admission import LocalAnswer, Refusal, RequestView
 from twengine.config import Config
 from twengine.pricing import PriceTable
+from twengine.rules import may_reach
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.models import ModelInfo, encode_model, encode_model_list
 from twproto.paths import Operation, Route
 
-__all__ = ["answer_models", "listed_models"]
+__all__ = ["answer_models", "configured_models", "listed_models"]
+
+
+def configured_models(config: Config) -> frozenset[str]:
+    """Every model name the config writes: upstreams' model lists and specs, aliases and their
+    targets, the models rules set or pin, price sheets' models. A bounded set, unlike the
+    names clients send (the metrics label their series with these only)."""
+    names: set[str] = set()
+    for provider in config.providers:
+        names.update(provider.models or ())
+        names.update(name for name, _ in provider.model_specs)
+    for alias in config.aliases:
+        names.add(alias.name)
+        names.update(alias.targets)
+    for route in config.routes:
+        for rule in route.rules:
+            if rule.overrides.model is not None:
+                names.add(rule.overrides.model)
+            if rule.to is not None:
+                names.update(pin.model for pin in rule.to.pinned)
+    for sheet in config.pricing.sheets:
+        names.update(name for name, _ in sheet.models)
+    return frozenset(names)
 
 
 def listed_models(config: Config, table: PriceTable | None = None) -> list[ModelInfo]:
@@ -52,12 +77,32 @@ def listed_models(config: Config, table: PriceTable | None = None) -> list[Model
     ]
 
 
+# The formats a client answered in a listing's shape may send requests in: OpenAI's listing
+# serves Chat and Responses clients alike.
+_SPEAKERS = {
+    Dialect.OPENAI_CHAT: frozenset({Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES}),
+    Dialect.OPENAI_RESPONSES: frozenset({Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES}),
+    Dialect.ANTHROPIC: frozenset({Dialect.ANTHROPIC}),
+    Dialect.GEMINI: frozenset({Dialect.GEMINI}),
+}
+
+
 def answer_models(
-    config: Config, route: Route, dialect: Dialect, *, table: PriceTable | None = None
+    config: Config,
+    route: Route,
+    dialect: Dialect,
+    *,
+    client: str | None = None,
+    table: PriceTable | None = None,
 ) -> LocalAnswer | Refusal:
-    """The listing, or the one model `route` names, in `dialect`'s shape; 404 for a model not
-    listed."""
-    infos = listed_models(config, table)
+    """The listing, or the one model `route` names, in `dialect`'s shape, of the models gateway
+    key `client` can reach; 404 for a model not listed."""
+    speakers = _SPEAKERS[dialect]
+    infos = [
+        info
+        for info in listed_models(config, table)
+        if may_reach(config, client, speakers, info.id)
+    ]
     if route.operation is Operation.GET_MODEL:
         wanted = (route.model or "").removeprefix("models/")
         info = next((i for i in infos if i.id == wanted), None)

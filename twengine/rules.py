@@ -76,6 +76,7 @@ __all__ = [
     "SkipReason",
     "Skipped",
     "hop_overrides",
+    "may_reach",
     "resolve",
     "resumes",
     "route_for",
@@ -301,6 +302,85 @@ def resolve(config: Config, facts: RequestFacts) -> RoutingDecision:
         overrides=merged,
         resume=(route is not None and route.resume) or (group is not None and group.resume),
     )
+
+
+def may_reach(config: Config, client: str | None, dialects: frozenset[Dialect], model: str) -> bool:
+    """Whether a request of gateway key `client` in one of `dialects` asking for `model` can
+    have a candidate: what a model listing shows that key (twengine.model_listing).
+
+    The rules are read as `resolve` reads them, with the conditions that depend on the rest of
+    the request (tokens, tools, images, thinking, stream) taken both ways, so a model counts
+    when some request for it would get an upstream: a deny, or members that all lack the model,
+    on every way of reading leave it out. A per-hop ``set.model`` counts for its upstream.
+    """
+    route = route_for(config, client)
+    rules = [r for r in route.rules if not r.when.per_hop] if route is not None else []
+    # A route whose conditions branch more than this is taken to reach the model.
+    budget = [256]
+
+    def offered(target: Target, rewritten: str | None) -> bool:
+        for provider, _, pinned in _members(config, target):
+            names = {pinned or rewritten or model}
+            if route is not None and pinned is None:
+                names.update(
+                    r.overrides.model
+                    for r in route.rules
+                    if r.overrides.model is not None
+                    and provider in r.when.provider_would_be
+                    and _holds_for(r.when, client, dialects, model) is not False
+                )
+            if any(config.model_for(provider, name) is not None for name in names):
+                return True
+        return False
+
+    def read(start: int, rewritten: str | None) -> bool:
+        for n in range(start, len(rules)):
+            rule = rules[n]
+            holds = _holds_for(rule.when, client, dialects, model)
+            if holds is False:
+                continue
+            if holds is None:  # this rule may not match: read on without it too
+                budget[0] -= 1
+                if budget[0] < 0 or read(n + 1, rewritten):
+                    return True
+            if rule.overrides.model is not None:
+                rewritten = rule.overrides.model
+            if rule.stops:
+                if rule.deny is not None:
+                    return False
+                return offered(rule.to or Target(kind=TargetKind.ALL), rewritten)
+        return offered(Target(kind=TargetKind.ALL), rewritten)
+
+    return read(0, None)
+
+
+def _holds_for(
+    when: When, client: str | None, dialects: frozenset[Dialect], model: str
+) -> bool | None:
+    """Whether `when` (per-hop conditions aside) holds for every request of `client` in
+    `dialects` for `model` (True), for none (False), or depends on the request (None)."""
+    if when.model and not any(fnmatchcase(model, pattern) for pattern in when.model):
+        return False
+    if when.client and client not in when.client:
+        return False
+    if when.dialect:
+        matching = dialects.intersection(when.dialect)
+        if not matching:
+            return False
+        if matching != dialects:  # some of the formats match
+            return None
+    request_dependent = (
+        when.input_tokens,
+        when.max_tokens,
+        when.tool_count,
+        when.tools,
+        when.image,
+        when.thinking,
+        when.stream,
+    )
+    if any(condition is not None for condition in request_dependent):
+        return None
+    return True
 
 
 class Decisions:

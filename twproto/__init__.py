@@ -43,6 +43,7 @@ from twproto.effort import (
 )
 from twproto.errors import (
     ERROR_HEADER,
+    MAX_RETRY_SLEEP_SECS,
     ErrorCategory,
     GatewayError,
     error_body,
@@ -89,6 +90,7 @@ from twproto.formats import (
 )
 from twproto.headers import CLIENT_RESPONSE_HEADERS, client_response_headers
 from twproto.ir import (
+    MAX_TOKEN_COUNT,
     Answer,
     AnswerBuilder,
     Effort,
@@ -265,6 +267,8 @@ __all__ = (
     "KEY_HEADERS",
     "KIND_POLICY",
     "MAX_BODY_BYTES",
+    "MAX_RETRY_SLEEP_SECS",
+    "MAX_TOKEN_COUNT",
     "MIN_REPEAT",
     "PREFILL_FORMATS",
     "REALTIME_CHECKED_AS",

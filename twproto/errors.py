@@ -25,6 +25,7 @@ from twproto.dialect import Dialect
 
 __all__ = [
     "ERROR_HEADER",
+    "MAX_RETRY_SLEEP_SECS",
     "ErrorCategory",
     "GatewayError",
     "error_body",
@@ -33,6 +34,12 @@ __all__ = [
 ]
 
 ERROR_HEADER = b"x-thinkwatch-error"
+
+#: The longest ``Retry-After`` (seconds) a client is left to sleep through. A longer one goes
+#: with ``x-should-retry: false``: the Anthropic SDK sleeps for whatever Retry-After says
+#: (an hour for an hourly limit) before its retry, the OpenAI SDK follows it up to 120 s; told
+#: not to retry, both raise at once and the caller decides when to come back.
+MAX_RETRY_SLEEP_SECS = 60
 
 
 class ErrorCategory(StrEnum):
@@ -51,7 +58,8 @@ class GatewayError:
     """An error the gateway itself answers with.
 
     `code` is the stable message code (``gw.auth.bad_key``…) listed in docs/codes.md.
-    `retry_after` (seconds) becomes a ``Retry-After`` header. `openai_type` overrides the
+    `retry_after` (seconds) becomes a ``Retry-After`` header; beyond `MAX_RETRY_SLEEP_SECS`,
+    `should_retry` left None becomes False (``x-should-retry: false``). `openai_type` overrides the
     OpenAI ``type`` field where the status alone is not enough (``insufficient_quota``).
     """
 
@@ -158,12 +166,15 @@ def error_headers(err: GatewayError) -> list[tuple[bytes, bytes]]:
         (b"content-type", b"application/json"),
         (ERROR_HEADER, err.category.value.encode()),
     ]
+    should_retry = err.should_retry
     if err.retry_after is not None:
         # Retry-After takes whole seconds; round up so a client never retries too early.
         seconds = max(0, int(-(-err.retry_after // 1)))
         headers.append((b"retry-after", str(seconds).encode()))
-    if err.should_retry is not None:
-        headers.append((b"x-should-retry", b"true" if err.should_retry else b"false"))
+        if should_retry is None and seconds > MAX_RETRY_SLEEP_SECS:
+            should_retry = False
+    if should_retry is not None:
+        headers.append((b"x-should-retry", b"true" if should_retry else b"false"))
     headers.extend(err.extra_headers)
     return headers
 

@@ -59,6 +59,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 from twproto.dialect import Dialect
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "Answer",
     "AnswerBuilder",
     "Effort",
@@ -393,10 +394,28 @@ class Request:
 # Answers
 
 
+#: The largest token count a `Usage` holds (a billion): a hundred times the largest context
+#: window, and small enough that a request's sums and its cost at any configurable price stay
+#: well within 64 bits.
+MAX_TOKEN_COUNT = 1_000_000_000
+_USAGE_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cache_write_1h_tokens",
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage, normalised (see the module notes): `input_tokens` excludes cached input,
-    `output_tokens` includes `reasoning_tokens`."""
+    `output_tokens` includes `reasoning_tokens`.
+
+    Each count is kept within 0–`MAX_TOKEN_COUNT`: the counts come from upstreams, and a
+    negative one, or one beyond any real request's, would take the sums, costs and key limits
+    made from them negative or beyond the 64-bit integers a request row stores."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -406,6 +425,12 @@ class Usage:
     # The part of `cache_write_tokens` written for one hour (Anthropic's ``ttl: 1h``), which
     # is billed at its own rate.
     cache_write_1h_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _USAGE_COUNTS:
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_TOKEN_COUNT:
+                object.__setattr__(self, name, min(max(value, 0), MAX_TOKEN_COUNT))
 
     @property
     def total_input_tokens(self) -> int:

@@ -150,7 +150,7 @@ class GatewayApp:
         gw.efforts.changed = lambda: save_effort_memory(data_dir, gw.efforts.memory)
         gw.efforts.use(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
-        self.metrics = Metrics(lambda: gw.router, clock=gw.clock)
+        self.metrics = Metrics(lambda: gw.router, clock=gw.clock, table=lambda: gw.usage.table)
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)

@@ -140,7 +140,9 @@ class Gateway:
         dialect = guess_client_dialect(request.path, request.headers)
         if verdict is None:
             assert route is not None
-            verdict = answer_models(self.config, route, dialect, table=self.usage.table)
+            verdict = answer_models(
+                self.config, route, dialect, client=client_name, table=self.usage.table
+            )
         await answer(responder, dialect, verdict)
 
     async def _generate(

@@ -11,6 +11,11 @@ The number of requests in flight is kept from the events (`Metrics.on_event`), b
 Every app instance has its own `CollectorRegistry`: nothing touches prometheus-client's global
 default registry, so several gateways can run in one process (the tests do).
 
+Every label value comes from a bounded set, since each series is kept for good: formats,
+statuses, outcomes, and the names of keys and upstreams the config writes. The ``model`` label
+(the model a client asked for) is a model name the config writes or the price table lists, and
+``other`` for anything else a client sends (`_ModelLabels`).
+
 Fallbacks and retries, per request, from its attempts in order (skipped candidates left out):
 an attempt that goes to another upstream within the same retry round is a *fallback*; an
 attempt in a retry round above 0 is a *retry*, labelled with the upstream it went to.
@@ -28,6 +33,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from twengine.config import Config
+from twengine.model_listing import configured_models
+from twengine.pricing import PriceTable
 from twengine.router import Router
 from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
 from twserve.store import RequestRow
@@ -73,12 +81,41 @@ class _LiveState(Collector):
         yield paused
 
 
+class _ModelLabels:
+    """The ``model`` label's value for a model name: the name when the config (as it is now)
+    writes it or `table` lists it, else ``other``; ``none`` for no name."""
+
+    __slots__ = ("_config", "_names", "_table")
+
+    def __init__(self, table: Callable[[], PriceTable | None]) -> None:
+        self._table = table
+        self._config: Config | None = None
+        self._names: frozenset[str] = frozenset()
+
+    def __call__(self, config: Config, model: str | None) -> str:
+        if model is None:
+            return "none"
+        if config is not self._config:  # a reload: the names it writes
+            self._config, self._names = config, configured_models(config)
+        if model in self._names:
+            return model
+        table = self._table()
+        return model if table is not None and model in table.models else "other"
+
+
 class Metrics:
-    """One gateway's metrics (see the module docstring)."""
+    """One gateway's metrics (see the module docstring). `table` is the price table whose
+    model names, with the config's, may label series."""
 
     def __init__(
-        self, router: Callable[[], Router], *, clock: Callable[[], float] = time.monotonic
+        self,
+        router: Callable[[], Router],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        table: Callable[[], PriceTable | None] = lambda: None,
     ) -> None:
+        self._router = router
+        self._model_label = _ModelLabels(table)
         self.registry = CollectorRegistry()
         reg = self.registry
         self.requests = Counter(
@@ -115,7 +152,8 @@ class Metrics:
         # model asked.
         self.tokens = Counter(
             "gateway_tokens",
-            "Tokens the upstreams reported, by key, upstream, model asked and kind "
+            "Tokens the upstreams reported, by key, upstream, model asked (other: a name the "
+            "config and price table do not know) and kind "
             "(input = uncached input, cache_read, cache_write, output)",
             ["key", "provider", "model", "kind"],
             registry=reg,
@@ -198,7 +236,7 @@ class Metrics:
 
     def _observe_spend(self, row: RequestRow, provider: str) -> None:
         key = row.key_name or "none"
-        model = row.model or "none"
+        model = self._model_label(self._router().config, row.model)
         if row.cost_state == "estimated":
             # No usage was reported: the row's input tokens and cost are the gateway's estimate,
             # kept apart from what upstreams reported.

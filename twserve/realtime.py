@@ -73,6 +73,7 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
+from twengine.admission import model_name_refusal, shown_model
 from twengine.attempt import AttemptRecord, Outcome
 from twengine.rules import RequestFacts
 from twengine.slots import Permit
@@ -358,7 +359,11 @@ class _Proxy:
             gw.events.request_started(row)
         try:
             model = _model_of(self.upgrade.query)
-            row.model = model
+            limit = gw.config.listen.gateway.max_model_name_chars
+            row.model = shown_model(model, limit)
+            too_long = model_name_refusal(model, limit)
+            if too_long is not None:
+                raise _Refused(too_long)
             usable = self._candidates(model, client_name)
         except _Refused as refused:
             await self._refuse(row, refused.err)

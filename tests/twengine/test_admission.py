@@ -196,3 +196,24 @@ def test_model_listing() -> None:
         cfg, Route(operation=Operation.GET_MODEL, model="nope"), Dialect.ANTHROPIC
     )
     assert code(missing) == "404 gw.request.not_found"
+
+
+def test_a_model_name_past_the_limit_is_refused_before_routing() -> None:
+    cfg = config(listen={"gateway": {"max_model_name_chars": 20}})
+    ok = run(request({**GOOD, "model": "m"}), cfg)
+    assert isinstance(ok, Routed)
+    refused = run(request({**GOOD, "model": "n" * 21}), cfg)
+    assert isinstance(refused, Refusal)
+    assert (refused.error.status, refused.error.code) == (400, "gw.request.model_name_too_long")
+    assert refused.error.message == "the model name is 21 characters long; at most 20 are accepted"
+    # What the row records: the name cut at the limit; no routing was done for it.
+    assert refused.view.model == "n" * 20 + "…" and refused.view.routing is None
+    gemini = run(request({"contents": []}, path=f"/v1beta/models/{'g' * 30}:generateContent"), cfg)
+    assert isinstance(gemini, Refusal) and gemini.error.code == "gw.request.model_name_too_long"
+
+
+def test_the_default_model_name_limit_is_256() -> None:
+    routed = run(request({**GOOD, "model": "m" * 256}))
+    assert isinstance(routed, Refusal) and routed.error.code == "gw.no_upstream"  # a name, unknown
+    refused = run(request({**GOOD, "model": "m" * 257}))
+    assert isinstance(refused, Refusal) and refused.error.code == "gw.request.model_name_too_long"

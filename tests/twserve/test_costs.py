@@ -260,3 +260,24 @@ def test_a_stream_cancelled_before_its_usage_shows_the_estimate(
     assert (total["estimated_requests"], total["cost_micros"]) == (1, estimate * 2)
     assert main(["usage", "--data-dir", str(tmp_path), "--width", "160"]) == 0
     assert "estimated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("count", [2**63, 2**64, -5])
+def test_a_token_count_no_request_has_keeps_the_gateway_serving(tmp_path: Path, count: int) -> None:
+    """An upstream reporting 2**63 input tokens (past SQLite's integers) stopped the request
+    store's writer, and with it the gateway; a negative count priced the request below zero.
+    Counts are kept within 0 to a billion (twproto.ir.MAX_TOKEN_COUNT) wherever they are read."""
+    script = Script(usage=Usage(input=count, output=5))
+    upstreams = {"anth": Upstream("anthropic", MockSettings(script=script))}
+    with running_stack(tmp_path, upstreams) as st, sdk_clients(st.url) as c:
+        for _ in range(2):
+            answer = c.openai.chat.completions.create(
+                model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert answer.usage is not None
+        rows = st.wait_rows(2)
+    kept = 1_000_000_000 if count > 0 else 0
+    assert answer.usage.prompt_tokens == kept
+    assert [(r["status"], r["input_tokens"]) for r in rows] == [(200, kept)] * 2
+    # Sonnet 4.6: 3 USD per million input tokens, 15 per million output.
+    assert [r["cost_micros"] for r in rows] == [kept * 3 + 5 * 15] * 2

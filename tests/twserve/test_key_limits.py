@@ -137,6 +137,49 @@ def test_rolling_wait_longer_than_wait_secs_is_refused_at_once(tmp_path: Path) -
     assert headers[b"retry-after"] == b"3600"
 
 
+def test_hour_refusal_is_not_slept_through_by_the_sdks(tmp_path: Path) -> None:
+    """A rolling hour's refusal says Retry-After: 3600. With x-should-retry: false beside it
+    the SDKs with their default retries raise at once: the Anthropic SDK would otherwise sleep
+    the whole hour, the OpenAI SDK retry twice on its own backoff."""
+    wall = FakeWall(T0)
+    with _stack(tmp_path, [{"per": "hour", "requests": 1}], wall=wall) as st:
+        assert _raw(st.url)[0] == 200
+        st.wait_rows(1)
+        errors: list[BaseException] = []
+
+        def calls() -> None:
+            with httpx2.Client(timeout=10) as http:
+                client = anthropic.Anthropic(base_url=st.url, api_key=KEY, http_client=http)
+                oa = openai.OpenAI(base_url=st.url + "/v1", api_key=KEY, http_client=http)
+                for call in (
+                    lambda: client.messages.create(
+                        model="gpt-5", max_tokens=9, messages=[{"role": "user", "content": "hi"}]
+                    ),
+                    lambda: oa.chat.completions.create(
+                        model="gpt-5", messages=[{"role": "user", "content": "hi"}]
+                    ),
+                ):
+                    try:
+                        call()
+                    except (anthropic.RateLimitError, openai.RateLimitError) as exc:
+                        errors.append(exc)
+
+        started = time.monotonic()
+        # A thread, so that an SDK sleeping for the hour fails the test instead of hanging it.
+        caller = threading.Thread(target=calls, daemon=True)
+        caller.start()
+        caller.join(timeout=30)
+        assert not caller.is_alive(), "an SDK is sleeping through Retry-After"
+        rows = st.wait_rows(3)
+    assert time.monotonic() - started < 30
+    assert len(errors) == 2
+    for exc in errors:
+        headers = exc.response.headers  # type: ignore[attr-defined]
+        assert headers["retry-after"] == "3600" and headers["x-should-retry"] == "false"
+    # One row per call: neither SDK retried.
+    assert [r["error_code"] for r in rows] == [None, *["gw.key_limit.requests_rolling"] * 2]
+
+
 def _period_error_checks(message: str) -> None:
     assert "'tester'" in message and "per day" in message
     assert "resets at 2026-12-03T00:00:00+00:00" in message
@@ -333,7 +376,8 @@ def test_each_period_and_measure(
     assert body["error"]["code"] == (
         f"gw.key_limit.{measure}_rolling" if rolling else "insufficient_quota"
     )
-    assert (b"x-should-retry" in headers) is not rolling
+    # Refused until the reset: not worth a retry past the minute (MAX_RETRY_SLEEP_SECS).
+    assert (b"x-should-retry" in headers) is (per != "minute")
     assert [r["counted"] for r in rows] == [1, 0, 0, 1]
     assert rows[0]["limit_cost"] == 12_000 and rows[0]["limit_tokens"] == 3200
 

@@ -165,6 +165,16 @@ async def test_a_missing_model_is_400(stack: StackFactory) -> None:
     assert refusal.response.status_code == 400
 
 
+async def test_a_model_name_past_the_limit_is_400_and_cut_in_the_row(stack: StackFactory) -> None:
+    st = stack({"rt": _rt()})
+    refusal = await _status_of_refusal(st, model="r" * 5000)
+    assert refusal.response.status_code == 400
+    assert b"gw.request.model_name_too_long" in (refusal.response.body or b"")
+    (row,) = st.wait_rows(1)
+    assert row["error_code"] == "gw.request.model_name_too_long"
+    assert row["model"] == "r" * 256 + "…"
+
+
 async def test_a_bad_key_is_401(stack: StackFactory) -> None:
     st = stack({"rt": _rt()})
     refusal = await _status_of_refusal(st, key="not-a-key")

@@ -4,6 +4,7 @@ losing it: requests keep flowing, the loss and the return are told as events."""
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -124,6 +125,50 @@ def test_a_pause_decided_on_one_instance_holds_on_the_other(tmp_path: Path) -> N
         assert health_changes(seen_a) == [(True, "rate_limit"), (False, "success")]
 
 
+def test_deployments_on_other_databases_of_one_redis_do_not_pause_each_other(
+    tmp_path: Path,
+) -> None:
+    """A and its twin C share database 0, B is another deployment on database 1 of the same
+    server with an upstream of the same name. Pub/sub channels span databases: A's pause must
+    reach C and not B."""
+    limited = Script(error=ErrorSpec(status=429, retry_after=30))
+    with start_redis() as server, ExitStack() as exits:
+        stacks = {}
+        for name, db, script in (("a", 0, limited), ("c", 0, Script()), ("b", 1, Script())):
+            up = Upstream("openai-chat", MockSettings(script=script))
+            url = server.url.rsplit("/", 1)[0] + f"/{db}"
+            config = {"state": {"redis_url": url}}
+            stacks[name] = exits.enter_context(
+                running_stack(tmp_path / name, {"mock": up}, config=config)
+            )
+        seen_b: list[Any] = []
+        stacks["b"].app.events.listeners.append(seen_b.append)
+        for stack in stacks.values():
+            sharing = stack.app.sharing
+            assert sharing is not None
+            until(lambda s=sharing: s.state.up, "connected to Redis")
+            # Subscribed (and read back) before the pause is announced.
+            until(lambda s=sharing: s.router.channel in _channels(server), "subscribed")
+        with pytest.raises(openai.APIError):
+            chat(stacks["a"], [{"role": "user", "content": "hi"}], "s1")
+        assert paused(stacks["a"])
+        until(lambda: paused(stacks["c"]), "C paused")
+        # B answers on its own upstream, never paused by the other deployment.
+        assert chat(stacks["b"], [{"role": "user", "content": "hi"}], "s2")
+        assert not paused(stacks["b"]) and health_changes(seen_b) == []
+        # What reached C over database 0's channel: B's upstream stays unpaused after it too.
+        time.sleep(0.3)
+        assert not paused(stacks["b"]) and health_changes(seen_b) == []
+
+
+def _channels(server: RedisServer) -> list[str]:
+    db = redis.Redis(port=server.port)
+    try:
+        return [c.decode() for c in db.pubsub_channels()]
+    finally:
+        db.close()
+
+
 def test_a_conversation_continues_on_its_upstream_at_the_other_instance(tmp_path: Path) -> None:
     with start_redis() as server, two_gateways(tmp_path, server) as (a, b, _, seen_b):
         # A conversation answered by A continues on the same upstream at B, within its turn.
@@ -225,6 +270,39 @@ def test_redis_restarted_mid_load_requests_keep_flowing(tmp_path: Path) -> None:
         for stack in (a, b):
             (view,) = stack.portal.call(stack.app.usage.current_key_view, "tester")
             assert (view["used"], view["reserved"]) == (before + 2, 0)
+
+
+def test_a_redis_that_stops_answering_holds_one_request_for_one_call_timeout(
+    tmp_path: Path,
+) -> None:
+    """docs/deployment.md, "When Redis is lost": a Redis that stops answering (stopped, not
+    gone: no refused connection to tell) holds the request asking it for at most the call's
+    1 s; that request and the next go on with the instance's own limits, without asking."""
+    config = {
+        "clients": [{"name": "tester", "key": KEY, "limits": [{"per": "hour", "requests": 50}]}]
+    }
+    with start_redis() as server, two_gateways(tmp_path, server, config=config) as (a, _, seen, _):
+        sharing = a.app.sharing
+        assert sharing is not None and sharing.state.timeout == 1.0
+        assert chat(a, [{"role": "user", "content": "hi"}], "s1")
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            took = []
+            for n in range(3):
+                started = time.monotonic()
+                assert chat(a, [{"role": "user", "content": f"n{n}"}], f"s{n}")
+                took.append(time.monotonic() - started)
+                if n == 0:
+                    assert not sharing.state.up  # lost by this request's call
+            lost = [e for e in seen if isinstance(e, SharedStateChanged) and not e.shared]
+            assert len(lost) == 1
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        # The first waited for its call (1 s, plus its own answer under load); the others did
+        # not ask Redis at all.
+        assert took[0] < 3.0, took
+        until(lambda: sharing.state.up, "Redis back")
 
 
 def test_a_reload_that_changes_the_redis_url_says_it_needs_a_restart(

@@ -488,6 +488,7 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
         per_address = gf.integer(
             "max_connections_per_address", defaults.GATEWAY_MAX_CONNECTIONS_PER_ADDRESS
         )
+        model_chars = gf.integer("max_model_name_chars", defaults.GATEWAY_MAX_MODEL_NAME_CHARS)
         gateway = GatewayListen(
             bind=bind,
             port=port or defaults.GATEWAY_PORT,
@@ -496,6 +497,7 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             max_connections_per_address=per_address,
             allow_origins=_origins(out, gf),
             allow_hosts=_hosts(out, gf),
+            max_model_name_chars=model_chars or 256,
         )
     control = ControlListen()
     cf = lf.fields("control", SECTIONS["listen.control"])

@@ -23,6 +23,7 @@ __all__ = [
     "GATEWAY_BIND",
     "GATEWAY_MAX_CONNECTIONS",
     "GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
+    "GATEWAY_MAX_MODEL_NAME_CHARS",
     "GATEWAY_PORT",
     "GROUP_WEIGHT",
     "LIMIT_COST_USD",
@@ -79,6 +80,9 @@ GATEWAY_MAX_CONNECTIONS_PER_ADDRESS = Bound(low=1, high=1_000_000)
 # bodies draw on a budget of their own, ControlListen.body_budget_bytes).
 CONTROL_MAX_CONNECTIONS = Bound(low=1, high=10_000, default=32)
 CONTROL_MAX_BODY_BYTES = Bound(low=1024, high=64 * 1024 * 1024, default=1024 * 1024)
+# listen.gateway.max_model_name_chars: the longest model name a request may ask for. Real names
+# (dated snapshots, vendor/ prefixes, Bedrock ARNs) stay well under 256.
+GATEWAY_MAX_MODEL_NAME_CHARS = Bound(low=16, high=65_536, default=256)
 
 CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
 # Per-upstream numbers; `max_concurrent` has no default (no cap).

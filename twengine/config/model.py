@@ -192,6 +192,10 @@ class GatewayListen:
             return self.max_connections_per_address
         return max(1, self.max_connections // 2)
 
+    # The longest model name a request may ask for (400 `gw.request.model_name_too_long`):
+    # the name is echoed in headers, rows, events and answers.
+    max_model_name_chars: int = 256
+
     def allows(self, address: str) -> bool:
         """Whether a client at `address` may connect (checked before the key)."""
         if not self.allow_from:

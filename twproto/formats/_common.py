@@ -22,7 +22,9 @@ NAMESPACE_SEPARATOR = "__"
 
 #: What reading a JSON value of an unexpected shape raises deep inside a decoder (a list where an
 #: object belongs, a number where a string does). Decoders catch these at their boundary.
-MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+#: RecursionError too: JSON is read to 1024 levels, deeper than Python's stack lets a recursive
+#: walk (a schema, the text of a value that is a nested list) go.
+MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError, RecursionError)
 
 # The schema a custom (free-form) tool gets in formats that only have JSON-schema functions.
 CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {

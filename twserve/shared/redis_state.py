@@ -72,6 +72,8 @@ class RedisState:
             retry=Retry(NoBackoff(), 1),
             health_check_interval=0,
         )
+        # The database the URL names (``/1``; 0 without one), which the keys live in.
+        self.db = int(self.client.connection_pool.connection_kwargs.get("db") or 0)
         # False until the first answer: requests before it use the in-process state.
         self.up = False
         self.dropped = 0
@@ -85,6 +87,12 @@ class RedisState:
     def key(self, *parts: str) -> str:
         """A key name under the prefix."""
         return self.prefix + ":".join(parts)
+
+    def channel(self, name: str) -> str:
+        """A pub/sub channel's name: under the prefix and the database number, since channels,
+        unlike keys, are one namespace for every database of a server. Two deployments on one
+        Redis, told apart by their database (``/0``, ``/1``), thus never hear each other."""
+        return f"{self.prefix}db{self.db}:{name}"
 
     async def call(self, fn: Callable[[Redis], Awaitable[T]]) -> T:
         """`fn`'s result, within `timeout`; `RedisDown` when Redis is lost or fails now."""

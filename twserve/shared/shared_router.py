@@ -3,7 +3,8 @@
 *Pauses.* A pause that starts on one instance (a failure's pause rule, or an operator's) is
 written to ``<prefix>pause:<upstream>`` with the pause's end as its expiry — never shortening a
 longer pause already there unless an operator set it — and announced on the channel
-``<prefix>events``. A pause that ends early (a success, an operator's resume) deletes the key and
+``<prefix>db<N>:events`` (`RedisState.channel`: channels are shared by every database of a
+server, keys are not). A pause that ends early (a success, an operator's resume) deletes the key and
 is announced too; one that runs out needs nothing, its key expires with it. The other instances
 take what they hear into their own `twengine.health.Health` (`Health.pause`/`Health.resume` with
 the reason the deciding instance gave), so a pause shows in their ``HealthChanged`` events and
@@ -76,7 +77,7 @@ class SharedRouter:
         self.conversation_ttl_secs = conversation_ttl_secs
         self.wall = wall
         self.clock = clock
-        self.channel = state.key("events")
+        self.channel = state.channel("events")
         self._adopting = False
         self._set_pause = state.client.register_script(SET_PAUSE)
         hooks.listeners.append(self.pause_changed)
