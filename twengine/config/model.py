@@ -202,6 +202,7 @@ class ControlListen:
     bind: str = defaults.CONTROL_BIND
     port: int = defaults.CONTROL_PORT
     key: str | None = None
+    max_config_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

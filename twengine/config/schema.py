@@ -50,7 +50,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "listen": ("gateway", "control"),
         "listen.gateway": ("bind", "port", "allow_from", "max_connections"),
-        "listen.control": ("enabled", "bind", "port", "key"),
+        "listen.control": ("enabled", "bind", "port", "key", "max_config_bytes"),
         "clients[]": ("name", "key", "route", "max_concurrent", "limits"),
         "clients[].limits[]": ("per", *_MEASURES, "cache_reads"),
         "providers[]": (
@@ -139,6 +139,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "listen.control.bind": _reads("twserve.app", "bind"),
         "listen.control.port": _reads("twserve.app", "port"),
         "listen.control.key": _reads("twserve.control", "key"),
+        "listen.control.max_config_bytes": _reads("twserve.control_config", "max_config_bytes"),
         "clients": _SECTION,
         "clients[].name": _reads("twserve.callers", "name"),
         "clients[].key": _reads("twserve.callers", "key"),
