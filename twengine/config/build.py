@@ -490,7 +490,7 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             or defaults.CONTROL_PORT,
             key=key,
             max_config_bytes=cf.integer("max_config_bytes", defaults.CONTROL_MAX_CONFIG_BYTES)
-            or ControlListen.max_config_bytes,
+            or ControlListen().max_config_bytes,
         )
         same_host = control.bind == gateway.bind or bool(
             {control.bind, gateway.bind} & set(_WILDCARD_BINDS)
