@@ -402,6 +402,7 @@ class GatewayApp:
             events=self.events,
             stage=self._stage_config,
             data=data,
+            env=self.env,
             safe=safe,
         )
         if safe is None:
