@@ -416,10 +416,28 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("twserve")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"twserve {version}")
+        parser.exit()
+
+
 def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
     """The command line; `mock_options`: with ``mock-upstream``'s own options, which load the
     mock server (about 0.7 MiB the gateway has no use for)."""
     parser = argparse.ArgumentParser(prog="twserve", description="LLM API gateway")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -497,7 +515,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     os.umask(0o077)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Whoever read stdout stopped (`twserve usage --json | head`): end as a program killed
+        # by SIGPIPE would (128 + 13), without a traceback, and without Python's own complaint
+        # when it flushes stdout again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
 
 
 if __name__ == "__main__":
