@@ -457,7 +457,8 @@ class GatewayApp:
             )
         except OSError as exc:
             path = f"listen.{which}.port"
-            line, excerpt = locate(text, path)
+            # Locating the field reads the YAML again: off the event loop, like every parse.
+            line, excerpt = await anyio.to_thread.run_sync(locate, text, path)
             raise ConfigRejection(
                 [
                     Finding(
