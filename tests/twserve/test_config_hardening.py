@@ -27,7 +27,6 @@ import pytest
 from tests.twserve.live import (
     CONTROL_KEY,
     KEY,
-    UPSTREAM_KEY,
     Live,
     config_yaml,
     free_port,
@@ -495,11 +494,13 @@ def test_a_model_name_with_a_separator_is_refused_and_small_writes_go_on(tmp_pat
             )
             assert status == 400, (bad, body)
             assert body["error"]["code"] == "control.model_spec_invalid"
-        # A file that already holds one (edited by hand, quoted): the small writes still work.
+        # A file that holds one where it may, in a quoted header value, above the lines a small
+        # write edits: they are still found, counted as YAML counts lines (not at U+2028).
         text = live.path.read_text().replace(
-            f"    key: {UPSTREAM_KEY}-a\n",
-            f'    key: {UPSTREAM_KEY}-a\n    headers: {{x-note: "a\u2028b"}}\n',
+            "  - name: a  # upstream a\n",
+            '  - headers: {x-note: "a\u2028b"}\n    name: a  # upstream a\n',
         )
+        assert "\u2028" in text
         live.write(text)
         wait_for(lambda: live.events_of("ConfigReloaded"))
         status, body = live.control(
@@ -510,9 +511,18 @@ def test_a_model_name_with_a_separator_is_refused_and_small_writes_go_on(tmp_pat
             "PUT", "/provider-model-spec", {"provider": "a", "model": "n", "max_output_tokens": 50}
         )
         assert status == 200, body
+        # A write that replaces a line in place, and one that removes one.
+        status, body = live.control(
+            "PUT", "/provider-model-spec", {"provider": "a", "model": "m", "context_window": 7000}
+        )
+        assert status == 200, body
+        status, body = live.control(
+            "PUT", "/provider-model-spec", {"provider": "a", "model": "n", "clear": True}
+        )
+        assert status == 200, body
         written = check_config_text(live.path.read_text(), {})
         specs = dict(written.provider("a").model_specs)
-        assert specs["m"].context_window == 9000 and specs["n"].max_output_tokens == 50
+        assert list(specs) == ["m"] and specs["m"].context_window == 7000
         assert dict(written.provider("a").headers)["x-note"] == "a\u2028b"
 
 
