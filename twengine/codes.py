@@ -26,12 +26,17 @@ PREFIXES = ("config.", "engine.", "control.", "gw.")
 _CODES = {
     # --- config: loading, schema and ranges -----------------------------------------------
     "config.yaml_invalid": "The config file is not valid YAML, or its top level is not a mapping.",
+    "config.yaml_alias": "The config uses a YAML anchor or alias (`&name`, `*name`); none is read.",
+    "config.yaml_too_deep": "The config nests collections deeper than 32 levels.",
     "config.wrong_type": "A field holds the wrong kind of value (text where a number belongs…).",
     "config.missing_field": "A required field is absent.",
     "config.unknown_field": "A field the schema does not know, often a misspelling.",
     "config.out_of_range": "A number lies outside its allowed range.",
     "config.invalid_choice": "A field holds a value outside its fixed set of choices.",
     "config.name_invalid": "A name is blank, has surrounding spaces, or is the reserved `__all__`.",
+    "config.name_unprintable": (
+        "A name or model name holds a control, format or separator character (U+2028…)."
+    ),
     "config.version_unsupported": "`version` is not 1.",
     "config.template_invalid": "A `${VAR}` template is malformed (unclosed brace, bad name).",
     "config.env_missing": "A `${VAR}` template names an environment variable that is not set.",
@@ -49,6 +54,8 @@ _CODES = {
     "config.key_concurrency_range": "clients[].max_concurrent is outside 1–1000.",
     "config.key_limit_two_measures": "A key limit names more than one of requests, tokens, cost.",
     "config.key_limit_no_measure": "A key limit names none of requests, tokens, cost.",
+    "config.key_limit_duplicate": "A key has two limits with the same window and measure.",
+    "config.key_limit_cache_reads": "cache_reads is set on a requests or cost limit (tokens only).",
     "config.key_limit_retention": (
         "A day, week or month key limit needs retention.row_days of at least 1, 7 or 31."
     ),
@@ -131,6 +138,7 @@ _CODES = {
         "A config write was based on an older version than the current one (409)."
     ),
     "control.config.rejected": "A config write was refused; its problems are listed (422).",
+    "control.config.too_large": "A PUT /config is over listen.control.max_config_bytes (413).",
     "control.provider_unknown": "The control-plane request names no upstream (404).",
     "control.model_spec_invalid": "A model spec written through the control plane is refused.",
     "control.safe_mode": "The config failed to load; only the control plane is serving.",

@@ -35,6 +35,7 @@ together; it is built once per config and price table.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,11 +156,28 @@ def cost_of(usage: Usage, pricing: ModelPricing, *, multiplier: float = 1.0) -> 
 # --- the table ------------------------------------------------------------------------------
 
 
+_FIGURES = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+
+
 def _figure(raw: Mapping[str, Any], name: str) -> float | None:
     value = raw.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         return None
+    if not math.isfinite(value):
+        return None
     return float(value)
+
+
+def _unusable(raw: Mapping[str, Any]) -> bool:
+    """Whether `raw` gives a figure that is a number but no price (NaN, ±Infinity, below zero):
+    the cost of a request at such a price is NaN, which no row and no limit can count."""
+    for name in _FIGURES:
+        value = raw.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value) or value < 0:
+            return True
+    return False
 
 
 def _count(raw: Mapping[str, Any], name: str) -> int | None:
@@ -170,8 +188,7 @@ def _count(raw: Mapping[str, Any], name: str) -> int | None:
 
 
 def _rates(raw: Mapping[str, Any], base: Rates | None) -> Rates | None:
-    names = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
-    given = {n: _figure(raw, n) for n in names}
+    given = {n: _figure(raw, n) for n in _FIGURES}
     input_rate = given["input"]
     output_rate = given["output"]
     if base is not None:
@@ -200,8 +217,11 @@ def _rates(raw: Mapping[str, Any], base: Rates | None) -> Rates | None:
 
 
 def _model(name: str, raw: object) -> ModelPricing | None:
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, Mapping) or _unusable(raw):
         return None
+    tiers_raw = raw.get("tiers") or ()
+    if any(isinstance(t, Mapping) and _unusable(t) for t in tiers_raw):
+        return None  # a model priced wrongly anywhere is not priced: it shows as unpriced
     rates = _rates(raw, None)
     if rates is None:
         return None
@@ -227,6 +247,8 @@ def _model(name: str, raw: object) -> ModelPricing | None:
 # A dated snapshot name ("claude-sonnet-4-5-20250929", "gpt-4o-2024-08-06", Vertex's
 # "claude-sonnet-4-5@20250929") falls back to its undated name.
 _DATED = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})$")
+# A dot between digits, as in a version ("4.5").
+_VERSION_DOT = re.compile(r"(?<=\d)\.(?=\d)")
 
 
 class PriceTable:
@@ -269,12 +291,16 @@ class PriceTable:
 
     def lookup(self, model: str) -> ModelPricing | None:
         """`model`'s prices: by exact name, case-insensitively, without a ``vendor/`` prefix
-        (relays' ``anthropic/claude-…``), then without a date suffix."""
+        (relays' ``anthropic/claude-…``), with a version's dots as dashes (relays write
+        ``claude-sonnet-4.5`` for ``claude-sonnet-4-5``), then without a date suffix."""
         found = self.models.get(model)
         if found is not None:
             return found
         name = model.lower()
-        for candidate in (name, name.rsplit("/", 1)[-1]):
+        bare = name.rsplit("/", 1)[-1]
+        # Exact spellings first: ``gpt-4.1`` is a name of its own, not ``gpt-4-1``.
+        candidates = dict.fromkeys((name, bare, _VERSION_DOT.sub("-", bare)))
+        for candidate in candidates:
             found = self._lower.get(candidate)
             if found is not None:
                 return found

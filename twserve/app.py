@@ -406,6 +406,7 @@ class GatewayApp:
             events=self.events,
             stage=self._stage_config,
             data=data,
+            env=self.env,
             safe=safe,
         )
         if safe is None:
@@ -460,7 +461,8 @@ class GatewayApp:
             )
         except OSError as exc:
             path = f"listen.{which}.port"
-            line, excerpt = locate(text, path)
+            # Locating the field reads the YAML again: off the event loop, like every parse.
+            line, excerpt = await anyio.to_thread.run_sync(locate, text, path)
             raise ConfigRejection(
                 [
                     Finding(

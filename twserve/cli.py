@@ -39,6 +39,16 @@ def _config_path(args: argparse.Namespace) -> Path:
     return data_dir() / "config.yaml"
 
 
+def _home(args: argparse.Namespace) -> Path:
+    """The data directory: ``--data-dir`` (created 0700 when it does not exist yet, as the
+    default one is: safe mode keeps its key there, the store its rows), else the default."""
+    if not args.data_dir:
+        return data_dir()
+    home = Path(args.data_dir).expanduser()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
 def _print_problems(err: ConfigError) -> None:
     for p in err.problems:
         where = f" at {p.path}" if p.path else ""
@@ -118,7 +128,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"wrote a starting config to {path}")
         _tell_key(path, key)
     open_files = raise_fd_limit()
-    home = data_dir() if not args.data_dir else Path(args.data_dir)
+    try:
+        home = _home(args)
+    except OSError as exc:
+        print(f"cannot use the data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
     app = _serving_app(path, home, port=args.port, safe=args.safe)
     if app is None:
         return 1
@@ -188,7 +202,7 @@ def _serving_app(path: Path, home: Path, *, port: int | None, safe: bool) -> Gat
         return None
     rejection: ConfigRejection | None = None
     try:
-        config = check_bytes(data)
+        config = check_bytes(data, os.environ)
     except ConfigRejection as err:
         rejection = err
     if rejection is None and safe:
@@ -213,9 +227,10 @@ def _serving_app(path: Path, home: Path, *, port: int | None, safe: bool) -> Gat
     control = control_only_config(data.decode("utf-8", errors="replace"), home, os.environ)
     if control.source == "defaults":
         where = f"$TWSERVE_CONTROL_KEY or {control.key_file}"
+        why = f" ({control.reason})" if control.reason else ""
         print(
-            "  the config gives no usable listen.control; the control plane uses the defaults "
-            f"(127.0.0.1:8789, key from {where})",
+            f"  the config gives no usable listen.control{why}; the control plane uses the "
+            f"defaults (127.0.0.1:8789, key from {where})",
             file=sys.stderr,
         )
     return GatewayApp(
@@ -236,7 +251,11 @@ def cmd_config(args: argparse.Namespace) -> int:
     from twserve.liveconfig import check_bytes
 
     path = _config_path(args)
-    home = data_dir() if not args.data_dir else Path(args.data_dir)
+    try:
+        home = _home(args)
+    except OSError as exc:
+        print(f"cannot use the data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
     history = ConfigHistory(home)
     if args.action == "history":
         import time
@@ -265,7 +284,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(f"no history entry {args.number} (see `twserve config history`)", file=sys.stderr)
         return 1
     try:
-        check_bytes(data)
+        check_bytes(data, os.environ)
     except ConfigRejection as err:
         print(f"entry {entry.number} no longer passes validation:", file=sys.stderr)
         for f in err.findings:
@@ -397,10 +416,28 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("twserve")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"twserve {version}")
+        parser.exit()
+
+
 def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
     """The command line; `mock_options`: with ``mock-upstream``'s own options, which load the
     mock server (about 0.7 MiB the gateway has no use for)."""
     parser = argparse.ArgumentParser(prog="twserve", description="LLM API gateway")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -478,7 +515,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     os.umask(0o077)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Whoever read stdout stopped (`twserve usage --json | head`): end as a program killed
+        # by SIGPIPE would (128 + 13), without a traceback, and without Python's own complaint
+        # when it flushes stdout again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
 
 
 if __name__ == "__main__":

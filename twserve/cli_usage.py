@@ -113,12 +113,21 @@ def cmd_prices_update(args: argparse.Namespace) -> int:
     if not isinstance(source, dict):
         print(f"{args.source} is not a LiteLLM model price list (a JSON object)", file=sys.stderr)
         return 1
+    refused: list[str] = []
     data = convert_litellm(
         source,
         package="litellm",
         version=args.version or f"from {args.source}",
         retrieved=dt.date.today().isoformat(),
+        refused=refused,
     )
+    if refused:
+        shown = ", ".join(refused[:10]) + (f" and {len(refused) - 10} more" if refused[10:] else "")
+        print(
+            f"left out {len(refused)} model(s) with a price that is not a finite number of "
+            f"zero or more (NaN, Infinity, negative): {shown}",
+            file=sys.stderr,
+        )
     count = len(PriceTable.from_data(data).models)
     if count == 0:
         print(

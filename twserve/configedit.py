@@ -18,15 +18,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from twserve.configcheck import load_document
+from twserve.configcheck import compose_document, load_document, split_lines
 
 __all__ = [
     "EditError",
+    "SecretSpan",
+    "Verbatim",
+    "render_scalar",
     "replace_secrets",
+    "secret_spans",
     "set_group_selected",
     "set_model_spec",
 ]
@@ -55,7 +61,9 @@ def scalar(value: str | int) -> str:
 
 class _Lines:
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines(keepends=True)
+        # Lines as YAML counts them, so that ruamel's line N is lines[N] (a U+2028 inside a
+        # value is no line break).
+        self.lines = split_lines(text, keepends=True)
         self.eol = "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
         if self.lines and not self.lines[-1].endswith(("\n", "\r")):
             self.lines[-1] += self.eol
@@ -206,43 +214,106 @@ def set_model_spec(text: str, provider: str, model: str, spec: Mapping[str, int]
     return lines.text()
 
 
-def replace_secrets(text: str, choose: Callable[[str, str], str | None]) -> str:
-    """Each secret value in the file (keys, header values, DSNs) passed to `choose(path,
-    value)`; a returned string takes its place on its own line, None leaves it. Used to mask
-    the file for reading and to put masked secrets back on a write."""
-    doc = load_document(text)
-    lines = _Lines(text)
-    edits: list[tuple[int, int, str, str]] = []
-    _walk_secrets(doc, "", False, choose, edits)
-    for line, col, old, new in edits:
-        if 0 <= line < len(lines.lines):
-            head, tail = lines.lines[line][:col], lines.lines[line][col:]
-            if old in tail:
-                lines.lines[line] = head + tail.replace(old, new, 1)
-    return lines.text()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SecretSpan:
+    """One secret value of a config file (a key, a header value, a DSN): its field's path, its
+    parsed value, and where its text sits (`start`/`end`, offsets into the file's text, from
+    the first character of the scalar — a quote, a ``|`` — to the end of its last line)."""
+
+    path: str
+    value: str
+    start: int
+    end: int
+    block: bool = False
+
+    def source(self, text: str) -> str:
+        return text[self.start : self.end]
+
+
+@dataclass(frozen=True, slots=True)
+class Verbatim:
+    """YAML text a `replace_secrets` choice puts in as it is, instead of a value to write."""
+
+    text: str
 
 
 _SECRET_FIELDS = frozenset({"key", "redis_url", "postgres_dsn"})
+# A value that reads back as itself when written plain: no indicator, quote, comment or space.
+_PLAIN_SAFE = re.compile(r"[^\s#:'\"\[\]{},&*!|>%@`][^\s#'\"\[\]{},]*")
 
 
-def _walk_secrets(
-    node: Any,
-    path: str,
-    under_headers: bool,
-    choose: Callable[[str, str], str | None],
-    edits: list[tuple[int, int, str, str]],
-) -> None:
-    if isinstance(node, CommentedMap):
-        for key in node:
-            value = node[key]
-            here = f"{path}.{key}" if path else str(key)
-            if isinstance(value, str) and (under_headers or str(key) in _SECRET_FIELDS):
-                new = choose(here, value)
-                if new is not None and new != value:
-                    line, col = node.lc.value(key)
-                    edits.append((line, col, value, new))
+def secret_spans(text: str) -> list[SecretSpan]:
+    """Every secret value in `text`, found on the parsed nodes, so a value written as a block
+    scalar, over several lines, quoted with escapes or in flow style is found whole (raises
+    ruamel's `YAMLError` when `text` does not parse)."""
+    spans: list[SecretSpan] = []
+    root = compose_document(text)
+    if root is not None:
+        _walk_spans(root, "", False, spans)
+    return spans
+
+
+def _walk_spans(node: Node, path: str, under_headers: bool, out: list[SecretSpan]) -> None:
+    if isinstance(node, MappingNode):
+        for key_node, value in node.value:
+            name = str(key_node.value) if isinstance(key_node, ScalarNode) else "?"
+            here = f"{path}.{name}" if path else name
+            secret = under_headers or name in _SECRET_FIELDS
+            if isinstance(value, ScalarNode) and secret:
+                if value.value == "" and not value.style:
+                    continue  # `key:` with nothing: nothing to hide
+                out.append(
+                    SecretSpan(
+                        path=here,
+                        value=str(value.value),
+                        start=value.start_mark.index,
+                        end=value.end_mark.index,
+                        block=value.style in ("|", ">"),
+                    )
+                )
             else:
-                _walk_secrets(value, here, str(key) == "headers", choose, edits)
-    elif isinstance(node, CommentedSeq):
-        for i, item in enumerate(node):
-            _walk_secrets(item, f"{path}[{i}]", under_headers, choose, edits)
+                _walk_spans(value, here, name == "headers", out)
+    elif isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk_spans(item, f"{path}[{i}]", under_headers, out)
+
+
+_NUMBER_LIKE = re.compile(
+    r"[-+]?(?:[\d_]+(?:\.[\d_]*)?|\.[\d_]+)(?:e[-+]?\d+)?|0x[0-9a-f_]+|0o[0-7_]+|[-+]?\.(?:inf|nan)",
+    re.I,
+)
+
+
+def render_scalar(value: str) -> str:
+    """`value` as a one-line YAML scalar: plain when that reads back as the same text, else in
+    double quotes."""
+    if (
+        _PLAIN_SAFE.fullmatch(value)
+        and value.lower() not in _RESERVED
+        and value not in ("-", "?")
+        and not _NUMBER_LIKE.fullmatch(value)
+    ):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def replace_secrets(text: str, choose: Callable[[str, str], str | Verbatim | None]) -> str:
+    """Each secret value in the file (keys, header values, DSNs) passed to `choose(path,
+    value)`; a returned value is written in its place (a `Verbatim` as it is), None leaves it.
+    Only the value's own text changes, however it was written. Used to mask the file for
+    reading and to put masked secrets back on a write."""
+    pieces: list[str] = []
+    at = 0
+    for span in secret_spans(text):
+        new = choose(span.path, span.value)
+        if new is None or new == span.value:
+            continue
+        old = span.source(text)
+        # A block scalar's text ends with its line break (and blank lines kept with it).
+        body = old.rstrip("\r\n") if span.block else old
+        rendered = new.text if isinstance(new, Verbatim) else render_scalar(new)
+        pieces.append(text[at : span.start])
+        pieces.append(rendered + old[len(body) :])
+        at = span.end
+    pieces.append(text[at:])
+    return "".join(pieces)

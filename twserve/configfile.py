@@ -1,26 +1,22 @@
 """The config file and the data directory on disk.
 
-Stage 1 of validation (docs/configuration.md, "How a config is checked") happens here: the YAML must
-parse. The parsed mapping then goes to `twengine.config.build_config` for the schema, consistency
-and build stages. ruamel.yaml is used in round-trip mode so that writes through the control plane
-keep comments and layout.
+`parse_config_text` is what the one-shot commands (``check``, ``dryrun``, ``usage``) load a config
+with: the same stages as a serving gateway (`twserve.configcheck.check_config_text`: the same YAML
+reader, anchors and aliases refused, ``${VAR}`` keys read from the environment), the problems
+handed back as one `ConfigError`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import secrets
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
-from twengine.config import Config, ConfigError, Problem, build_config
+from twengine.config import Config, ConfigError, Problem
+from twserve.configcheck import ConfigRejection, check_config_text
 
 __all__ = [
     "data_dir",
@@ -40,37 +36,26 @@ def data_dir(env: dict[str, str] | None = None) -> Path:
     return path
 
 
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    return yaml
-
-
-def _plain(node: Any) -> Any:
-    """ruamel's round-trip containers as plain dicts and lists."""
-    if isinstance(node, dict):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    return node
-
-
 def parse_config_text(text: str, env: Mapping[str, str] | None = None) -> Config:
     """YAML text → validated Config; raises `ConfigError` naming every problem.
 
     ``${VAR}`` templates are read from `env` (default: the process environment): gateway keys
     are resolved here, upstream credentials checked (see `build_config`)."""
     try:
-        data = _yaml().load(io.StringIO(text))
-    except YAMLError as exc:
+        return check_config_text(text, dict(os.environ) if env is None else env)
+    except ConfigRejection as rejection:
         raise ConfigError(
-            (Problem(code="config.yaml_invalid", path="", message=str(exc)),)
+            tuple(
+                Problem(
+                    code=f.code,
+                    path=f.path,
+                    message=(
+                        f.message if f.path or f.line is None else f"line {f.line}: {f.message}"
+                    ),
+                )
+                for f in rejection.findings
+            )
         ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            (Problem(code="config.yaml_invalid", path="", message="the config must be a mapping"),)
-        )
-    return build_config(_plain(data), dict(os.environ) if env is None else env)
 
 
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:

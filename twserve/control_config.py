@@ -2,7 +2,8 @@
 
 =========================  ===================================================================
 ``GET /config``            the file in force, secrets masked, and its ``version``
-``PUT /config``            a whole new file, with the ``base_version`` it was edited from
+``PUT /config``            a whole new file, with the ``base_version`` it was edited from (at
+                           most ``listen.control.max_config_bytes``)
 ``GET /config/history``    the last applied versions, newest last
 ``PUT /provider-model-spec``  set or clear one ``providers[].model_specs`` entry
 ``PUT /provider-pause``    pause an upstream for a while, or resume it (``paused: false``)
@@ -17,23 +18,38 @@ config again and redoes its edit. The small writes change only the lines they mu
 state that ends by itself, like the pauses the gateway takes on its own, and it carries over
 reloads the same way.
 
-``GET /config`` masks secrets as the other views do (`mask_secret`). A ``PUT /config`` may send
-a masked value back unchanged: the secret of the same field in the current file, when it masks
-to that value, or else the one secret of the file that does, is put back — so reading, editing
-one line and writing keeps every key. A masked value that matches no current secret is refused
-(the file would otherwise hold the mask as a key).
+``GET /config`` masks secrets as the other views do (`mask_secret`), on each value's own text
+however it is written, and leaves out comments that hold a secret (`twserve.configmask`). A
+``PUT /config`` may send a masked value back unchanged: the secret of the same field in the
+current file, when it masks to that value, or else the one secret of the file that does, is put
+back, written as it was — so reading, editing one line and writing keeps every key. A masked
+value that matches no current secret is refused (the file would otherwise hold the mask as a
+key).
+
+Reading, masking and editing a config parses YAML, which takes time in proportion to the text
+(and the text is the caller's): all of it runs in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
+import anyio
 from ruamel.yaml.error import YAMLError
 
 from twengine.config import Config
 from twproto import json_loads
-from twserve.configcheck import ConfigRejection, redact
-from twserve.configedit import EditError, replace_secrets, set_group_selected, set_model_spec
+from twserve.configcheck import ConfigRejection
+from twserve.configedit import (
+    EditError,
+    Verbatim,
+    replace_secrets,
+    secret_spans,
+    set_group_selected,
+    set_model_spec,
+)
+from twserve.configmask import masked_config
 from twserve.control import ControlPlane, ControlRequestError, mask_secret
 from twserve.httptypes import Request
 from twserve.liveconfig import Applied, LiveConfig, StaleVersion
@@ -46,6 +62,15 @@ MAX_PAUSE_SECS = 7 * 24 * 3600.0
 DEFAULT_PAUSE_SECS = 3600.0
 _SPEC_FIELDS = ("context_window", "max_output_tokens")
 _WILDCARD = frozenset("*?[]")
+
+
+def _unprintable(text: str) -> str | None:
+    """The first control, format or separator character of `text` (``U+2028``), or None: a
+    model name is written into the file, where such a character has no business."""
+    for char in text:
+        if char != " " and unicodedata.category(char)[0] in "CZ":
+            return f"U+{ord(char):04X}"
+    return None
 
 
 def _rejected(rejection: ConfigRejection) -> tuple[int, Any]:
@@ -157,11 +182,9 @@ class ConfigAPI:
 
     async def _get_config(self, request: Request) -> tuple[int, Any]:
         live = self.live
-        text = live.text()
-        try:
-            masked = replace_secrets(text, lambda _path, value: mask_secret(value))
-        except YAMLError:  # a file that does not parse (safe mode): hide every value we can
-            masked = "\n".join(redact(line) for line in text.splitlines()) + "\n"
+        masked = await anyio.to_thread.run_sync(
+            masked_config, live.text(), mask_secret, self.plane.env
+        )
         return 200, {
             "version": live.version,
             "path": str(live.path),
@@ -222,19 +245,33 @@ class ConfigAPI:
         base = self._text(body, "base_version")
         text = self._text(body, "yaml")
         assert base is not None and text is not None
+        limit = self.config.listen.control.max_config_bytes
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            # Reading YAML takes time in proportion to its size: a config far larger than any
+            # real one is refused before it is read.
+            raise ControlRequestError(
+                413,
+                "control.config.too_large",
+                f"the config is {size} bytes; listen.control.max_config_bytes is {limit}",
+            )
         if base != self.live.version:
             raise StaleVersion(base, self.live.version)
-        return await self._write(self._unmask(text), base)
+        restored = await anyio.to_thread.run_sync(self._unmask, text, self.live.text())
+        return await self._write(restored, base)
 
-    def _unmask(self, text: str) -> str:
+    @staticmethod
+    def _unmask(text: str, current: str) -> str:
         """Put back the secrets a ``GET /config`` masked (see the module docs)."""
         by_path: dict[str, str] = {}
-
-        def collect(path: str, value: str) -> None:
-            by_path[path] = value
-
+        # How the current file writes each secret, to put it back byte for byte.
+        written: dict[str, str] = {}
         try:
-            replace_secrets(self.live.text(), collect)
+            for span in secret_spans(current):
+                by_path[span.path] = span.value
+                source = span.source(current)
+                if "\n" not in source and "\r" not in source:
+                    written.setdefault(span.value, source)
         except YAMLError:  # the current file does not parse: nothing to put back
             by_path = {}
         by_mask: dict[str, list[str]] = {}
@@ -244,16 +281,20 @@ class ConfigAPI:
                 by_mask.setdefault(masked, []).append(secret)
         unknown: list[str] = []
 
-        def choose(path: str, value: str) -> str | None:
+        def put_back(secret: str) -> str | Verbatim:
+            source = written.get(secret)
+            return Verbatim(source) if source is not None else secret
+
+        def choose(path: str, value: str) -> str | Verbatim | None:
             if not value.startswith("…"):
                 return None
             # The same field masked the same way first; else the one secret with that mask.
             same = by_path.get(path)
             if same is not None and mask_secret(same) == value:
-                return same
+                return put_back(same)
             secrets = by_mask.get(value, [])
             if len(secrets) == 1:
-                return secrets[0]
+                return put_back(secrets[0])
             unknown.append(path)
             return None
 
@@ -281,6 +322,12 @@ class ConfigAPI:
             raise _invalid("model must not be blank", "control.model_spec_invalid")
         if model != model.strip():
             raise _invalid("model has surrounding spaces", "control.model_spec_invalid")
+        odd = _unprintable(model)
+        if odd is not None:
+            raise _invalid(
+                f"model holds {odd}, a control or separator character",
+                "control.model_spec_invalid",
+            )
         if _WILDCARD & set(model):
             raise _invalid(
                 f"{model!r} is a wildcard; a spec is for one model", "control.model_spec_invalid"
@@ -312,7 +359,9 @@ class ConfigAPI:
         base = self._text(body, "base_version", required=False)
         current = self.live.version
         try:
-            text = set_model_spec(self.live.text(), provider, model, None if clear else spec)
+            text = await anyio.to_thread.run_sync(
+                set_model_spec, self.live.text(), provider, model, None if clear else spec
+            )
         except EditError as err:
             raise self._edit_error(err) from None
         except YAMLError:
@@ -332,7 +381,9 @@ class ConfigAPI:
         base = self._text(body, "base_version", required=False)
         current = self.live.version
         try:
-            text = set_group_selected(self.live.text(), group, member)
+            text = await anyio.to_thread.run_sync(
+                set_group_selected, self.live.text(), group, member
+            )
         except EditError as err:
             raise self._edit_error(err) from None
         except YAMLError:

@@ -6,8 +6,9 @@ Theory of operation
 watcher seeing the file change, ``SIGHUP``, a control-plane write, a rollback — goes through
 `LiveConfig.apply`, one at a time under a lock:
 
-1. stages 1–3 (`twserve.configcheck.check_config_text`) and stage 4's object build
-   (`build_runtime`);
+1. stages 1–3 (`twserve.configcheck.check_config_text`, with the gateway's environment for
+   ``${VAR}`` keys) and stage 4's object build (`build_runtime`), in a worker thread: a large
+   or hostile text never holds up the event loop that serves requests;
 2. ``stage(config)``, supplied by the app, does what can still fail outside the config itself
    — binding a changed listener — and returns a `Staged` change that has touched nothing the
    requests see;
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -83,8 +84,8 @@ class Applied:
     generation: int
 
 
-def check_bytes(data: bytes) -> Config:
-    """Stages 1–4 (without binding) of a file's bytes."""
+def check_bytes(data: bytes, env: Mapping[str, str]) -> Config:
+    """Stages 1–4 (without binding) of a file's bytes, ``${VAR}`` read from `env`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -100,7 +101,7 @@ def check_bytes(data: bytes) -> Config:
                 )
             ]
         ) from None
-    config = check_config_text(text)
+    config = check_config_text(text, env)
     build_runtime(config)
     return config
 
@@ -124,9 +125,11 @@ class LiveConfig:
         events: EventBus,
         stage: Callable[[Config, str], Awaitable[Staged]],
         data: bytes,
+        env: Mapping[str, str],
         safe: ConfigRejection | None = None,
     ) -> None:
         self.path = path
+        self.env = env
         self.history = history
         self.events = events
         self._stage = stage
@@ -165,7 +168,7 @@ class LiveConfig:
                 raise StaleVersion(base_version, self.version)
             version = config_version(data)
             try:
-                config = check_bytes(data)
+                config = await anyio.to_thread.run_sync(check_bytes, data, self.env)
                 staged = await self._stage(config, data.decode("utf-8"))
             except ConfigRejection as rejection:
                 self._publish_rejection(rejection, version, origin)

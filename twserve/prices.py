@@ -22,6 +22,7 @@ The JSON is read here (IO) and handed to `twengine.pricing.PriceTable.from_data`
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import urllib.request
@@ -89,6 +90,22 @@ def _per_million(value: object) -> float | None:
     return round(float(value) * 1_000_000, 6)
 
 
+def _unusable(value: object) -> bool:
+    """A figure that is a number but no price: NaN, ±Infinity (JSON readers take them) or below
+    zero. Such a figure would price a request at NaN, which no row and no limit can hold."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not math.isfinite(value) or value < 0
+
+
+def _has_unusable_figure(raw: Mapping[str, Any]) -> bool:
+    return any(
+        _unusable(value)
+        for name, value in raw.items()
+        if name in _BASE_FIELDS.values() or _TIER.fullmatch(name)
+    )
+
+
 def _limit(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
@@ -130,9 +147,16 @@ def _bare_name(name: str) -> str:
 
 
 def convert_litellm(
-    source: Mapping[str, Any], *, package: str, version: str, retrieved: str
+    source: Mapping[str, Any],
+    *,
+    package: str,
+    version: str,
+    retrieved: str,
+    refused: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Our price data from LiteLLM's model price JSON (see the module docs)."""
+    """Our price data from LiteLLM's model price JSON (see the module docs). A model with a
+    figure that is not a finite number of zero or more is left out, and its name appended to
+    `refused`: unpriced, it counts as unpriced everywhere, where a NaN price counted nowhere."""
     models: dict[str, dict[str, Any]] = {}
     rank: dict[str, int] = {}
     order = list(KEPT_PROVIDERS)
@@ -141,6 +165,10 @@ def convert_litellm(
             continue
         provider = raw.get("litellm_provider")
         if not isinstance(provider, str) or provider not in KEPT_PROVIDERS:
+            continue
+        if _has_unusable_figure(raw):
+            if refused is not None:
+                refused.append(name)
             continue
         entry = _entry(raw)
         if entry is None:

@@ -4,7 +4,8 @@ See docs/operations.md, "Safe mode".
 
 The gateway enters safe mode when the config on disk cannot load at start (or on
 ``twserve serve --safe``). The control plane still needs an address and a key. They come from
-the broken file's own ``listen.control`` when that much of it is sound; otherwise from the
+the broken file's own ``listen.control`` when that much of it is sound — its key's ``${VAR}``
+set in the environment included, or nobody could get in —; otherwise from the
 documented defaults — ``127.0.0.1:8789`` and the key in ``$TWSERVE_CONTROL_KEY``, else a key
 generated once and kept in ``<data dir>/safe-mode-control-key`` (0600), whose path is logged
 (never the key).
@@ -37,14 +38,17 @@ SAFE_KEY_FILE = "safe-mode-control-key"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SafeControl:
     """The control-only config safe mode serves with, and where its control settings came
-    from: ``config`` (the file's own ``listen.control``) or ``defaults``."""
+    from: ``config`` (the file's own ``listen.control``) or ``defaults``; with the defaults,
+    `reason` says why the file's could not be used when it has a ``listen.control``."""
 
     config: Config
     source: str
     key_file: Path | None = None
+    reason: str | None = None
 
 
-def _from_file(text: str) -> Config | None:
+def _from_file(text: str, env: Mapping[str, str]) -> Config | str | None:
+    """The file's own control-only config; else why not (None: it has no ``listen.control``)."""
     try:
         doc = load_document(text)
     except YAMLError:  # not YAML: fall back to the defaults
@@ -56,17 +60,20 @@ def _from_file(text: str) -> Config | None:
     if not isinstance(control, dict):
         return None
     try:
-        config = build_config({"version": 1, "listen": {"control": control}})
-    except ConfigError:
-        return None
-    return config if config.listen.control.enabled and config.listen.control.key else None
+        config = build_config({"version": 1, "listen": {"control": control}}, env)
+    except ConfigError as err:
+        first = err.problems[0]
+        return f"{first.code} at {first.path}: {first.message}"
+    if not config.listen.control.enabled or not config.listen.control.key:
+        return "listen.control is switched off"
+    return config
 
 
 def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> SafeControl:
     """The config safe mode runs the control plane with (see the module docs)."""
-    config = _from_file(text)
-    if config is not None:
-        return SafeControl(config=config, source="config")
+    found = _from_file(text, env)
+    if isinstance(found, Config):
+        return SafeControl(config=found, source="config")
     key = env.get("TWSERVE_CONTROL_KEY")
     key_file = None
     if not key:
@@ -91,4 +98,4 @@ def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> Sa
             },
         }
     )
-    return SafeControl(config=config, source="defaults", key_file=key_file)
+    return SafeControl(config=config, source="defaults", key_file=key_file, reason=found)

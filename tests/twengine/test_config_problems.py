@@ -150,6 +150,24 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("reserved name", provider(name="__all__"), "config.name_invalid", "providers[0].name"),
     ("blank name", provider(name="  "), "config.name_invalid", "providers[0].name"),
     ("padded name", provider(name=" a"), "config.name_invalid", "providers[0].name"),
+    (
+        "line separator in a name",
+        provider(name="a\u2028b"),
+        "config.name_unprintable",
+        "providers[0].name",
+    ),
+    (
+        "control character in a model",
+        provider(models=["m1", "m\x002"]),
+        "config.name_unprintable",
+        "providers[0].models[1]",
+    ),
+    (
+        "paragraph separator in a model spec",
+        provider(model_specs={"m\u2029": {"context_window": 1000}}),
+        "config.name_unprintable",
+        'providers[0].model_specs["m\u2029"]',
+    ),
     ("version 2", with_(version=2), "config.version_unsupported", "version"),
     ("unclosed template", provider(key="${OPENAI"), "config.template_invalid", "providers[0].key"),
     (
@@ -315,6 +333,24 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         client(limits=[{"per": "day"}]),
         "config.key_limit_no_measure",
         "clients[0].limits[0]",
+    ),
+    (
+        "the same limit twice",
+        client(limits=[{"per": "day", "tokens": 9}, {"per": "day", "tokens": 5}]),
+        "config.key_limit_duplicate",
+        "clients[0].limits[1]",
+    ),
+    (
+        "cache_reads on a cost limit",
+        client(limits=[{"per": "day", "cost": 5, "cache_reads": True}]),
+        "config.key_limit_cache_reads",
+        "clients[0].limits[0].cache_reads",
+    ),
+    (
+        "cache_reads on a requests limit",
+        client(limits=[{"per": "hour", "requests": 5, "cache_reads": False}]),
+        "config.key_limit_cache_reads",
+        "clients[0].limits[0].cache_reads",
     ),
     (
         "week limit, short retention",
@@ -697,6 +733,9 @@ def test_every_config_and_engine_code_has_a_case() -> None:
     # tests/twserve/test_live_config.py) and template expansion.
     elsewhere = {
         "config.yaml_invalid",
+        # Refused by twserve's YAML reader (tests/twserve/test_config_hardening.py).
+        "config.yaml_alias",
+        "config.yaml_too_deep",
         "config.env_missing",
         "config.runtime_failed",
         "config.listen_unavailable",

@@ -100,6 +100,35 @@ def test_lookup_by_prefix_case_and_date() -> None:
     assert TABLE.max_output_tokens("claude-sonnet-4-5-20250929") == 64000
 
 
+def test_a_relay_spelling_with_a_dotted_version_is_priced() -> None:
+    # docs/configuration.md's relay lists anthropic/claude-sonnet-4.5.
+    for spelling in ("anthropic/claude-sonnet-4.5", "claude-sonnet-4.5", "Claude-Sonnet-4.5"):
+        found = TABLE.lookup(spelling)
+        assert found is not None and found.name == "claude-sonnet-4-5", spelling
+    assert TABLE.lookup("claude-sonnet-4.5-20250929") is sonnet()
+    # A name that is written with a dot is found as written, never turned into another one.
+    assert TABLE.lookup("gemini-2.5-pro") is not None
+    assert TABLE.lookup("gemini-2-5-pro") is None
+    shipped = PriceTable.from_data(json.loads(SHIPPED.read_text()))
+    assert shipped.lookup("anthropic/claude-sonnet-4.5") is shipped.lookup("claude-sonnet-4-5")
+    assert shipped.lookup("openai/gpt-4.1") is shipped.lookup("gpt-4.1") is not None
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), -1.0])
+def test_a_price_that_is_not_a_finite_figure_leaves_the_model_unpriced(bad: float) -> None:
+    table = PriceTable.from_data(
+        {
+            "models": {
+                "base": {"input": bad, "output": 1.0},
+                "read": {"input": 1.0, "output": 1.0, "cache_read": bad},
+                "tier": {"input": 1.0, "output": 1.0, "tiers": [{"above": 10, "output": bad}]},
+                "fine": {"input": 1.0, "output": 1.0},
+            }
+        }
+    )
+    assert sorted(table.models) == ["fine"]
+
+
 def _pricer(extra: dict[str, object]) -> Pricer:
     data: dict[str, object] = {
         "version": 1,

@@ -585,7 +585,11 @@ def test_listen_change_rebinds_and_a_busy_port_keeps_the_old(tmp_path: Path) -> 
     text = config_yaml({"a": 9}, control_port, gateway_port=first)
     path.write_text(text)
     app = GatewayApp(
-        check_bytes(text.encode()), tmp_path, env={}, config_path=path, config_data=text.encode()
+        check_bytes(text.encode(), {}),
+        tmp_path,
+        env={},
+        config_path=path,
+        config_data=text.encode(),
     )
     events: list[Any] = []
     app.events.listeners.append(events.append)

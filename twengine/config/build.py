@@ -28,6 +28,7 @@ import difflib
 import ipaddress
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
@@ -194,9 +195,35 @@ def _as_choice(out: _Problems, path: str, value: object, enum: type[_E]) -> _E |
         return None
 
 
+# Control and format characters, line and paragraph separators, and every space but U+0020:
+# none belongs in a name, and a U+2028 in one breaks the file's lines for tools that split on it.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp", "Zs"})
+
+
+def _unprintable(text: str) -> str | None:
+    """The first character of `text` that has no place in a name, as ``U+XXXX``; None."""
+    for char in text:
+        if char != " " and unicodedata.category(char) in _UNPRINTABLE:
+            return f"U+{ord(char):04X}"
+    return None
+
+
+def _printable(out: _Problems, path: str, text: str) -> bool:
+    found = _unprintable(text)
+    if found is not None:
+        out.add(
+            "config.name_unprintable",
+            path,
+            f"the name holds {found}, a control or separator character; names are visible text",
+        )
+    return found is None
+
+
 def _as_name(out: _Problems, path: str, value: object) -> str | None:
     text = _as_text(out, path, value)
     if text is None:
+        return None
+    if not _printable(out, path, text):
         return None
     if not text.strip() or text != text.strip():
         out.add("config.name_invalid", path, f"{text!r} is not a usable name")
@@ -208,9 +235,9 @@ def _as_name(out: _Problems, path: str, value: object) -> str | None:
 
 
 def _as_model(out: _Problems, path: str, value: object) -> str | None:
-    """An exact model name: not blank, no wildcard."""
+    """An exact model name: not blank, no wildcard, visible characters."""
     text = _as_text(out, path, value)
-    if text is None:
+    if text is None or not _printable(out, path, text):
         return None
     if not text.strip():
         out.add("config.model_name_invalid", path, "a model name cannot be blank")
@@ -522,6 +549,8 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             or int(defaults.CONTROL_MAX_CONNECTIONS.default or 1),
             max_body_bytes=cf.integer("max_body_bytes", defaults.CONTROL_MAX_BODY_BYTES)
             or int(defaults.CONTROL_MAX_BODY_BYTES.default or 1024),
+            max_config_bytes=cf.integer("max_config_bytes", defaults.CONTROL_MAX_CONFIG_BYTES)
+            or ControlListen().max_config_bytes,
         )
         same_host = control.bind == gateway.bind or bool(
             {control.bind, gateway.bind} & set(_WILDCARD_BINDS)
@@ -561,6 +590,15 @@ def _limit(out: _Problems, path: str, item: object) -> KeyLimit | None:
         )
         return None
     measure = LimitMeasure(given[0])
+    if f.has("cache_reads") and measure is not LimitMeasure.TOKENS:
+        # Only a token count can add cache reads; on another measure it would seem to do
+        # something and do nothing.
+        out.add(
+            "config.key_limit_cache_reads",
+            f.at("cache_reads"),
+            f"cache_reads applies to a tokens limit, not to a {measure.value} limit",
+        )
+        return None
     if measure is LimitMeasure.COST:
         cost = f.number("cost", defaults.LIMIT_COST_USD)
         amount = None if cost is None else round(cost * 1_000_000)
@@ -750,6 +788,8 @@ def _model_specs(out: _Problems, f: _Fields) -> tuple[tuple[str, ModelSpec], ...
         path = _at(f.at("model_specs"), str(model))
         if not isinstance(model, str) or not model.strip():
             out.add("config.model_spec_blank", path, "a model spec needs a model name")
+            continue
+        if not _printable(out, path, model):
             continue
         if _WILDCARD.search(model):
             out.add(
@@ -1428,7 +1468,20 @@ def _check_clients(
                 _at(entry.path, "route"),
                 f"route {client.route!r} is not defined",
             )
+        seen: dict[tuple[object, ...], str] = {}
         for i, limit in enumerate(client.limits):
+            # The same window and measure twice: only the smaller could ever refuse.
+            same = (limit.per, limit.measure, limit.cache_reads)
+            if same in seen:
+                out.add(
+                    "config.key_limit_duplicate",
+                    entry.parts[i],
+                    f"key {client.name!r} already has a per-{limit.per.value} "
+                    f"{limit.measure.value} limit at {seen[same]}; give each window and "
+                    "measure one limit",
+                )
+            else:
+                seen[same] = entry.parts[i]
             if retention.row_days < limit.per.retention_days:
                 out.add(
                     "config.key_limit_retention",
@@ -1437,6 +1490,28 @@ def _check_clients(
                     f"retention.row_days must be at least {limit.per.retention_days}, "
                     f"is {retention.row_days}",
                 )
+
+
+def _control_key(
+    out: _Problems, control: ControlListen, env: Mapping[str, str] | None
+) -> str | None:
+    """The control key as a caller presents it: its ``${VAR}`` read from `env`. The control
+    plane reads the variable per request, so the `Config` keeps the template; but a variable
+    that is not set would lock every caller out without a word, so with `env` it refuses the
+    config. Without `env` the key as written."""
+    key = control.key
+    if key is None or env is None or not control.enabled:
+        return key
+    try:
+        return resolve_template(key, env)
+    except TemplateError as exc:
+        if exc.variable is not None:  # a malformed template is reported with the field
+            out.add(
+                exc.code,
+                "listen.control.key",
+                f"{exc.message}; the control plane would let nobody in",
+            )
+        return None
 
 
 def _check_credentials(
@@ -1607,7 +1682,8 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     consistency problems.
 
     `env` is the environment ``${VAR}`` templates are read from. With it, gateway keys are
-    resolved (a variable that is not set refuses the config) and upstream keys and headers are
+    resolved (a variable that is not set refuses the config, as it does for the control key,
+    which stays a template in the `Config`) and upstream keys and headers are
     checked (a value that cannot be sent refuses the config; a variable that is not set is a
     warning in `Config.warnings`). Without it — checking a config's shape only — templates are
     checked for syntax and kept as written.
@@ -1657,7 +1733,8 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     route_names = {r.value[0] for r in routes}
     client_names = {c.value.name for c in clients}
     _duplicates(out, sheets, "config.price_sheet_duplicate", "price sheet")
-    _check_clients(out, clients, route_names, listen.control.key, retention)
+    control_key = _control_key(out, listen.control, env)
+    _check_clients(out, clients, route_names, control_key, retention)
     if default_key is not None and default_key not in client_names:
         out.add("config.default_key_unknown", "default_key", f"{default_key!r} is not a key name")
     _duplicates(out, providers, "config.provider_duplicate_name", "upstream name")

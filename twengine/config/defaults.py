@@ -17,6 +17,7 @@ __all__ = [
     "CLIENT_MAX_CONCURRENT",
     "CONTROL_BIND",
     "CONTROL_MAX_BODY_BYTES",
+    "CONTROL_MAX_CONFIG_BYTES",
     "CONTROL_MAX_CONNECTIONS",
     "CONTROL_PORT",
     "FAILOVER",
@@ -70,6 +71,9 @@ GATEWAY_BIND = "127.0.0.1"
 GATEWAY_PORT = 8788
 CONTROL_BIND = "127.0.0.1"
 CONTROL_PORT = 8789
+# listen.control.max_config_bytes: the largest config a PUT /config takes. Reading YAML costs
+# about ten seconds a megabyte; real configs are a few kilobytes.
+CONTROL_MAX_CONFIG_BYTES = Bound(low=4096, high=64 * 1024 * 1024, default=1024 * 1024)
 PORT = Bound(low=1, high=65535)
 # listen.gateway.max_connections: client connections open at once.
 GATEWAY_MAX_CONNECTIONS = Bound(low=1, high=1_000_000, default=1000)

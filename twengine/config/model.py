@@ -230,6 +230,8 @@ class ControlListen:
         gateway's budget: four of the largest."""
         return 4 * self.max_body_bytes
 
+    max_config_bytes: int = 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Listen:
