@@ -162,6 +162,7 @@ from twproto.realtime import (
     read_realtime_event,
     realtime_cancel_event,
     realtime_error_event,
+    realtime_started_response,
     realtime_upstream_url,
     realtime_usage,
 )
@@ -428,6 +429,7 @@ __all__ = (
     "read_ws_upstream_event",
     "realtime_cancel_event",
     "realtime_error_event",
+    "realtime_started_response",
     "realtime_upstream_url",
     "realtime_usage",
     "refuses_prefill",

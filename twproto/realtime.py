@@ -32,6 +32,7 @@ __all__ = [
     "read_realtime_event",
     "realtime_cancel_event",
     "realtime_error_event",
+    "realtime_started_response",
     "realtime_upstream_url",
     "realtime_usage",
 ]
@@ -122,6 +123,16 @@ def read_realtime_event(text: str) -> RealtimeEvent:
     response = event.get("response")
     rid = response.get("id") if isinstance(response, dict) else None
     return RealtimeEvent(type=event["type"], response_id=rid if isinstance(rid, str) else None)
+
+
+def realtime_started_response(text: str) -> str | None:
+    """The response id when upstream message `text` is a ``response.created`` event (the
+    upstream began a response), else None. A message that does not name the event is not
+    parsed."""
+    if '"response.created"' not in text:
+        return None
+    event = read_realtime_event(text)
+    return event.response_id if event.type == "response.created" else None
 
 
 def realtime_cancel_event(response_id: str) -> str:

@@ -84,11 +84,11 @@ from twproto.ir import Usage
 from twproto.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
-    RealtimeEvent,
     add_usage,
     read_realtime_event,
     realtime_cancel_event,
     realtime_error_event,
+    realtime_started_response,
     realtime_upstream_url,
     realtime_usage,
 )
@@ -700,14 +700,14 @@ class _Proxy:
                 self.gateway.usage.book_part(turn.admission, usage, provider, model)
                 self.spent = await self._limits_spent()
             return
-        if self.spent is None or '"response.created"' not in text:
+        if self.spent is None:
             return
-        event: RealtimeEvent = read_realtime_event(text)
-        if event.type != "response.created" or not event.response_id:
+        started = realtime_started_response(text)
+        if not started:
             return
         self.spent = await self._limits_spent()
         if self.spent is not None:
-            await upstream.send(TextMessage(data=realtime_cancel_event(event.response_id)))
+            await upstream.send(TextMessage(data=realtime_cancel_event(started)))
 
     async def _upstream_too_big(
         self, upstream: _Hop, client: _Hop, event: TextMessage | BytesMessage, begun: bool
