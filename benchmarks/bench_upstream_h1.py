@@ -7,7 +7,7 @@ Run with::
 A recorded Anthropic stream's content events, repeated to 200, each in its own chunk of HTTP/1.1
 chunked coding and its own read (as a paced upstream sends them), read three ways: by h11 (what
 the gateway's upstream connections used before), by the gateway's connection with its reader
-taking each piece (`twserve.upstream_h1_conn`, llhttp underneath), and by the same connection
+taking each piece (`twserve.upstream.h1_connection`, llhttp underneath), and by the same connection
 handing each piece to a sink in the read's callback (a committed stream). ``extra_info`` has
 the event count: µs per event = mean / events.
 """

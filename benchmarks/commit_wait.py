@@ -35,13 +35,13 @@ from anyio.from_thread import start_blocking_portal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.servers import start_postgres
+from tests.support.servers import start_postgres
 from twengine.config import build_config
 from twmock.script import MockSettings, parse_script
 from twmock.server import make_handler
-from twserve import http1
-from twserve.app import GatewayApp
-from twserve.store import Commit
+from twserve.app.wiring import GatewayApp
+from twserve.server import http1
+from twserve.store.sqlite import Commit
 
 WAITS: list[float] = []
 _wait = Commit.wait

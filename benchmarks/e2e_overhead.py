@@ -170,7 +170,7 @@ def main() -> None:
     procs = {
         "mock": subprocess.Popen(
             [
-                *(py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)),
+                *(py, "-m", "twserve.cli.main", "mock-upstream", "--port", str(mock_port)),
                 "--profile",
                 "long="
                 + json.dumps(
@@ -195,7 +195,7 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         ),
         "gateway": subprocess.Popen(
-            [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
+            [py, "-m", "twserve.cli.main", "serve", "--config", str(cfg), "--data-dir", str(tmp)],
             env=env,
             stdout=subprocess.DEVNULL,
         ),

@@ -87,7 +87,7 @@ providers:
 
 
 def python_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "twserve.cli", *args]
+    return [sys.executable, "-m", "twserve.cli.main", *args]
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def main() -> None:
     procs = {
         "mock": subprocess.Popen(
             [
-                *(py, "-m", "twserve.cli", "mock-upstream", "--port", str(mock_port)),
+                *(py, "-m", "twserve.cli.main", "mock-upstream", "--port", str(mock_port)),
                 "--profile",
                 "rps=" + json.dumps({"chunks": args.chunks, "chunk_size": 8}),
             ],
@@ -81,7 +81,7 @@ def main() -> None:
         cfg = home / "config.yaml"
         cfg.write_text(config(mock_port, port, name == "limited"))
         procs[name] = subprocess.Popen(
-            [py, "-m", "twserve.cli", "serve", "--config", str(cfg), "--data-dir", str(home)],
+            [py, "-m", "twserve.cli.main", "serve", "--config", str(cfg), "--data-dir", str(home)],
             env={**env, "TWSERVE_HOME": str(home)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -352,7 +352,7 @@ def main() -> None:
         if label:
             gw_env["PYTHONPATH"] = str(Path(root).resolve())
             gw_env.update(item.split("=", 1) for item in args.baseline_env)
-        gw_cmd = [*args.gateway_wrap.split(), py, "-m", "twserve.cli", "serve"]
+        gw_cmd = [*args.gateway_wrap.split(), py, "-m", "twserve.cli.main", "serve"]
         gw_cmd += ["--config", str(home / "config.yaml"), "--data-dir", str(home)]
         procs["gateway" + label] = subprocess.Popen(gw_cmd, env=gw_env, stdout=quiet, cwd=root)
     load_before = os.getloadavg()

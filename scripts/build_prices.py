@@ -5,7 +5,7 @@
 
 The wheel is only read (``model_prices_and_context_window_backup.json`` inside it); LiteLLM is
 never installed or imported. The data file records the package version and the date it was
-built, and keeps the chat models of the providers listed in ``twserve.prices.KEPT_PROVIDERS``.
+built, and keeps the chat models of the providers listed in ``twserve.usage.prices.KEPT_PROVIDERS``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from twserve.prices import convert_litellm  # noqa: E402
+from twserve.usage.prices import convert_litellm  # noqa: E402
 
 MEMBER = "litellm/model_prices_and_context_window_backup.json"
 OUT = ROOT / "twserve" / "data" / "prices.json"

@@ -1,5 +1,5 @@
-"""Fixtures shared by every test package: real Redis and PostgreSQL servers (tests/servers.py),
-started once per session on free loopback ports."""
+"""Fixtures shared by every test package: real Redis and PostgreSQL servers
+(tests/support/servers.py), started once per session on free loopback ports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import PostgresServer, RedisServer, start_postgres, start_redis
+from tests.support.servers import PostgresServer, RedisServer, start_postgres, start_redis
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ Scriptable per instance and per request (`Script`, the ``x-mock-script`` header)
 chunk count and pacing, reasoning, parallel tool calls, usage, HTTP errors in each provider's
 own shape, in-stream errors, broken, silent and reset connections, and which requests fail.
 The package is split like the gateway it tests. Everything that decides what to answer is pure
-and imports no IO, clock or randomness (tests/test_boundaries.py checks it): `script` (what a
+and imports no IO, clock or randomness (tests/rules/test_boundaries.py checks it): `script` (what a
 script says), `answer` (the answer before any format), `anthropic`, `openai_chat`,
 `openai_responses`, `gemini` (the format writers), `shapes` (named provider errors) and `plan`
 (request in, steps out). The IO is in two modules named for it: `server` (`MockHandler` keeps

@@ -45,8 +45,8 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 
 from twmock.upgrade import refuse_upgrade
-from twserve.http1 import READ_SIZE, Handoff, Switch
-from twserve.httptypes import Request
+from twserve.server.base import Request
+from twserve.server.http1 import READ_SIZE, Handoff, Switch
 
 __all__ = ["REALTIME_TEXT", "REALTIME_USAGE", "RealtimeLog", "realtime_switch"]
 

@@ -39,8 +39,8 @@ from twmock.upgrade import refuse_upgrade
 from twproto import SSEDecoder, SSEError
 from twproto.dialect import Dialect
 from twproto.paths import Operation, match_path
-from twserve.http1 import READ_SIZE, Handoff, Switch
-from twserve.httptypes import Headers, Request
+from twserve.server.base import Headers, Request
+from twserve.server.http1 import READ_SIZE, Handoff, Switch
 
 if TYPE_CHECKING:
     from twmock.server import MockHandler

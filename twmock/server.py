@@ -10,7 +10,7 @@ out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.http1, its HTTP/2 switch (h2c), the Realtime
+`serve_mock` serves a handler over twserve.server.http1, its HTTP/2 switch (h2c), the Realtime
 WebSocket (twmock.realtime) and the Responses WebSocket (twmock.responses_socket); `run_mock` does
 the same as an async context manager and yields the bound port and the handler, which is what
 tests want.
@@ -46,8 +46,8 @@ from twmock.script import MockSettings, Script, ScriptError
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
 from twproto.paths import Operation, match_path
-from twserve.http1 import Switch
-from twserve.httptypes import Request, Responder
+from twserve.server.base import Request, Responder
+from twserve.server.http1 import Switch
 
 __all__ = [
     "MockHandler",
@@ -184,7 +184,7 @@ def _check_shapes(script: Script, where: str) -> None:
 def mock_switches(handler: MockHandler) -> tuple[Switch, ...]:
     """The mock server's protocol switches: h2c, the Realtime WebSocket (twmock.realtime) and
     the Responses WebSocket (twmock.responses_socket)."""
-    from twserve import http2
+    from twserve.server import http2
 
     return (
         http2.switch,
@@ -235,7 +235,7 @@ async def serve_mock(
 ) -> None:
     """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
     HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
-    from twserve import http1
+    from twserve.server import http1
 
     handler = make_handler(settings)
     server = http1.Server(handler, switches=mock_switches(handler))
@@ -263,7 +263,7 @@ async def run_mock(
 ) -> AsyncIterator[MockServer]:
     """Run a mock instance on loopback for the duration of the block (port 0: any free one),
     speaking HTTP/1.1 and h2c."""
-    from twserve import http1
+    from twserve.server import http1
 
     handler = make_handler(settings)
     server = http1.Server(handler, switches=mock_switches(handler))

@@ -37,7 +37,7 @@ from twengine.health import PauseChanged
 from twengine.limits import LimitAlert as EngineLimitAlert
 from twengine.router import RoutePlan
 from twproto import json_dumps
-from twserve.store import RequestRow
+from twserve.store.sqlite import RequestRow
 
 __all__ = [
     "EVENT_TYPES",

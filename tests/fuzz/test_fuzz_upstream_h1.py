@@ -1,5 +1,6 @@
 """Fuzz target: what an upstream HTTP/1.1 connection makes of arbitrary answer bytes
-(twserve/upstream_h1_conn.py), and properties of a well-formed answer cut into arbitrary reads.
+(twserve/upstream/h1_connection.py), and properties of a well-formed answer cut into arbitrary
+reads.
 
 The connection is driven as the event loop drives it (``data_received``, ``eof_received``) over
 a transport that only records; no loop runs, because nothing here has to wait. Run as a script,
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.test_fuzz_parsers import fuzz_main, split
-from twserve.upstream_h1_conn import MAX_HEAD_BYTES, PAUSE_BYTES, H1Connection
+from twserve.upstream.h1_connection import MAX_HEAD_BYTES, PAUSE_BYTES, H1Connection
 
 
 class _Transport:

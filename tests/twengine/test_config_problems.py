@@ -730,10 +730,10 @@ def test_one_problem(data: dict[str, Any], code: str, path: str) -> None:
 
 def test_every_config_and_engine_code_has_a_case() -> None:
     # Some codes come from elsewhere: YAML parsing and the runtime stage (twserve, tested in
-    # tests/twserve/test_live_config.py) and template expansion.
+    # tests/twserve/config/test_live_config.py) and template expansion.
     elsewhere = {
         "config.yaml_invalid",
-        # Refused by twserve's YAML reader (tests/twserve/test_config_hardening.py).
+        # Refused by twserve's YAML reader (tests/twserve/config/test_config_hardening.py).
         "config.yaml_alias",
         "config.yaml_too_deep",
         "config.env_missing",

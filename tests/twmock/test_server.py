@@ -1,5 +1,5 @@
 """The mock's handler and server: counters, profiles and the request log with an in-memory
-responder; then a real loopback socket (twserve.http1 + httpcore) and the official SDKs."""
+responder; then a real loopback socket (twserve.server.http1 + httpcore) and the official SDKs."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from twmock import (
     run_mock,
 )
 from twmock.server import MockServer
-from twserve.httptypes import Request
+from twserve.server.base import Request
 
 pytestmark = pytest.mark.anyio
 

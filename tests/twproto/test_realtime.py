@@ -18,7 +18,7 @@ def test_a_response_created_event_names_its_response() -> None:
         '{"type":"response.done","response":{"id":"resp_1"}}',
         '{"type":"conversation.item.created","item":{"text":"response.created"}}',
         '{"type":"response.created"}',
-        "not json, though it says \"response.created\"",
+        'not json, though it says "response.created"',
         "[1, 2]",
     ],
 )

@@ -1,7 +1,7 @@
 """Shared pieces of the end-to-end tests: a running gateway, raw HTTP, and the official SDKs.
 
 * `stack` is a factory fixture: ``stack({"a": Upstream(...)}, config={...})`` starts the gateway
-  and its mock upstreams (tests/twserve/stack.py) and stops them when the test ends.
+  and its mock upstreams (tests/twserve/support/stack.py) and stops them when the test ends.
 * `http` sends one raw request (httpcore, no client-side retries or redirects) and returns a
   `Reply`; `mock_origin` is a mock's own address, for asking it directly what it would have
   sent.
@@ -33,9 +33,9 @@ from google.genai import errors as genai_errors
 from google.genai import types as gtypes
 
 import twmock.server
-from tests.twserve.stack import KEY, Stack, Upstream, running_stack
-from twserve import http1, http2
-from twserve.websocket import WebSocketLimits
+from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
+from twserve.server import http1, http2
+from twserve.server.websocket import WebSocketLimits
 
 __all__ = [
     "ERRORS",

@@ -1,7 +1,7 @@
 """State shared by several gateway instances through Redis (``state.redis_url``).
 
-Without ``state.redis_url`` nothing here runs: key limits, upstream slots, pauses and affinity
-stay in-process (twengine's objects, driven by twserve.usage and twserve.relay_hooks). With it:
+Without ``state.redis_url`` nothing here runs: key limits, upstream slots, pauses and affinity stay
+in-process (twengine's objects, driven by twserve.usage.keeper and twserve.relay.holds). With it:
 
 * `redis_state.RedisState` — the connection, a short timeout on every call, the fall-back to
   in-process state when Redis is lost, the background retry and the events around both;
@@ -9,7 +9,7 @@ stay in-process (twengine's objects, driven by twserve.usage and twserve.relay_h
 * `shared_slots.SharedSlots` — upstream slots counted across instances under expiring leases;
 * `shared_router.SharedRouter` — pauses and conversation affinity, kept in keys with a TTL and
   announced on a pub/sub channel;
-* `sharing.Sharing` — all of the above for one instance, wired to its gateway by twserve.app.
+* `sharing.Sharing` — all of the above for one instance, wired to its gateway by twserve.app.wiring.
 
 docs/deployment.md ("Several instances: Redis") says what is exact and what is approximate.
 """

@@ -1,0 +1,1 @@
+"""One process: the wiring, and what runs beside the requests."""

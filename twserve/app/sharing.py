@@ -1,0 +1,74 @@
+"""The shared state of one instance, wired to its gateway (``state.redis_url`` set).
+
+`Sharing` builds the Redis connection and the three shared parts over the gateway's own
+objects — key limits (`UsageKeeper.shared`), upstream slots and pauses/affinity (listeners on
+`RouterHooks`) — and runs their background work: the connection's jobs and reconnects, renewing
+the reservations of requests in flight, the slot lease, and the announcements channel.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import anyio
+
+from twserve.relay.holds import RouterHooks
+from twserve.shared.limits import SharedLimits
+from twserve.shared.redis import RedisDown, RedisState
+from twserve.shared.router import SharedRouter
+from twserve.shared.slots import SharedSlots
+from twserve.usage.keeper import UsageKeeper
+
+__all__ = ["Sharing"]
+
+
+class Sharing:
+    """Redis-backed limits, slots, pauses and affinity for one instance."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        hooks: RouterHooks,
+        usage: UsageKeeper,
+        *,
+        wall: Callable[[], float],
+        clock: Callable[[], float],
+        prefix: str = "twserve:",
+        timeout: float = 1.0,
+        retry_secs: float = 1.0,
+    ) -> None:
+        self.instance = uuid.uuid4().hex[:16]
+        self.state = RedisState(redis_url, timeout=timeout, retry_secs=retry_secs, prefix=prefix)
+        self.wall = wall
+        self.limits = SharedLimits(self.state)
+        usage.shared = self.limits
+        self.slots = SharedSlots(self.state, hooks, instance=self.instance, wall=wall)
+        self.router = SharedRouter(
+            self.state, hooks, instance=self.instance, wall=wall, clock=clock
+        )
+
+    async def connect(self) -> bool:
+        """Reach Redis once before serving; False: serving starts on in-process state."""
+        return await self.state.connect()
+
+    async def run(self) -> None:
+        """The background work, until cancelled."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.state.run)
+                tg.start_soon(self.slots.run)
+                tg.start_soon(self.router.listen)
+                tg.start_soon(self._renew)
+        finally:
+            await self.state.aclose()
+
+    async def _renew(self) -> None:
+        every = self.limits.reservation_secs / 3
+        while True:
+            await anyio.sleep(every)
+            if self.state.up:
+                try:
+                    await self.limits.renew(self.wall())
+                except RedisDown:
+                    pass

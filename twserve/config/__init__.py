@@ -1,0 +1,1 @@
+"""The config file's life: read, check, edit, keep, reload, safe mode."""

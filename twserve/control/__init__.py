@@ -1,0 +1,1 @@
+"""The control plane: its HTTP API, config writes and metrics."""

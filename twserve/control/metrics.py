@@ -1,0 +1,298 @@
+"""Prometheus metrics, served by the control plane at ``GET /metrics``.
+
+Counters are counted from each request's stored row (`Metrics.observe_row` is a gateway row
+listener), so the metrics and the request store never disagree about what happened: the
+status, the upstream that answered, every attempt with its outcome and retry round, and the
+time to first content. Gauges of live state — in flight and paused per upstream — are read
+from the router when Prometheus scrapes (`_LiveState`), so they cannot drift from what they
+show.
+The number of requests in flight is kept from the events (`Metrics.on_event`), by request id.
+
+Every app instance has its own `CollectorRegistry`: nothing touches prometheus-client's global
+default registry, so several gateways can run in one process (the tests do).
+
+Every label value comes from a bounded set, since each series is kept for good: formats,
+statuses, outcomes, and the names of keys and upstreams the config writes. The ``model`` label
+(the model a client asked for) is a model name the config writes or the price table lists, and
+``other`` for anything else a client sends (`_ModelLabels`).
+
+Fallbacks and retries, per request, from its attempts in order (skipped candidates left out):
+an attempt that goes to another upstream within the same retry round is a *fallback*; an
+attempt in a retry round above 0 is a *retry*, labelled with the upstream it went to.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from twengine.config import Config
+from twengine.model_listing import configured_models
+from twengine.pricing import PriceTable
+from twengine.router import Router
+from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
+from twserve.store.sqlite import RequestRow
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Seconds; first bytes range from tens of milliseconds (cached, small) to a minute (slow
+# reasoning models before their first token).
+TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+class _LiveState(Collector):
+    """In-flight attempts and pauses per upstream, read from the router at scrape time."""
+
+    def __init__(self, router: Callable[[], Router], clock: Callable[[], float]) -> None:
+        self._router = router
+        self._clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        router = self._router()
+        now = self._clock()
+        in_flight = GaugeMetricFamily(
+            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
+        )
+        paused = GaugeMetricFamily(
+            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
+        )
+        for provider in router.config.providers:
+            name = provider.name
+            in_flight.add_metric([name], router.slots.in_flight(name))
+            paused.add_metric([name], 1.0 if router.health.is_paused(name, now) else 0.0)
+        yield in_flight
+        yield paused
+
+
+class _ModelLabels:
+    """The ``model`` label's value for a model name: the name when the config (as it is now)
+    writes it or `table` lists it, else ``other``; ``none`` for no name."""
+
+    __slots__ = ("_config", "_names", "_table")
+
+    def __init__(self, table: Callable[[], PriceTable | None]) -> None:
+        self._table = table
+        self._config: Config | None = None
+        self._names: frozenset[str] = frozenset()
+
+    def __call__(self, config: Config, model: str | None) -> str:
+        if model is None:
+            return "none"
+        if config is not self._config:  # a reload: the names it writes
+            self._config, self._names = config, configured_models(config)
+        if model in self._names:
+            return model
+        table = self._table()
+        return model if table is not None and model in table.models else "other"
+
+
+class Metrics:
+    """One gateway's metrics (see the module docstring). `table` is the price table whose
+    model names, with the config's, may label series."""
+
+    def __init__(
+        self,
+        router: Callable[[], Router],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        table: Callable[[], PriceTable | None] = lambda: None,
+    ) -> None:
+        self._router = router
+        self._model_label = _ModelLabels(table)
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.requests = Counter(
+            "gateway_requests",
+            "Requests by client format, final status and the upstream that answered",
+            ["format", "status", "provider"],
+            registry=reg,
+        )
+        self.attempts = Counter(
+            "gateway_provider_attempts",
+            "Attempts by upstream and outcome (ok, failed, skipped, cancelled, ...)",
+            ["provider", "outcome"],
+            registry=reg,
+        )
+        self.fallbacks = Counter(
+            "gateway_provider_fallback",
+            "Attempts that moved to another upstream within a retry round",
+            registry=reg,
+        )
+        self.retries = Counter(
+            "gateway_provider_retry",
+            "Attempts in a retry round above 0, by the upstream retried",
+            ["provider"],
+            registry=reg,
+        )
+        self.ttfb = Histogram(
+            "gateway_ttfb_seconds",
+            "From sending to the answering upstream to its first content (unstreamed: answer)",
+            ["provider"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        # Spend (docs/limits-and-costs.md): tokens by kind and known cost, per key, upstream and
+        # model asked.
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens the upstreams reported, by key, upstream, model asked (other: a name the "
+            "config and price table do not know) and kind "
+            "(input = uncached input, cache_read, cache_write, output)",
+            ["key", "provider", "model", "kind"],
+            registry=reg,
+        )
+        self.cost = Counter(
+            "gateway_cost_usd",
+            "Known cost in USD by key, upstream and model asked (free and unpriced add 0)",
+            ["key", "provider", "model"],
+            registry=reg,
+        )
+        self.unpriced = Counter(
+            "gateway_unpriced_requests",
+            "Requests whose cost is unknown (the model has no price), by upstream and model",
+            ["provider", "model"],
+            registry=reg,
+        )
+        self.estimated = Counter(
+            "gateway_estimated_cost_usd",
+            "Estimated cost in USD of requests whose answer reported no usage (cancelled or "
+            "cut off before it), as the key limits counted it, by key, upstream and model asked",
+            ["key", "provider", "model"],
+            registry=reg,
+        )
+        self._open: set[str] = set()
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
+        )
+        self.in_flight.set_function(lambda: float(len(self._open)))
+        reg.register(_LiveState(router, clock))
+        self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
+        self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
+        self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
+        self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
+        self._unpriced, self._estimated = _Children(self.unpriced), _Children(self.estimated)
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._open)
+
+    def on_event(self, event: Event) -> None:
+        """An `EventBus` listener: keeps the set of requests in flight."""
+        if isinstance(event, RequestStarted):
+            self._open.add(event.id)
+        elif isinstance(event, RequestFinished | RequestFailed):
+            self._open.discard(event.id)
+
+    def observe_row(self, row: RequestRow) -> None:
+        """A gateway row listener: count one ended request."""
+        provider = row.provider or "none"
+        status = "none" if row.status is None else str(row.status)
+        self._requests(row.format or "unknown", status, provider).inc()
+        self.totals["requests"] += 1
+        if row.cancelled:
+            self.totals["cancelled"] += 1
+        elif row.status is not None and row.status < 400:
+            self.totals["ok"] += 1
+        else:
+            self.totals["failed"] += 1
+        if row.ttfb_ms is not None and row.provider:
+            self._ttfb(row.provider).observe(row.ttfb_ms / 1000)
+        self._observe_spend(row, provider)
+        attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
+        previous: dict[str, Any] | None = None
+        for attempt in attempts:
+            name = str(attempt.get("provider"))
+            outcome = str(attempt.get("outcome"))
+            self._attempts(name, outcome).inc()
+            if outcome == "skipped":
+                continue
+            round_ = int(attempt.get("retry") or 0)
+            if round_ > 0:
+                self._retries(name).inc()
+            if (
+                previous is not None
+                and previous.get("provider") != name
+                and int(previous.get("retry") or 0) == round_
+            ):
+                self.fallbacks.inc()
+            previous = attempt
+
+    def _observe_spend(self, row: RequestRow, provider: str) -> None:
+        key = row.key_name or "none"
+        model = self._model_label(self._router().config, row.model)
+        if row.cost_state == "estimated":
+            # No usage was reported: the row's input tokens and cost are the gateway's estimate,
+            # kept apart from what upstreams reported.
+            self._estimated(key, provider, model).inc((row.cost_micros or 0) / 1_000_000)
+            return
+        for kind, count in (
+            ("input", row.input_tokens),
+            ("cache_read", row.cache_read_tokens),
+            ("cache_write", row.cache_write_tokens),
+            ("output", row.output_tokens),
+        ):
+            if count:
+                self._tokens(key, provider, model, kind).inc(count)
+        if row.cost_micros:
+            self._cost(key, provider, model).inc(row.cost_micros / 1_000_000)
+        if row.cost_state == "unknown":
+            self._unpriced(provider, model).inc()
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _Children:
+    """A labelled metric's children by their label values, kept in a dict: prometheus-client's
+    ``labels()`` checks and converts its arguments on every call, and a request's row takes
+    several. Nothing removes a child from these metrics, so a kept one stays the metric's."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
+class _WithoutCreated(CollectorRegistry):
+    """A view of a registry without the ``*_created`` series.
+
+    prometheus-client adds a ``_created`` timestamp series next to every counter and histogram;
+    in the text format each becomes a series of its own that nobody here reads. Turning them
+    off with ``disable_created_metrics`` would change every registry in the process, so they are
+    left out of this registry's exposition instead.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(auto_describe=False)
+        self._source = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._source.collect():
+            kept = copy.copy(metric)
+            kept.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield kept

@@ -1,0 +1,686 @@
+"""The control plane: HTTP/JSON views of a running gateway on a listener of its own
+(docs/control-plane.md).
+
+Theory of operation
+-------------------
+`ControlPlane.handle` is an `twserve.server.base.Handler` served by `twserve.server.http1` on
+``listen.control`` (loopback by default), never on the gateway's own port. Every request must
+carry the control key — ``Authorization: Bearer <key>`` or ``x-control-key: <key>`` — compared
+in constant time; the check comes before the path, so an unauthenticated caller learns nothing,
+not even which paths exist, and before the body (`check_head`, asked by the transport), so it
+gets nothing buffered either. The key is read from the config in force at each request, so a
+reload that changes it takes effect at once. The listener's connections, bodies and body
+budget are bounded apart from the gateway's (``listen.control``; twserve.app.wiring).
+
+The views read the same objects the gateway uses — its `Config`, its `Router` (health, pauses,
+slots, balancers), the request store, the event bus and the metrics — and change nothing.
+Dry-run asks `Router.dryrun` with the gateway's clock, so its ``next`` is the upstream the next
+real request with the same facts is sent to first.
+
+Every answer carries ``x-twserve-control-api: CONTROL_API_VERSION``; the number goes up with
+every change to paths, fields or meanings, so a tool can tell which protocol it is speaking.
+Errors are ``{"error": {"code": "control.…", "message": …}}`` with a registered code.
+
+Secrets never leave: upstream keys and header values are not shown, gateway keys are masked
+(`mask_secret`), and the control key appears nowhere. See docs/control-plane.md.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlencode
+
+import anyio
+
+from twengine.config import Config, Problem, TemplateError, resolve_template
+from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
+from twengine.rules import RequestFacts
+from twengine.slots import SlotScope
+from twproto import json_dumps, json_loads
+from twproto.dialect import Dialect
+from twproto.sse import SSEEvent, encode_comment, encode_event
+from twserve.control.metrics import CONTENT_TYPE, Metrics
+from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
+from twserve.gateway.handler import Gateway
+from twserve.server import http1
+from twserve.server.base import Headers, Request, Responder
+from twserve.store.sqlite import Store, StoreReadError
+from twserve.usage import view as usage_view
+
+__all__ = [
+    "CONTROL_API_VERSION",
+    "ControlPlane",
+    "ControlRequestError",
+    "control_key_of",
+    "dryrun_facts",
+    "fetch_dryrun",
+    "mask_secret",
+    "report_from_dict",
+]
+
+CONTROL_API_VERSION = 5
+API_HEADER = b"x-twserve-control-api"
+
+DEFAULT_REQUEST_LIMIT = 50
+MAX_REQUEST_LIMIT = 1000
+KEEPALIVE_SECS = 15.0
+
+
+class ControlRequestError(Exception):
+    """A control-plane request that cannot be served: the status and code to answer with."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def error_json(code: str, message: str) -> bytes:
+    return json_dumps({"error": {"code": code, "message": message}})
+
+
+def transport_error(
+    path: str | None, status: int, code: str, message: str
+) -> tuple[Headers, bytes]:
+    """Errors the HTTP layer answers itself on the control listener (bad HTTP, limits)."""
+    del path
+    headers: Headers = [
+        (b"content-type", b"application/json"),
+        (API_HEADER, str(CONTROL_API_VERSION).encode()),
+    ]
+    return headers, error_json(code, message)
+
+
+def mask_secret(value: str | None) -> str | None:
+    """A key as the control plane shows it.
+
+    A bare ``${VAR}`` reference names where the key comes from and is shown as written; any
+    other key shows at most its last four characters (none for a short key).
+    """
+    if value is None:
+        return None
+    if value.startswith("${") and value.endswith("}") and value.count("${") == 1:
+        return value
+    if len(value) >= 16:
+        return "…" + value[-4:]
+    return "…"
+
+
+def _flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("", "0", "false", "no", "off"):
+        return False
+    raise ControlRequestError(400, "control.request.invalid", f"{value!r} is not true or false")
+
+
+def _count(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ControlRequestError(
+            400, "control.request.invalid", f"{name} must be a whole number, not {value!r}"
+        )
+    return number
+
+
+def dryrun_facts(
+    config: Config,
+    *,
+    model: str | None,
+    key: str | None = None,
+    dialect: str | None = None,
+    stream: bool = False,
+    input_tokens: int = 0,
+    max_tokens: int | None = None,
+    tool_count: int = 0,
+    image: bool = False,
+    thinking: bool = False,
+) -> RequestFacts:
+    """The request facts a dry-run routes: `key` is a gateway key's *name* (default: the
+    config's ``default_key``, else none); `dialect` the client's format (default openai-chat).
+    Raises `ControlRequestError` for a missing model or an unknown key or format."""
+    if not model:
+        raise ControlRequestError(400, "control.request.invalid", "name a model (model=...)")
+    if key is not None and not config.has_client(key):
+        raise ControlRequestError(400, "control.request.invalid", f"no gateway key named {key!r}")
+    try:
+        client_dialect = Dialect(dialect) if dialect else Dialect.OPENAI_CHAT
+    except ValueError:
+        known = ", ".join(d.value for d in Dialect)
+        raise ControlRequestError(
+            400, "control.request.invalid", f"unknown format {dialect!r} (one of {known})"
+        ) from None
+    return RequestFacts(
+        model=model,
+        dialect=client_dialect,
+        client=key if key is not None else config.default_key,
+        input_tokens=input_tokens,
+        max_tokens=max_tokens,
+        tool_count=tool_count,
+        tools=tool_count > 0,
+        image=image,
+        thinking=thinking,
+        stream=stream,
+    )
+
+
+def report_from_dict(data: Mapping[str, Any]) -> DryRunReport:
+    """A `DryRunReport` back from its JSON form (`DryRunReport.to_dict`), for the CLI."""
+    candidates = []
+    for c in data.get("candidates") or ():
+        fields = {k: v for k, v in c.items() if k in DryRunCandidate.__dataclass_fields__}
+        candidates.append(DryRunCandidate(**fields))
+    skipped = tuple(
+        DryRunSkip(provider=s["provider"], model=s["model"], reason=s["reason"])
+        for s in data.get("skipped") or ()
+    )
+    top = {
+        k: v
+        for k, v in data.items()
+        if k in DryRunReport.__dataclass_fields__ and k not in ("candidates", "skipped")
+    }
+    return DryRunReport(**top, candidates=tuple(candidates), skipped=skipped)
+
+
+def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str | None:
+    """The control key a config sets, its ``${VAR}`` read from `env` (default: os.environ)."""
+    key = config.listen.control.key
+    if not key:
+        return None
+    try:
+        return resolve_template(key, dict(os.environ) if env is None else env)
+    except TemplateError:
+        return None
+
+
+def fetch_dryrun(
+    base_url: str,
+    control_key: str,
+    *,
+    model: str,
+    key_name: str | None = None,
+    dialect: str | None = None,
+    stream: bool = False,
+    timeout: float = 10.0,
+) -> dict[str, Any]:
+    """Ask a running gateway's control plane for a dry-run (the CLI's ``--control``).
+
+    Raises `ControlRequestError` with the server's code when it refuses, and `ConnectionError`
+    when it cannot be reached or does not answer as a control plane.
+    """
+    params = {"model": model, "stream": "1" if stream else "0"}
+    if key_name:
+        params["key"] = key_name
+    if dialect:
+        params["dialect"] = dialect
+    url = base_url.rstrip("/") + "/dryrun?" + urlencode(params)
+    import httpcore  # the command line's, not the gateway's: loaded only here
+
+    try:
+        response = httpcore.request(
+            "GET",
+            url,
+            headers=[(b"authorization", b"Bearer " + control_key.encode())],
+            extensions={"timeout": {"connect": timeout, "read": timeout, "pool": timeout}},
+        )
+    except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.UnsupportedProtocol) as exc:
+        raise ConnectionError(f"{base_url}: {exc or type(exc).__name__}") from None
+    try:
+        data = json_loads(response.content)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ConnectionError(f"{base_url} answered {response.status} without control-plane JSON")
+    if response.status != 200:
+        error = data.get("error") or {}
+        raise ControlRequestError(
+            response.status, str(error.get("code")), str(error.get("message"))
+        )
+    return data
+
+
+def _query(request: Request) -> dict[str, str]:
+    # The last value of each parameter; blank values kept, so "stream=" reads as false.
+    return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
+
+
+def _presented_key(request: Request) -> bytes | None:
+    for name, value in request.headers:
+        if name == b"x-control-key" and value.strip():
+            return value.strip()
+    auth = request.header(b"authorization")
+    if auth and auth[:7].lower() == b"bearer ":
+        token = auth[7:].strip()
+        if token:
+            return token
+    return None
+
+
+View = Callable[[Request], Awaitable[Any]]
+
+
+class ConfigEndpoints(Protocol):
+    """The config reads and writes (`twserve.control.config_api.ConfigAPI`), when the gateway runs
+    from a config file."""
+
+    async def handle(self, request: Request) -> tuple[int, Any] | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class ControlPlane:
+    """The control plane's handler over the gateway's shared objects (see module docs).
+
+    `generation` is 1 for a gateway built from a config object; one that runs from a config
+    file reports the reloader's count instead (`config_api`, twserve.config.live). `safe_mode`
+    holds the problems of a config that failed at startup (the gateway then does not serve).
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        store: Store,
+        events: EventBus,
+        metrics: Metrics,
+        env: Mapping[str, str],
+        safe_mode: Sequence[Problem] = (),
+        keepalive_secs: float = KEEPALIVE_SECS,
+    ) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.events = events
+        self.metrics = metrics
+        self.env = env
+        self.safe_mode = tuple(safe_mode)
+        self.keepalive_secs = keepalive_secs
+        self.generation = 1
+        # Set by the app when it runs from a config file: GET/PUT /config and the small writes.
+        self.config_api: ConfigEndpoints | None = None
+        self.started_wall = gateway.wall()
+        self.started = gateway.clock()
+        self._views: dict[str, View] = {
+            "/status": self._status,
+            "/overview": self._overview,
+            "/providers": self._providers,
+            "/groups": self._groups,
+            "/keys": self._keys,
+            "/requests": self._requests,
+            "/dryrun": self._dryrun,
+            "/usage": self._usage,
+        }
+
+    @property
+    def config(self) -> Config:
+        return self.gateway.config
+
+    # -- the handler -----------------------------------------------------------------------
+
+    async def handle(self, request: Request, responder: Responder) -> None:
+        try:
+            self._authenticate(request)
+            if request.path == "/events":
+                self._only_get(request)
+                await self._events(request, responder)
+                return
+            if request.path == "/metrics":
+                self._only_get(request)
+                await self._send(responder, 200, self.metrics.exposition(), CONTENT_TYPE.encode())
+                return
+            if self.config_api is not None:
+                answer = await self.config_api.handle(request)
+                if answer is not None:
+                    status, payload = answer
+                    await self._send(responder, status, json_dumps(payload))
+                    return
+            view = self._views.get(request.path)
+            if view is None:
+                raise ControlRequestError(
+                    404, "control.request.not_found", f"no control view at {request.path}"
+                )
+            self._only_get(request)
+            body = json_dumps(await view(request))
+        except ControlRequestError as err:
+            headers: Headers = []
+            if err.status == 401:
+                headers.append((b"www-authenticate", b'Bearer realm="twserve-control"'))
+            if err.status == 405:
+                headers.append((b"allow", b"GET"))
+            await self._send(
+                responder, err.status, error_json(err.code, err.message), extra=headers
+            )
+            return
+        await self._send(responder, 200, body)
+
+    def check_head(self, request: Request) -> http1.Refusal | None:
+        """The transport's head check: a request without the right control key is answered
+        401 from its head, before a byte of its body is read (`handle` checks again)."""
+        try:
+            self._authenticate(request)
+        except ControlRequestError as err:
+            return http1.Refusal(
+                status=err.status,
+                headers=[
+                    (b"content-type", b"application/json"),
+                    (b"cache-control", b"no-store"),
+                    (API_HEADER, str(CONTROL_API_VERSION).encode()),
+                    (b"www-authenticate", b'Bearer realm="twserve-control"'),
+                ],
+                body=error_json(err.code, err.message),
+            )
+        return None
+
+    def _authenticate(self, request: Request) -> None:
+        presented = _presented_key(request)
+        if presented is None:
+            raise ControlRequestError(401, "control.auth.missing_key", "missing control key")
+        expected = self._expected_key()
+        # An unset or unresolvable key lets nobody in; compare anyway to keep the timing flat.
+        ok = hmac.compare_digest(presented, expected or b"\0")
+        if not (ok and expected):
+            raise ControlRequestError(401, "control.auth.bad_key", "invalid control key")
+
+    def _expected_key(self) -> bytes | None:
+        key = control_key_of(self.config, self.env)
+        return key.encode() if key else None
+
+    @staticmethod
+    def _only_get(request: Request) -> None:
+        if request.method != "GET":
+            raise ControlRequestError(
+                405,
+                "control.request.method_not_allowed",
+                f"{request.path} answers GET, not {request.method}",
+            )
+
+    @staticmethod
+    async def _send(
+        responder: Responder,
+        status: int,
+        body: bytes,
+        content_type: bytes = b"application/json",
+        extra: Headers | None = None,
+    ) -> None:
+        await responder.start(
+            status,
+            [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (API_HEADER, str(CONTROL_API_VERSION).encode()),
+                *(extra or ()),
+            ],
+        )
+        await responder.send(body)
+        await responder.end()
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self.gateway.clock()
+
+    def _wall_at(self, monotonic: float | None) -> float | None:
+        # The gateway's monotonic time as wall-clock seconds, for people and other machines.
+        if monotonic is None:
+            return None
+        return round(self.gateway.wall() + (monotonic - self._now()), 3)
+
+    async def _status(self, request: Request) -> dict[str, Any]:
+        config = self.config
+        import importlib.metadata  # asked for rarely: not loaded with the gateway
+
+        try:
+            version = importlib.metadata.version("twserve")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        return {
+            "api_version": CONTROL_API_VERSION,
+            "version": version,
+            "started_at": self.started_wall,
+            "uptime_secs": round(self._now() - self.started, 3),
+            "config": {"version": config.version, "generation": self.generation},
+            "safe_mode": (
+                {
+                    "code": "control.safe_mode",
+                    "problems": [asdict(p) for p in self.safe_mode],
+                }
+                if self.safe_mode
+                else None
+            ),
+            "gateway": {
+                "bind": config.listen.gateway.bind,
+                "port": config.listen.gateway.port,
+            },
+            "store": self.store.status(),
+        } | (self.config_api.status() if self.config_api is not None else {})
+
+    async def _overview(self, request: Request) -> dict[str, Any]:
+        config = self.config
+        router = self.gateway.router
+        now = self._now()
+        names = [p.name for p in config.providers]
+        return {
+            "requests": {
+                **self.metrics.totals,
+                "in_flight": self.metrics.open_requests,
+            },
+            "config": {
+                "upstreams": len(config.providers),
+                "groups": len(config.groups),
+                "routes": len(config.routes),
+                "aliases": len(config.aliases),
+                "keys": len(config.clients),
+                "default_route": config.default_route,
+                "default_key": config.default_key,
+            },
+            "upstreams": {
+                "in_flight": sum(router.slots.in_flight(n) for n in names),
+                "paused": sorted(router.health.paused(names, now)),
+                "waiting": len(router.slots.waiting()),
+            },
+            "failover": asdict(config.failover),
+            "events": {"subscribers": self.events.subscribers},
+        }
+
+    async def _providers(self, request: Request) -> dict[str, Any]:
+        config = self.config
+        router = self.gateway.router
+        now = self._now()
+        rows = []
+        for p in config.providers:
+            snap = router.health.snapshot(p.name, now)
+            median = snap.first_content_median
+            models: list[str] = list(p.models or ())
+            for name, _ in p.model_specs:
+                if name not in models:
+                    models.append(name)
+            model_rows = []
+            for name in models:
+                spec = p.model_spec(name)
+                model_rows.append(
+                    {
+                        "model": name,
+                        "offered": p.offers(name),
+                        "context_window": spec.context_window if spec else None,
+                        "max_output_tokens": spec.max_output_tokens if spec else None,
+                    }
+                )
+            rows.append(
+                {
+                    "name": p.name,
+                    "protocol": p.protocol.value,
+                    "protocol_recognised": p.protocol_recognised,
+                    "base_url": p.base_url,
+                    "has_key": p.key is not None,
+                    "header_names": [name for name, _ in p.headers],
+                    "billing": p.billing.value,
+                    "price_sheet": p.price_sheet,
+                    "max_concurrent": p.max_concurrent,
+                    "in_flight": router.slots.in_flight(p.name),
+                    "paused_until": self._wall_at(snap.paused_until),
+                    "pause_left_secs": (
+                        None
+                        if snap.paused_until is None
+                        else round(max(0.0, snap.paused_until - now), 3)
+                    ),
+                    "pause_reason": snap.pause_reason.value if snap.pause_reason else None,
+                    "failures_in_row": snap.failures_in_row,
+                    "success_rate": snap.success_rate,
+                    "attempts": snap.attempts,
+                    "first_content_median_ms": None if median is None else round(median * 1000),
+                    "first_content_samples": snap.first_content_samples,
+                    "any_model": p.models is None,
+                    "models": model_rows,
+                }
+            )
+        return {"providers": rows}
+
+    async def _groups(self, request: Request) -> dict[str, Any]:
+        rows = []
+        for g in self.config.groups:
+            rows.append(
+                {
+                    "name": g.name,
+                    "type": g.type.value,
+                    "members": [{"provider": m.provider, "weight": m.weight} for m in g.members],
+                    "selected": g.selected,
+                    "balance_by": g.balance_by.value,
+                }
+            )
+        return {"groups": rows}
+
+    async def _keys(self, request: Request) -> dict[str, Any]:
+        slots = self.gateway.router.slots
+        rows = []
+        for c in self.config.clients:
+            rows.append(
+                {
+                    "name": c.name,
+                    "key": mask_secret(c.key),
+                    "route": c.route,
+                    "max_concurrent": c.max_concurrent,
+                    "in_flight": slots.in_flight(c.name, SlotScope.KEY),
+                    # Each limit with its usage (reservations included) and reset time; with
+                    # shared state, across instances.
+                    "limits": await self.gateway.usage.current_key_view(c.name),
+                    "unpriced_models": self.gateway.usage.unpriced_models(c.name),
+                }
+            )
+        return {"keys": rows, "default_key": self.config.default_key}
+
+    # -- usage (twserve.usage.view) ---------------------------------------------------------
+
+    async def _usage(self, request: Request) -> dict[str, Any]:
+        """``GET /usage?by=key|model|provider|day&since=…&until=…``: totals from the store."""
+        query = _query(request)
+        now = self.gateway.wall()
+        try:
+            by = usage_view.check_group(query.get("by", "key"))
+            since = usage_view.parse_since(query.get("since", "24h"), now)
+            until = usage_view.parse_since(query["until"], now) if "until" in query else None
+        except ValueError as exc:
+            raise ControlRequestError(400, "control.request.invalid", str(exc)) from None
+        try:
+            rows = await self.store.usage(by=by, since=since, until=until)
+        except StoreReadError as exc:
+            raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
+        return {
+            "by": by,
+            "since": since,
+            "until": until,
+            "rows": rows,
+            "total": usage_view.totals(rows),
+            "prices": {
+                "package": self.gateway.usage.table.package,
+                "version": self.gateway.usage.table.version,
+                "retrieved": self.gateway.usage.table.retrieved,
+            },
+        }
+
+    async def _requests(self, request: Request) -> dict[str, Any]:
+        query = _query(request)
+        limit = DEFAULT_REQUEST_LIMIT
+        if "limit" in query:
+            limit = min(max(_count("limit", query["limit"]), 1), MAX_REQUEST_LIMIT)
+        try:
+            rows = await self.store.recent(limit)
+        except StoreReadError as exc:
+            raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
+        return {"requests": rows, "limit": limit}
+
+    async def _dryrun(self, request: Request) -> dict[str, Any]:
+        query = _query(request)
+        max_tokens = query.get("max_tokens")
+        facts = dryrun_facts(
+            self.config,
+            model=query.get("model"),
+            key=query.get("key") or None,
+            dialect=query.get("dialect") or None,
+            stream=_flag(query.get("stream", "")),
+            input_tokens=_count("input_tokens", query.get("input_tokens") or "0"),
+            max_tokens=_count("max_tokens", max_tokens) if max_tokens else None,
+            tool_count=_count("tools", query.get("tools") or "0"),
+            image=_flag(query.get("image", "")),
+            thinking=_flag(query.get("thinking", "")),
+        )
+        report = self.gateway.router.dryrun(facts, now=self._now())
+        body = report.to_dict()
+        body["request"] = {
+            "key": facts.client,
+            "dialect": facts.dialect.value,
+            "stream": facts.stream,
+        }
+        return body
+
+    # -- the event stream ------------------------------------------------------------------
+
+    async def _events(self, request: Request, responder: Responder) -> None:
+        wanted: set[str] | None = None
+        types = _query(request).get("types")
+        if types:
+            known = {t.__name__ for t in EVENT_TYPES}
+            wanted = {t.strip() for t in types.split(",") if t.strip()}
+            unknown = sorted(wanted - known)
+            if unknown:
+                raise ControlRequestError(
+                    400,
+                    "control.request.invalid",
+                    f"unknown event types {unknown} (known: {sorted(known)})",
+                )
+        with self.events.subscribe() as sub:
+            await responder.start(
+                200,
+                [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-store"),
+                    (API_HEADER, str(CONTROL_API_VERSION).encode()),
+                ],
+            )
+            await responder.send(encode_comment("twserve events"))
+            while True:
+                item = None
+                with anyio.move_on_after(self.keepalive_secs):
+                    item = await sub.receive()
+                if item is None:
+                    await responder.send(encode_comment("keep-alive"))
+                elif isinstance(item, Dropped):
+                    data = json_dumps({"dropped": item.count, "total": item.total})
+                    await responder.send(
+                        encode_event(SSEEvent(data=data.decode(), event="dropped"))
+                    )
+                elif wanted is None or event_name(item.event) in wanted:
+                    frame = SSEEvent(
+                        data=event_json(item.event).decode(),
+                        event=event_name(item.event),
+                        id=str(item.seq),
+                    )
+                    await responder.send(encode_event(frame))

@@ -1,0 +1,1 @@
+"""One request before and after its relay: recognise, authenticate, admit, key turn, row."""

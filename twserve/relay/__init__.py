@@ -1,0 +1,1 @@
+"""One request carried to its upstreams: the attempt ledger's verb loop."""

@@ -1,0 +1,1 @@
+"""The client's side of the wire: anyio sockets driving h11, h2 and wsproto."""

@@ -1,0 +1,1 @@
+"""The request rows: SQLite by default, PostgreSQL for several instances."""

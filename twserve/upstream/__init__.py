@@ -1,0 +1,1 @@
+"""The network side of an attempt: pools, connections, sockets."""

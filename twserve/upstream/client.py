@@ -1,0 +1,174 @@
+"""Upstream calls: the `Upstream` protocol the relay sends through, and its connection pools.
+
+The relay opens an answer with `Upstream.open` (a `twproto.upstream_request.UpstreamRequest`,
+built without IO) and reads it chunk by chunk as it arrives; nothing buffers a whole answer.
+`UpstreamClient` holds the shared pools: HTTP/1.1 upstreams go through the gateway's own pool
+(twserve/upstream/h1_pool.py), upstreams with ``http2: true`` through httpcore's
+(twserve/upstream/h2_pool.py). Which one an attempt takes is its `Transport`, carried with the
+attempt from its destination (built from its provider's config in twserve/relay/reader.py),
+never found again from the URL; tests can put `twserve.upstream.memory.MemoryUpstream` in its
+place. Failures are mapped at the boundary to two errors named by when they happened
+(twserve/upstream/errors.py): `UpstreamUnreachable` (no response head: refused, reset, TLS,
+timeout — carries the `TransportFault` the failure classifier takes) and `UpstreamBroken`
+(the body broke off after the head). Cancelling the caller's anyio scope closes the upstream
+connection, which is how a client that leaves stops the upstream's work too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from twproto.headers import client_response_headers
+from twproto.upstream_request import UpstreamRequest
+from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
+from twserve.upstream.h1_pool import H1Pool
+
+if TYPE_CHECKING:
+    from twserve.upstream.h2_pool import H2Pools
+
+__all__ = [
+    "Transport",
+    "Upstream",
+    "UpstreamAnswer",
+    "UpstreamBroken",
+    "UpstreamClient",
+    "UpstreamUnreachable",
+    "client_headers",
+    "read_prefix",
+]
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Transport(StrEnum):
+    """How an attempt reaches its upstream, as its provider is configured: HTTP/1.1, HTTP/2
+    (``http2: true``), or — for a client Responses WebSocket's turns to a provider with
+    ``responses_transport: websocket`` — that upstream's own Responses socket
+    (twserve/upstream/responses_socket.py)."""
+
+    HTTP1 = "http1"
+    HTTP2 = "http2"
+    RESPONSES_SOCKET = "responses_socket"
+
+
+def client_headers(upstream: Headers) -> Headers:
+    """The upstream's response headers a client may see when the answer is passed on as is:
+    an allow-list, compared without regard to case (`twproto.headers`)."""
+    return client_response_headers(upstream)
+
+
+class UpstreamAnswer(Protocol):
+    """An upstream response whose head has arrived; the body is read with `chunks`."""
+
+    status: int
+    headers: Headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises `UpstreamBroken` if it breaks off."""
+        ...
+
+    def divert(self, sink: Callable[[bytes], bool]) -> bool:
+        """Hand what arrives from now on to `sink` in the event loop's callback where the
+        transport can (`twserve.upstream.h1_connection`); what it does not take — and everything
+        where this returns False — `chunks` still reads, in order."""
+        ...
+
+
+class Upstream(Protocol):
+    """Where the relay sends upstream requests: the httpcore pool (`UpstreamClient`), or an
+    in-memory stand-in (`twserve.upstream.memory.MemoryUpstream`) in tests."""
+
+    def open(
+        self,
+        request: UpstreamRequest,
+        *,
+        connect_timeout: float | None = None,
+        transport: Transport = Transport.HTTP1,
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        """Send `request` over `transport` (HTTP/1.1 or HTTP/2; connecting within
+        `connect_timeout`, None: the default); yield the answer once its head has arrived, or
+        raise `UpstreamUnreachable`. Leaving the context (or cancelling it) closes the
+        request."""
+        ...
+
+
+async def read_prefix(answer: UpstreamAnswer, limit: int) -> bytes:
+    """Up to `limit` bytes of the body (error bodies are only ever read this far); a break
+    ends it quietly."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in answer.chunks():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                break
+    except UpstreamBroken:
+        pass
+    return b"".join(parts)[:limit]
+
+
+class UpstreamClient:
+    """Pools of upstream connections shared by every request.
+
+    HTTP/1.1 goes through `H1Pool` (twserve/upstream/h1_pool.py): ``max_connections`` bounds its
+    open connections, ``max_keepalive`` its idle ones (both over all origins), and a connection
+    idle for ``keepalive_expiry`` seconds is closed; the HTTP/2 pools (twserve/upstream/h2_pool.py,
+    made when first needed) have the same bounds.
+    A request whose transport is `Transport.HTTP2` (the provider's ``http2``) goes through
+    pools of their own, over https one that offers h2 by ALPN (HTTP/1.1 where the upstream
+    declines it), over http one that speaks h2 by prior knowledge, since cleartext has no
+    negotiation.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1000,
+        max_keepalive: int = 200,
+        keepalive_expiry: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self._bounds = (max_connections, max_keepalive, keepalive_expiry)
+        # HTTP/1.1: the gateway's own pool (twserve/upstream/h1_pool.py).
+        self.pool = H1Pool(
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+            keepalive_expiry=keepalive_expiry,
+        )
+        self._h2: H2Pools | None = None
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        if self._h2 is not None:
+            await self._h2.aclose()
+
+    def _h2_pools(self) -> H2Pools:
+        if self._h2 is None:
+            from twserve.upstream.h2_pool import H2Pools
+
+            connections, keepalive, expiry = self._bounds
+            self._h2 = H2Pools(
+                max_connections=connections, max_keepalive=keepalive, keepalive_expiry=expiry
+            )
+        return self._h2
+
+    def open(
+        self,
+        request: UpstreamRequest,
+        *,
+        connect_timeout: float | None = None,
+        transport: Transport = Transport.HTTP1,
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        """Send `request` over `transport` and yield the answer once its head has arrived.
+        `connect_timeout` is the upstream's own (``providers[].connect_timeout_secs``); None
+        takes the pool's. (A Responses socket is the client socket's, not a pool's: the reader
+        opens it, twserve/relay/reader.py.)"""
+        timeout = self.connect_timeout if connect_timeout is None else connect_timeout
+        if transport is Transport.HTTP2:
+            return self._h2_pools().open(request, timeout)
+        return self.pool.open(request, timeout)

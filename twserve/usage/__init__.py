@@ -1,0 +1,1 @@
+"""Cost and key limits around twengine's pricing and limits."""
