@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.servers import start_postgres
 from twengine.config import build_config
 from twmock.script import MockSettings, parse_script
-from twmock.server import make_handler
+from twmock.serve.handler import make_handler
 from twserve.app.wiring import GatewayApp
 from twserve.server import http1
 from twserve.store.sqlite import Commit

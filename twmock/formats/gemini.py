@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from twmock._wire import Template, google_compact, hole, pretty, text_json
 from twmock.answer import (
     Answer,
     BadRequest,
@@ -38,6 +37,7 @@ from twmock.answer import (
     error_headers,
     last_text,
 )
+from twmock.formats._wire import Template, google_compact, hole, pretty, text_json
 from twmock.script import ErrorSpec
 from twproto import json_loads
 from twproto.dialect import Dialect

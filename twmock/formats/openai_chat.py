@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twmock._wire import Template, compact, hole, pretty, text_json
 from twmock.answer import (
     Answer,
     BadRequest,
@@ -31,6 +30,7 @@ from twmock.answer import (
     error_headers,
     last_text,
 )
+from twmock.formats._wire import Template, compact, hole, pretty, text_json
 from twmock.script import ErrorSpec
 from twproto.dialect import Dialect
 from twproto.paths import Route

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twmock._wire import Template, compact, hole, sse, text_json
 from twmock.answer import (
     Answer,
     BadRequest,
@@ -28,6 +27,7 @@ from twmock.answer import (
     error_headers,
     last_text,
 )
+from twmock.formats._wire import Template, compact, hole, sse, text_json
 from twmock.script import ErrorSpec
 from twproto import json_loads
 from twproto.dialect import Dialect

@@ -44,7 +44,7 @@ from wsproto.events import (
 )
 from wsproto.events import Request as WSRequest
 
-from twmock.upgrade import refuse_upgrade
+from twmock.serve.upgrade import refuse_upgrade
 from twserve.server.base import Request
 from twserve.server.http1 import READ_SIZE, Handoff, Switch
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from twmock._wire import Template, compact, hole, pretty, sse, text_json
 from twmock.answer import (
     Answer,
     BadRequest,
@@ -35,7 +34,8 @@ from twmock.answer import (
     error_headers,
     last_text,
 )
-from twmock.openai_chat import NOT_JSON, openai_error
+from twmock.formats._wire import Template, compact, hole, pretty, sse, text_json
+from twmock.formats.openai_chat import NOT_JSON, openai_error
 from twmock.script import ErrorSpec
 from twproto.dialect import Dialect
 from twproto.paths import Route

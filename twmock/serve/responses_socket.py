@@ -14,9 +14,10 @@ is how the answer travels:
 * a broken or reset answer drops the TCP connection without a close frame.
 
 Turns on one socket run one after another. ``{"type": "mock.close", "code": N}`` makes the mock
-close the socket with code N. Pings are answered. `SocketLog` keeps what tests assert on: each
-upgrade (its headers) and how many turns each socket carried; and two knobs tests set: an HTTP
-status to refuse upgrades with, and a close code to end each socket with after a turn.
+close the socket with code N. Pings are answered. The handler's `SocketLog` (twmock.serve.handler)
+keeps what tests assert on: each upgrade (its headers) and how many turns each socket carried;
+and two knobs tests set: an HTTP status to refuse upgrades with, and a close code to end each
+socket with after a turn.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -35,35 +35,19 @@ from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, CloseConnection, Ping, TextMessage
 from wsproto.events import Request as WSRequest
 
-from twmock.upgrade import refuse_upgrade
+from twmock.serve.handler import MockHandler, carry_out
+from twmock.serve.upgrade import refuse_upgrade
 from twproto import SSEDecoder, SSEError
 from twproto.dialect import Dialect
 from twproto.paths import Operation, match_path
 from twserve.server.base import Headers, Request
 from twserve.server.http1 import READ_SIZE, Handoff, Switch
 
-if TYPE_CHECKING:
-    from twmock.server import MockHandler
-
-__all__ = ["SocketLog", "responses_socket_switch"]
+__all__ = ["responses_socket_switch"]
 
 _MAX_EVENT = 256 * 1024 * 1024
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type"})
 _BODY_HEADERS = frozenset({b"content-length", b"content-type", b"connection"})
-
-
-@dataclass(slots=True)
-class SocketLog:
-    """What the mock's Responses socket saw: each upgrade, and per socket (in upgrade order) the
-    number of turns it carried."""
-
-    upgrades: list[Request] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)
-    open: int = 0
-    # Test knobs: answer upgrades with this HTTP status instead of switching (an upstream
-    # without the socket, or one refusing it); close each socket with this code after its turn.
-    refuse_status: int | None = None
-    close_after_turn: int | None = None
 
 
 def responses_socket_switch(handler: MockHandler) -> Switch:
@@ -221,8 +205,6 @@ class _Socket:
 
     async def _turn(self, text: str) -> bool:
         """Play one client event; False when the socket is to end."""
-        from twmock.server import carry_out
-
         try:
             event = json.loads(text)
         except ValueError:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from twmock import Plan, RequestInfo, Script, parse_script, plan
 
-FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "data" / "fixtures"
 
 # --------------------------------------------------------------------------------------------
 # helpers (also used by the other mock tests)

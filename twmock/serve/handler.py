@@ -1,19 +1,19 @@
-"""The mock upstream's IO: a request handler that plays plans, and the server around it.
+"""The mock upstream's request handler: the per-instance state the pure planner may not keep,
+and the loop that plays a plan over a twserve `Responder`.
 
 `make_handler(settings)` returns a `MockHandler`, an ordinary twserve handler
-(``await handler(request, responder)``) that keeps the per-instance state the pure planner may
-not: the request counters behind ``fail_first``/``fail_every`` (one per profile), the seeded
-random generator behind ``fail_rate`` and the ids, the clock, and the log of what arrived
-(`MockHandler.received`, newest last) that tests assert on. For each request it resolves the
-profile, draws what the plan needs, asks `twmock.plan.plan` for the steps and carries them
-out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`end`, and
-`Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
-the server cancels the handler then — or `MockSettings.silence_limit` runs out.
+(``await handler(request, responder)``) that keeps the request counters behind
+``fail_first``/``fail_every`` (one per profile), the seeded random generator behind ``fail_rate``
+and the ids, the clock, and the log of what arrived (`MockHandler.received`, newest last) that
+tests assert on. For each request it resolves the profile, draws what the plan needs, asks
+`twmock.plan.plan` for the steps and carries them out with `carry_out`: ``anyio.sleep`` for each
+delay, `Responder.start`/`send`/`end`, and `Responder.abort` to break or reset the connection. A
+silence lasts until the client leaves — the server cancels the handler then — or
+`MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.server.http1, its HTTP/2 switch (h2c), the Realtime
-WebSocket (twmock.realtime) and the Responses WebSocket (twmock.responses_socket); `run_mock` does
-the same as an async context manager and yields the bound port and the handler, which is what
-tests want.
+The transports import this module, never the other way round: the Responses WebSocket
+(twmock.serve.responses_socket) plays each turn through `MockHandler.plan_for` and `carry_out`,
+so `SocketLog`, the record of those sockets the handler keeps, is defined here too.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.abc
 
 from twmock.plan import (
     Break,
@@ -40,27 +37,30 @@ from twmock.plan import (
     Silence,
     plan,
 )
-from twmock.realtime import RealtimeLog, realtime_switch
-from twmock.responses_socket import SocketLog, responses_socket_switch
 from twmock.script import MockSettings, Script, ScriptError
+from twmock.serve.realtime import RealtimeLog
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
 from twproto.paths import Operation, match_path
 from twserve.server.base import Request, Responder
-from twserve.server.http1 import Switch
 
-__all__ = [
-    "MockHandler",
-    "MockServer",
-    "Received",
-    "carry_out",
-    "make_handler",
-    "mock_switches",
-    "run_mock",
-    "serve_mock",
-]
+__all__ = ["MockHandler", "Received", "SocketLog", "carry_out", "make_handler"]
 
 _SCRIPTED = (Operation.GENERATE, Operation.COUNT_TOKENS)
+
+
+@dataclass(slots=True)
+class SocketLog:
+    """What the mock's Responses socket saw: each upgrade, and per socket (in upgrade order) the
+    number of turns it carried."""
+
+    upgrades: list[Request] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    open: int = 0
+    # Test knobs: answer upgrades with this HTTP status instead of switching (an upstream
+    # without the socket, or one refusing it); close each socket with this code after its turn.
+    refuse_status: int | None = None
+    close_after_turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,9 +100,9 @@ class MockHandler:
         self.received: deque[Received] = deque(maxlen=max(1, settings.keep_received))
         self._counts: dict[str, int] = {}
         self._rng = random.Random(settings.seed)
-        # The Realtime endpoint's record (twmock.realtime).
+        # The Realtime endpoint's record (twmock.serve.realtime).
         self.realtime = RealtimeLog()
-        # The Responses WebSocket's record (twmock.responses_socket).
+        # The Responses WebSocket's record (twmock.serve.responses_socket writes it).
         self.sockets = SocketLog()
 
     def count(self, profile: str = "") -> int:
@@ -181,18 +181,6 @@ def _check_shapes(script: Script, where: str) -> None:
         raise ScriptError(f"{where}: unknown error shape {shape!r} (known: {known})")
 
 
-def mock_switches(handler: MockHandler) -> tuple[Switch, ...]:
-    """The mock server's protocol switches: h2c, the Realtime WebSocket (twmock.realtime) and
-    the Responses WebSocket (twmock.responses_socket)."""
-    from twserve.server import http2
-
-    return (
-        http2.switch,
-        realtime_switch(handler.realtime),
-        responses_socket_switch(handler),
-    )
-
-
 def make_handler(settings: MockSettings | None = None) -> MockHandler:
     """A new mock instance (own counters, log and random sequence)."""
     settings = settings if settings is not None else MockSettings()
@@ -224,60 +212,3 @@ async def carry_out(plan: Plan, responder: Responder, *, silence_limit: float = 
             await anyio.sleep(silence_limit)
             await responder.abort()
             return
-
-
-async def serve_mock(
-    settings: MockSettings | None = None,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 9100,
-    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
-    HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
-    from twserve.server import http1
-
-    handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
-    await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MockServer:
-    host: str
-    port: int
-    handler: MockHandler
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def received(self) -> deque[Received]:
-        return self.handler.received
-
-
-@asynccontextmanager
-async def run_mock(
-    settings: MockSettings | None = None, *, host: str = "127.0.0.1", port: int = 0
-) -> AsyncIterator[MockServer]:
-    """Run a mock instance on loopback for the duration of the block (port 0: any free one),
-    speaking HTTP/1.1 and h2c."""
-    from twserve.server import http1
-
-    handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
-
-    async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
-        await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
-
-    # The task group is entered by hand so that an exception raised in the caller's block
-    # reaches the caller as itself, not wrapped in an ExceptionGroup by the group's exit.
-    tg = anyio.create_task_group()
-    await tg.__aenter__()
-    try:
-        bound = await tg.start(serve)
-        yield MockServer(host=host, port=bound, handler=handler)
-    finally:
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)

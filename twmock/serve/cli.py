@@ -1,4 +1,5 @@
-"""Command-line arguments of ``twserve mock-upstream`` (and ``python -m twmock``).
+"""Command-line arguments of ``twserve mock-upstream`` and ``python -m twmock``, and the
+latter's `main`.
 
 Each flag sets one script field (docs/mock-upstream.md lists them); ``--script`` takes a whole
 script as JSON (or ``@file``) and the flags are applied over it; ``--profile NAME=JSON`` adds a
@@ -11,13 +12,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from twmock.script import DEFAULT_MODELS, MockSettings, Script, ScriptError, parse_script
+from twmock.serve.server import serve_mock
 from twproto import json_loads
 
-__all__ = ["add_mock_arguments", "settings_from_args"]
+__all__ = ["add_mock_arguments", "main", "settings_from_args"]
+
+_MAIN_HELP = """``python -m twmock [options]``: run the mock upstream alone (same options as
+``twserve mock-upstream``)."""
 
 # flag -> (script field, type, help)
 _FLAGS: tuple[tuple[str, str, type, str], ...] = (
@@ -220,3 +229,18 @@ def settings_from_args(ns: argparse.Namespace) -> MockSettings:
         if models
         else DEFAULT_MODELS,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m twmock``: serve the mock upstream on ``--host:--port`` until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m twmock", description=_MAIN_HELP)
+    add_mock_arguments(parser)
+    ns = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(ns)
+    except ScriptError as exc:
+        parser.error(str(exc))
+    print(f"mock upstream on http://{ns.host}:{ns.port}", file=sys.stderr)
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(partial(serve_mock, settings, host=ns.host, port=ns.port))
+    return 0
