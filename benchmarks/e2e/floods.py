@@ -1,8 +1,9 @@
 """What a flooding client makes a live gateway hold: its RSS while the client sends and never
 reads, sampled from /proc.
 
-`twserve serve` and `twserve mock-upstream` run as processes of their own (benchmarks/harness.py);
-the client, in this process, opens one connection and does one of:
+`twserve serve` and `twserve mock-upstream` run as processes of their own
+(benchmarks/support/harness.py); the client, in this process, opens one connection and does one
+of:
 
 * ``h2-ping`` / ``h2-settings`` — HTTP/2 by prior knowledge, then PING (or empty SETTINGS)
   frames back to back, no key needed;
@@ -13,7 +14,7 @@ the client, in this process, opens one connection and does one of:
 It reads nothing, for `--secs` seconds, and prints the gateway's RSS every half second, its
 peak, how many bytes it got to send and whether the gateway dropped the connection.
 
-    python benchmarks/floods.py h2-ping|h2-settings|ws-ping|ws-turns [--secs 6] [--mb 30]
+    python -m benchmarks.e2e.floods h2-ping|h2-settings|ws-ping|ws-turns [--secs 6] [--mb 30]
         [--sockets 3] [--payload 0]
 """
 
@@ -29,14 +30,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, TextMessage
 from wsproto.events import Request as WSRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, gateway_yaml, memory_kib, mock_and_gateway
+from benchmarks.support.harness import KEY, gateway_yaml, memory_kib, mock_and_gateway
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from benchmarks.support.harness import ROOT, benchmark_command
 
 
 def test_load_harness_runs_every_phase_and_reports_every_figure(tmp_path: Path) -> None:
@@ -18,7 +17,8 @@ def test_load_harness_runs_every_phase_and_reports_every_figure(tmp_path: Path) 
     args += ["--ttfb-requests", "2"]
     args += ["--warmup", "1", "--pace", "0.0001"]
     done = subprocess.run(
-        [sys.executable, str(HERE / "load.py"), *args, "--json", str(out)],
+        benchmark_command("e2e.load", *args, "--json", str(out)),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

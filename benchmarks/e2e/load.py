@@ -1,9 +1,10 @@
 """The gateway under streaming load, side by side with a byte-copy proxy and a direct call.
 
-One run measures, against one fake upstream (`fakeupstream.py`: each SSE event its own write):
+One run measures, against one fake upstream (`support/fakeupstream.py`: each SSE event its own
+write):
 
     direct              client → upstream
-    byte-copy proxy     client → rawproxy.py (copies bytes, parses nothing) → upstream
+    byte-copy proxy     client → support/rawproxy.py (copies bytes, parses nothing) → upstream
     passthrough         Anthropic client → ``twserve serve`` → Anthropic upstream
     convert             OpenAI Chat client → ``twserve serve`` → Anthropic upstream
 
@@ -20,10 +21,11 @@ The targets alternate within each round; figures are medians over ``--runs`` rou
 spread (min–max of the ratio to the byte-copy proxy) printed so the noise is visible. The
 client is plain asyncio protocols (uvloop when installed) in this process.
 
-    python benchmarks/load.py [--runs 3] [--pacing unpaced,paced] [--gateway-root DIR]
+    python -m benchmarks.e2e.load [--runs 3] [--pacing unpaced,paced] [--baseline-root DIR]
 
-``--gateway-root`` runs the gateway from another checkout (``PYTHONPATH``) for a before/after
-comparison in one run of the same harness.
+``--baseline-root`` also runs a gateway from another checkout (``PYTHONPATH``: its root, and its
+``libs/twproto`` and ``libs/twengine`` when it has them) for a before/after comparison in one run
+of the same harness.
 """
 
 from __future__ import annotations
@@ -43,10 +45,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, free_port, gateway_yaml, memory_kib, wait_port
-
-HERE = Path(__file__).resolve().parent
+from benchmarks.support.harness import (
+    KEY,
+    SUPPORT,
+    cpu_seconds,
+    free_port,
+    gateway_yaml,
+    memory_kib,
+    wait_port,
+)
 
 LONG, SHORT = 200, 20  # SSE events per answer
 
@@ -298,6 +305,15 @@ def table(summary: dict[str, dict[str, float]], memory: dict[str, dict[str, int]
     return "\n".join(lines)
 
 
+def baseline_path(root: Path) -> str:
+    """The PYTHONPATH that runs the gateway of the checkout at `root`: the root, and the
+    libraries' own folders when they are distributions of their own (else this venv's editable
+    twproto and twengine would be imported beside that checkout's twserve)."""
+    root = root.resolve()
+    libs = [root / "libs" / name for name in ("twproto", "twengine")]
+    return os.pathsep.join(str(p) for p in [root, *libs] if p == root or p.is_dir())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -334,9 +350,9 @@ def main() -> None:
     env = {**os.environ, "TWSERVE_HOME": str(tmp)}
     py = sys.executable
     quiet = subprocess.DEVNULL
-    upstream_cmd = [py, str(HERE / "fakeupstream.py"), "--port", str(up_port)]
+    upstream_cmd = [py, str(SUPPORT / "fakeupstream.py"), "--port", str(up_port)]
     upstream_cmd += ["--pace", str(args.pace)]
-    raw_cmd = [py, str(HERE / "rawproxy.py"), "--port", str(raw_port), "--target", str(up_port)]
+    raw_cmd = [py, str(SUPPORT / "rawproxy.py"), "--port", str(raw_port), "--target", str(up_port)]
     procs = {
         "upstream": subprocess.Popen(upstream_cmd, env=env, stdout=quiet),
         "raw": subprocess.Popen(raw_cmd, env=env, stdout=quiet),
@@ -350,7 +366,7 @@ def main() -> None:
         (home / "config.yaml").write_text(gateway_config(up_port, port))
         gw_env = {**env, "TWSERVE_HOME": str(home)}
         if label:
-            gw_env["PYTHONPATH"] = str(Path(root).resolve())
+            gw_env["PYTHONPATH"] = baseline_path(Path(root))
             gw_env.update(item.split("=", 1) for item in args.baseline_env)
         gw_cmd = [*args.gateway_wrap.split(), py, "-m", "twserve.cli.main", "serve"]
         gw_cmd += ["--config", str(home / "config.yaml"), "--data-dir", str(home)]

@@ -8,7 +8,7 @@ and settling. The same short streamed requests go to each, alternating runs; the
 processes' CPU time is read from /proc. Reported: CPU ms per request of each (median of the
 runs) and the limited one's extra in %.
 
-    python benchmarks/limits_overhead.py [--requests 400] [--runs 5] [--concurrency 16]
+    python -m benchmarks.e2e.limits_overhead [--requests 400] [--runs 5] [--concurrency 16]
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from e2e_overhead import concurrent
-from harness import KEY, cpu_seconds, free_port, wait_port
+from benchmarks.e2e.e2e_overhead import concurrent
+from benchmarks.support.harness import KEY, cpu_seconds, free_port, wait_port
 
 LIMITS = """
     limits:

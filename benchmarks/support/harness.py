@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+# The stand-alone processes a benchmark starts by path (fakeupstream.py, rawproxy.py).
+SUPPORT = Path(__file__).resolve().parent
 KEY = "bench-key"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -88,6 +90,11 @@ providers:
 
 def python_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "twserve.cli.main", *args]
+
+
+def benchmark_command(module: str, *args: str) -> list[str]:
+    """The command that runs ``benchmarks.<module>`` (run it with ``cwd=ROOT``)."""
+    return [sys.executable, "-m", f"benchmarks.{module}", *args]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Run with::
 
-    pytest benchmarks/bench_convert.py --benchmark-enable -p no:cacheprovider
+    pytest benchmarks/hot/bench_convert.py --benchmark-enable -p no:cacheprovider
 
 Each benchmark feeds a recorded transcript whose content events are repeated to ``EVENTS``
 events, one SSE event per network chunk (how providers flush), through a fresh
@@ -23,7 +23,7 @@ from twproto.dialect import Dialect
 from twproto.sse import SSEDecoder
 from twproto.stream_translate import new_stream_translator
 
-STREAMS = Path(__file__).resolve().parents[1] / "tests" / "data" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[2] / "tests" / "data" / "fixtures" / "streams"
 EVENTS = 2000
 
 

@@ -13,7 +13,7 @@ run, alternating the two transports so that drift in the machine's load hits bot
 Reported as medians over `--runs`, with the ratio h2 ÷ HTTP/1.1 (below 1: HTTP/2 is cheaper).
 Machines are noisy: read the ratios.
 
-    python benchmarks/h2_overhead.py [--requests 200] [--runs 5] [--concurrency 32]
+    python -m benchmarks.e2e.h2_overhead [--requests 200] [--runs 5] [--concurrency 32]
         [--upstream-h2] [--json F]
 """
 
@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import anyio
 import httpcore
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, ratio, report
+from benchmarks.support.harness import (
+    KEY,
+    cpu_seconds,
+    gateway_yaml,
+    medians,
+    mock_and_gateway,
+    ratio,
+    report,
+)
 
 
 def config(mock_port: int, port: int, upstream_h2: bool) -> str:

@@ -13,7 +13,7 @@ PostgreSQL is a throwaway local cluster, the test suite's (``fsync=off``: a comm
 a round trip and the server's work, not a disk flush; SQLite's WAL with ``synchronous=NORMAL``
 does not flush per commit either).
 
-    python benchmarks/commit_wait.py [--requests 300]
+    python -m benchmarks.e2e.commit_wait_overhead [--requests 300]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -32,8 +31,6 @@ from typing import Any
 import anyio
 import httpcore
 from anyio.from_thread import start_blocking_portal
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.servers import start_postgres
 from twengine.config import build_config

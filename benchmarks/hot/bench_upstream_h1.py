@@ -2,7 +2,7 @@
 
 Run with::
 
-    pytest benchmarks/bench_upstream_h1.py --benchmark-enable -p no:cacheprovider
+    pytest benchmarks/hot/bench_upstream_h1.py --benchmark-enable -p no:cacheprovider
 
 A recorded Anthropic stream's content events, repeated to 200, each in its own chunk of HTTP/1.1
 chunked coding and its own read (as a paced upstream sends them), read three ways: by h11 (what
@@ -23,7 +23,7 @@ import pytest
 
 from tests.fuzz.test_fuzz_upstream_h1 import started_connection
 
-STREAMS = Path(__file__).resolve().parents[1] / "tests" / "data" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[2] / "tests" / "data" / "fixtures" / "streams"
 EVENTS = 200
 
 

@@ -13,7 +13,7 @@ load hits both.
 Reported as medians over `--runs` of wall time and gateway CPU time per turn, with the ratio
 WebSocket ÷ HTTP (below 1: the WebSocket is cheaper). Machines are noisy: read the ratios.
 
-    python benchmarks/ws_overhead.py [--turns 200] [--runs 5] [--chunks 20]
+    python -m benchmarks.e2e.ws_overhead [--turns 200] [--runs 5] [--chunks 20]
         [--upstream-transport http|websocket] [--json F]
 """
 
@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import anyio
 import httpcore
 import websockets
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, gateway_yaml, medians, mock_and_gateway, ratio, report
+from benchmarks.support.harness import (
+    KEY,
+    cpu_seconds,
+    gateway_yaml,
+    medians,
+    mock_and_gateway,
+    ratio,
+    report,
+)
 
 TURN = {"model": "bench", "input": "benchmark", "max_output_tokens": 64}
 

@@ -15,7 +15,7 @@ median of several runs:
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 
-    python benchmarks/e2e_overhead.py [--chunks 1000] [--requests 20] [--runs 5]
+    python -m benchmarks.e2e.e2e_overhead [--chunks 1000] [--requests 20] [--runs 5]
         [--mode passthrough|convert|routing]
 
 ``convert`` sends Chat Completions requests to an Anthropic-format upstream (both directions
@@ -38,8 +38,15 @@ from typing import Any
 import anyio
 import httpcore
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, ROOT, cpu_seconds, free_port, gateway_yaml, memory_kib, wait_port
+from benchmarks.support.harness import (
+    KEY,
+    SUPPORT,
+    cpu_seconds,
+    free_port,
+    gateway_yaml,
+    memory_kib,
+    wait_port,
+)
 
 
 def gateway_config(mock_port: int, port: int, mode: str) -> str:
@@ -185,7 +192,7 @@ def main() -> None:
         "raw": subprocess.Popen(
             [
                 py,
-                str(ROOT / "benchmarks" / "rawproxy.py"),
+                str(SUPPORT / "rawproxy.py"),
                 "--port",
                 str(raw_port),
                 "--target",

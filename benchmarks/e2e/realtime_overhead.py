@@ -12,7 +12,8 @@ Reported as medians over `--runs` of wall time per round trip for both paths, th
 (the proxy's added latency per round trip), and the gateway's CPU time per frame relayed.
 Machines are noisy: read the medians, not one run.
 
-    python benchmarks/realtime_overhead.py [--frames 2000] [--runs 5] [--frame-bytes 960] [--json F]
+    python -m benchmarks.e2e.realtime_overhead [--frames 2000] [--runs 5] [--frame-bytes 960]
+        [--json F]
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import anyio
 import websockets
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, cpu_seconds, gateway_yaml, mock_and_gateway, report
+from benchmarks.support.harness import KEY, cpu_seconds, gateway_yaml, mock_and_gateway, report
 
 MODEL = "bench-realtime"
 

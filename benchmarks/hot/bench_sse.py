@@ -2,7 +2,7 @@
 
 Run with::
 
-    pytest benchmarks/bench_sse.py --benchmark-enable -p no:cacheprovider
+    pytest benchmarks/hot/bench_sse.py --benchmark-enable -p no:cacheprovider
 
 Each decode benchmark feeds a ~1 MB stream, built by repeating the content events of a recorded
 transcript, in 1-byte, 7-byte and 4 KiB pieces. ``extra_info`` carries the stream size and event
@@ -19,7 +19,7 @@ from twproto.dialect import Dialect
 from twproto.first_content import OpeningHold, classify_event
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEEvent, encode
 
-STREAMS = Path(__file__).resolve().parents[1] / "tests" / "data" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[2] / "tests" / "data" / "fixtures" / "streams"
 TARGET = 1 << 20
 
 

@@ -2,7 +2,7 @@
 one admit and one settle, on a key with four limits (minute, hour, day, month) whose windows
 hold a day's worth of traffic, against a key without limits.
 
-    pytest benchmarks/bench_limits.py --benchmark-enable -p no:cacheprovider
+    pytest benchmarks/hot/bench_limits.py --benchmark-enable -p no:cacheprovider
 """
 
 from __future__ import annotations

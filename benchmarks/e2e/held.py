@@ -12,7 +12,7 @@ A second key asks for the same upstream every 2 s (its wait for a slot cut short
 full slot is a quick 429); the time until it is served is how long the first client held the
 slot. Gives up after `--cap` seconds.
 
-    python benchmarks/held.py ws|realtime|h2-trickle [--cap 150] [--every 40]
+    python -m benchmarks.e2e.held ws|realtime|h2-trickle [--cap 150] [--every 40]
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import h2.config
 import h2.connection
@@ -33,8 +31,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, TextMessage
 from wsproto.events import Request as WSRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import KEY, mock_and_gateway
+from benchmarks.support.harness import KEY, mock_and_gateway
 
 OTHER = "bench-other-key"
 

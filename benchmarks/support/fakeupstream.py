@@ -7,7 +7,7 @@ events) written one after another with no delay; ``/e200p`` paces them ``--pace`
 apart, as a model's tokens are. Keep-alive, HTTP/1.1 chunked framing, one chunk per event.
 Plain asyncio protocols on uvloop when it is installed.
 
-    python benchmarks/fakeupstream.py --port 9200 [--pace 0.001]
+    python benchmarks/support/fakeupstream.py --port 9200 [--pace 0.001]
 """
 
 from __future__ import annotations

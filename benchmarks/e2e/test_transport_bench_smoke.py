@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from benchmarks.support.harness import ROOT, benchmark_command
 
 
-def _run(script: str, args: list[str], out: Path) -> dict[str, object]:
+def _run(module: str, args: list[str], out: Path) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, str(HERE / script), *args, "--json", str(out)],
+        benchmark_command(f"e2e.{module}", *args, "--json", str(out)),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -24,7 +24,7 @@ def _run(script: str, args: list[str], out: Path) -> dict[str, object]:
 
 
 def test_the_realtime_benchmark_reports_every_figure(tmp_path: Path) -> None:
-    figures = _run("realtime_overhead.py", ["--frames", "20", "--runs", "1"], tmp_path / "rt.json")
+    figures = _run("realtime_overhead", ["--frames", "20", "--runs", "1"], tmp_path / "rt.json")
     wall = figures["wall_us_per_round_trip"]
     assert isinstance(wall, dict)
     assert wall["direct"] > 0 and wall["gateway"] > 0
@@ -33,7 +33,7 @@ def test_the_realtime_benchmark_reports_every_figure(tmp_path: Path) -> None:
 
 def test_the_websocket_benchmark_runs_with_an_upstream_socket(tmp_path: Path) -> None:
     args = ["--turns", "5", "--runs", "1", "--upstream-transport", "websocket"]
-    figures = _run("ws_overhead.py", args, tmp_path / "ws.json")
+    figures = _run("ws_overhead", args, tmp_path / "ws.json")
     assert figures["upstream_transport"] == "websocket"
     wall = figures["wall_ms_per_turn"]
     assert isinstance(wall, dict)
