@@ -21,6 +21,7 @@ from twmock.script import MockSettings
 from twmock.serve.handler import MockHandler, Received, make_handler
 from twmock.serve.realtime import realtime_switch
 from twmock.serve.responses_socket import responses_socket_switch
+from twserve.server import http1, http2
 from twserve.server.http1 import Switch
 
 __all__ = ["MockServer", "mock_switches", "run_mock", "serve_mock"]
@@ -29,8 +30,6 @@ __all__ = ["MockServer", "mock_switches", "run_mock", "serve_mock"]
 def mock_switches(handler: MockHandler) -> tuple[Switch, ...]:
     """The mock server's protocol switches: h2c, the Realtime WebSocket (twmock.serve.realtime) and
     the Responses WebSocket (twmock.serve.responses_socket)."""
-    from twserve.server import http2
-
     return (
         http2.switch,
         realtime_switch(handler.realtime),
@@ -47,8 +46,6 @@ async def serve_mock(
 ) -> None:
     """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
     HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
-    from twserve.server import http1
-
     handler = make_handler(settings)
     server = http1.Server(handler, switches=mock_switches(handler))
     await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
@@ -75,8 +72,6 @@ async def run_mock(
 ) -> AsyncIterator[MockServer]:
     """Run a mock instance on loopback for the duration of the block (port 0: any free one),
     speaking HTTP/1.1 and h2c."""
-    from twserve.server import http1
-
     handler = make_handler(settings)
     server = http1.Server(handler, switches=mock_switches(handler))
 
