@@ -5,14 +5,14 @@ chunk count and pacing, reasoning, parallel tool calls, usage, HTTP errors in ea
 own shape, in-stream errors, broken, silent and reset connections, and which requests fail.
 The package is split like the gateway it tests. Everything that decides what to answer is pure
 and imports no IO, clock or randomness (tests/rules/test_boundaries.py checks it): `script` (what a
-script says), `answer` (the answer before any format), `anthropic`, `openai_chat`,
-`openai_responses`, `gemini` (the format writers), `shapes` (named provider errors) and `plan`
-(request in, steps out). The IO is in two modules named for it: `server` (`MockHandler` keeps
-the counters, draws the random numbers, reads the clock and plays plans over a twserve
-transport) and `cli` (command-line options and script files). See docs/mock-upstream.md.
+script says), `answer` (the answer before any format), `formats/` (the writers: `anthropic`,
+`openai_chat`, `openai_responses`, `gemini`), `shapes` (named provider errors) and `plan`
+(request in, steps out). The IO is all in `serve/`: `handler` (`MockHandler` keeps the counters,
+draws the random numbers, reads the clock and plays plans over a twserve transport), `server`,
+the WebSocket endpoints, and `cli` (command-line options and script files). See
+docs/mock-upstream.md.
 """
 
-from twmock.cli import add_mock_arguments, settings_from_args
 from twmock.plan import (
     Break,
     Chunk,
@@ -34,15 +34,9 @@ from twmock.script import (
     Usage,
     parse_script,
 )
-from twmock.server import (
-    MockHandler,
-    MockServer,
-    Received,
-    carry_out,
-    make_handler,
-    run_mock,
-    serve_mock,
-)
+from twmock.serve.cli import add_mock_arguments, settings_from_args
+from twmock.serve.handler import MockHandler, Received, carry_out, make_handler
+from twmock.serve.server import MockServer, run_mock, serve_mock
 from twmock.shapes import SHAPES
 
 __all__ = [

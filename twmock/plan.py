@@ -3,7 +3,7 @@
 `plan(request_info, script)` decides everything — which API the path belongs to, whether the
 body is acceptable, whether this request is one of the failing ones, and every byte to write
 with the pause before it — and returns it as a `Plan`: a tuple of steps that
-`twmock.server` carries out over a `Responder`:
+`twmock.serve.server` carries out over a `Responder`:
 
 * `Head` — start the response (status, headers), after `delay` seconds;
 * `Chunk` — write `data`, after `delay` seconds;
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from twmock._wire import compact, pretty
 from twmock.answer import (
     PREFILL_REFUSAL,
     BadRequest,
@@ -42,10 +41,11 @@ from twmock.answer import (
     earlier_answer,
     json_object,
 )
-from twmock.anthropic import AnthropicWriter
-from twmock.gemini import GeminiWriter
-from twmock.openai_chat import OpenAIChatWriter
-from twmock.openai_responses import OpenAIResponsesWriter
+from twmock.formats._wire import compact, pretty
+from twmock.formats.anthropic import AnthropicWriter
+from twmock.formats.gemini import GeminiWriter
+from twmock.formats.openai_chat import OpenAIChatWriter
+from twmock.formats.openai_responses import OpenAIResponsesWriter
 from twmock.script import DEFAULT_MODELS, ErrorSpec, Script, ScriptError, SilenceMode
 from twmock.shapes import SHAPES, known_shape, named_error, shape_for
 from twproto.dialect import Dialect

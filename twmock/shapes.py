@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from twmock._wire import pretty
 from twmock.answer import ErrorReply, Ids, error_headers
+from twmock.formats._wire import pretty
 from twmock.script import ErrorSpec
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect

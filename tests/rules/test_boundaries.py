@@ -46,32 +46,32 @@ FORBIDDEN = {
 FORBIDDEN_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "urandom"}
 # Packages each pure package must not import (twserve is in FORBIDDEN for all of them).
 DISALLOWED_PACKAGES = {"twproto": {"twengine", "twmock"}, "twengine": {"twmock"}, "twmock": set()}
-# twmock's IO lives in these modules and nowhere else; its pure modules may not import them.
-TWMOCK_IO = {
-    "twmock/__init__.py",
-    "twmock/__main__.py",
-    "twmock/server.py",
-    "twmock/cli.py",
-    "twmock/realtime.py",
-    "twmock/responses_socket.py",
-    "twmock/upgrade.py",
-}
-TWMOCK_IO_MODULES = {
-    "twmock",
-    "twmock.__main__",
-    "twmock.server",
-    "twmock.cli",
-    "twmock.realtime",
-    "twmock.responses_socket",
-    "twmock.upgrade",
-}
+# twmock's IO is in twmock/serve/ and nowhere else: every other twmock module is pure, and of
+# those only the package's facade and its ``python -m`` entry point may import twmock.serve.
+TWMOCK_IO = PACKAGE_DIRS["twmock"] / "serve"
+TWMOCK_ENTRY_POINTS = {"__init__.py", "__main__.py"}
 
 
 def _modules(package: str) -> list[Path]:
     paths = sorted(PACKAGE_DIRS[package].rglob("*.py"))
     if package == "twmock":
-        paths = [p for p in paths if p.relative_to(ROOT).as_posix() not in TWMOCK_IO]
+        paths = [p for p in paths if not p.is_relative_to(TWMOCK_IO)]
     return paths
+
+
+def _imports_twmock_serve(tree: ast.AST) -> list[int]:
+    """The lines of `tree` that import twmock.serve or any module in it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        if any(n == "twmock.serve" or n.startswith("twmock.serve.") for n in names):
+            found.append(node.lineno)
+    return found
 
 
 def _imports(tree: ast.AST) -> list[tuple[int, str]]:
@@ -93,13 +93,12 @@ def test_pure_packages_import_no_io(package: str) -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for line, name in _imports(tree):
             top = name.split(".")[0]
-            if (
-                name in FORBIDDEN
-                or top in FORBIDDEN
-                or top in DISALLOWED_PACKAGES[package]
-                or name in TWMOCK_IO_MODULES
-            ):
+            if name in FORBIDDEN or top in FORBIDDEN or top in DISALLOWED_PACKAGES[package]:
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+        entry_point = path.parent == PACKAGE_DIRS["twmock"] and path.name in TWMOCK_ENTRY_POINTS
+        if package == "twmock" and not entry_point:
+            for line in _imports_twmock_serve(tree):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports twmock.serve")
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)
@@ -117,13 +116,22 @@ def test_checker_catches_a_forbidden_import() -> None:
     assert [n for _, n in _imports(tree)] == ["time", "os"]
 
 
-def test_twmock_pure_modules_are_the_planner_and_writers() -> None:
-    """A new twmock module is pure unless it is added to TWMOCK_IO on purpose."""
+def test_twmock_io_is_the_serve_folder() -> None:
+    """Every twmock module outside serve/ is checked as pure (a new one is pure unless it is put
+    in serve/), and serve/ holds the transports."""
     pure = {p.relative_to(PACKAGE_DIRS["twmock"]).as_posix() for p in _modules("twmock")}
-    assert {"plan.py", "script.py", "answer.py", "shapes.py", "anthropic.py"} <= pure
-    assert all((ROOT / p).is_file() for p in TWMOCK_IO)
+    assert {"plan.py", "script.py", "answer.py", "shapes.py", "formats/anthropic.py"} <= pure
+    assert {"formats/_wire.py", "formats/gemini.py", "__init__.py", "__main__.py"} <= pure
+    assert not any(p.startswith("serve/") for p in pure)
+    assert {"server.py", "handler.py", "cli.py"} <= {p.name for p in TWMOCK_IO.glob("*.py")}
 
 
 def test_checker_catches_twmock_io_import_in_a_pure_module() -> None:
-    tree = ast.parse("from twmock.server import MockHandler\nimport twmock.cli\n")
-    assert {n for _, n in _imports(tree)} <= TWMOCK_IO_MODULES
+    tree = ast.parse(
+        "from twmock.serve.server import run_mock\n"
+        "import twmock.serve.cli\n"
+        "from twmock import serve\n"
+        "from twmock.plan import plan\n"
+        "import twmock.servers_elsewhere\n"
+    )
+    assert _imports_twmock_serve(tree) == [1, 2, 3]

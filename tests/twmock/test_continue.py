@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.twmock.test_formats import (
+from tests.twmock.formats.test_formats import (
     ANTHROPIC_BODY,
     CHAT_BODY,
     GEMINI_BODY,

@@ -32,7 +32,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gtypes
 
-import twmock.server
+import twmock.serve.handler
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
 from twserve.server import http1, http2
 from twserve.server.websocket import WebSocketLimits
@@ -128,7 +128,7 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
 
 @pytest.fixture
 def frozen_mock_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(twmock.server, "time", pytypes.SimpleNamespace(time=lambda: 1.8e9))
+    monkeypatch.setattr(twmock.serve.handler, "time", pytypes.SimpleNamespace(time=lambda: 1.8e9))
 
 
 def fallback(*names: str, **failover: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The Realtime WebSocket proxy (twserve/gateway/realtime.py) through the real gateway.
 
 The ``websockets`` library is the client, the mock upstream's Realtime endpoint
-(twmock/realtime.py) the upstream, both on loopback sockets; rows are read from the SQLite store.
+(twmock/serve/realtime.py) the upstream, both on loopback sockets; rows are read from the SQLite
+store.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
 from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
 from tests.twserve.support.stack import Stack, Upstream
 from tests.twserve.support.tls_front import certificates, tls_front
-from twmock.realtime import REALTIME_TEXT, REALTIME_USAGE
+from twmock.serve.realtime import REALTIME_TEXT, REALTIME_USAGE
 from twproto.realtime import (
     RealtimeEvent,
     read_realtime_event,

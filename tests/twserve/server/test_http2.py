@@ -43,7 +43,8 @@ from tests.twserve.support.h2_client import RawH2
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
 from twmock.script import MockSettings, Script, parse_script
-from twmock.server import make_handler, run_mock
+from twmock.serve.handler import make_handler
+from twmock.serve.server import run_mock
 from twserve.app.wiring import GatewayApp
 from twserve.server import http1, http2
 from twserve.server.base import Request, Responder

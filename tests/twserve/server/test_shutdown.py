@@ -13,7 +13,7 @@ import pytest
 
 from twengine.config import build_config
 from twmock.script import MockSettings, Script
-from twmock.server import make_handler
+from twmock.serve.handler import make_handler
 from twserve.app.wiring import GatewayApp
 from twserve.server import http1
 

@@ -28,7 +28,7 @@ from tests.twserve.store.test_store_pg import new_database
 from tests.twserve.support.stack import CONTROL_KEY, KEY, Stack, Upstream, running_stack
 from tests.twserve.usage.test_key_limits import T0, FakeWall, _raw, _stack
 from twmock.script import MockSettings, parse_script
-from twmock.server import make_handler
+from twmock.serve.handler import make_handler
 from twserve.server import http1
 from twserve.store.postgres import PostgresStore
 

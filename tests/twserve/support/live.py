@@ -23,7 +23,7 @@ import httpcore
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from twmock.script import MockSettings
-from twmock.server import MockHandler, make_handler
+from twmock.serve.handler import MockHandler, make_handler
 from twserve.app.wiring import GatewayApp
 from twserve.cli.main import _serving_app
 from twserve.events import Event

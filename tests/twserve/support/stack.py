@@ -20,7 +20,8 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from twengine.config import build_config
 from twmock.script import MockSettings
-from twmock.server import MockHandler, make_handler, mock_switches
+from twmock.serve.handler import MockHandler, make_handler
+from twmock.serve.server import mock_switches
 from twserve.app import eventloop
 from twserve.app.wiring import GatewayApp
 from twserve.server import http1, http2
@@ -110,8 +111,8 @@ def running_stack(
         for name, up in upstreams.items():
             mock = make_handler(up.settings)
             handler: Handler = mock if up.wrap is None else up.wrap(mock)
-            # The mocks speak h2c too, for upstreams configured with ``http2: true``, and
-            # take Realtime and Responses sockets (twmock.realtime, twmock.responses_socket).
+            # The mocks speak h2c too, for upstreams configured with ``http2: true``, and take
+            # Realtime and Responses sockets (twmock.serve.realtime, .responses_socket).
             server = http1.Server(handler, switches=mock_switches(mock))
             fut, port = portal.start_task(
                 partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)

@@ -2,7 +2,7 @@
 (twserve/upstream/responses_socket.py).
 
 The client is the openai SDK's ``responses.connect()`` through the real gateway; the upstreams
-are mocks serving the Responses socket (twmock/responses_socket.py) with
+are mocks serving the Responses socket (twmock/serve/responses_socket.py) with
 ``responses_transport: websocket`` configured.
 """
 

@@ -1,0 +1,1 @@
+"""Micro-benchmarks of the pure hot-path functions (pytest-benchmark, docs/benchmarks.md)."""

@@ -1,0 +1,1 @@
+"""What the end-to-end benchmarks share, and the processes they start."""
