@@ -12,9 +12,9 @@ from twproto import ir
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.sse import SSEDecoder
-from twproto.stream_translate import new_stream_translator
+from twproto.stream.translators import new_stream_translator
+from twproto.stream.upstream import FirstContent, UpstreamStream
 from twproto.translate import translate_request
-from twproto.upstream_stream import FirstContent, UpstreamStream
 
 CHAT = Dialect.OPENAI_CHAT
 FIXTURE = Path(__file__).parents[1] / "data/fixtures/streams/openai-chat-text-include-usage.sse"

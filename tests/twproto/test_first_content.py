@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from twproto.dialect import Dialect
 from twproto.failures import FailureKind
-from twproto.first_content import (
+from twproto.sse import SSEDecoder, SSEEvent
+from twproto.stream.hold import (
     EventRole,
     FailedBeforeContent,
     Holding,
@@ -22,7 +23,6 @@ from twproto.first_content import (
     classify_event,
     classify_payload,
 )
-from twproto.sse import SSEDecoder, SSEEvent
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 STREAMS = FIXTURES / "streams"

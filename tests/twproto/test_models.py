@@ -11,7 +11,7 @@ from google.genai import types as genai_types
 
 from twproto import json_loads
 from twproto.dialect import Dialect
-from twproto.models import ModelInfo, encode_model, encode_model_list
+from twproto.model_listing import ModelInfo, encode_model, encode_model_list
 
 MODELS = (
     ModelInfo(

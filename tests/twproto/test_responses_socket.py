@@ -1,4 +1,4 @@
-"""The Responses WebSocket's messages (twproto/responses_socket.py), as values and text."""
+"""The Responses WebSocket's messages (twproto/sockets/responses.py), as values and text."""
 
 from __future__ import annotations
 

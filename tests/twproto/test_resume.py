@@ -1,4 +1,5 @@
-"""twproto.resume: the continuation request, the overlap trimmer and the spliced client stream."""
+"""twproto.stream.resume: the continuation request, the overlap trimmer and the spliced client
+stream."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.failures import Failure, FailureKind, PauseRule, classify_response
 from twproto.formats import new_stream_decoder
-from twproto.resume import (
+from twproto.sse import SSEDecoder
+from twproto.stream.resume import (
     CONTINUE_INSTRUCTION,
     MIN_REPEAT,
     OverlapTrimmer,
@@ -22,7 +24,6 @@ from twproto.resume import (
     continued_request,
     refuses_prefill,
 )
-from twproto.sse import SSEDecoder
 from twproto.translate import translate_request
 
 # --- the trimmer ------------------------------------------------------------------------------

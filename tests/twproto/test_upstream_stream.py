@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 
 from tests.twproto.conftest import DIALECTS, FIXTURES, bytewise, fixture_dialect, pieces
 from twproto.dialect import Dialect
-from twproto.first_content import FailedBeforeContent, Holding
 from twproto.sse import SSEDecoder
-from twproto.stream_translate import (
+from twproto.stream.hold import FailedBeforeContent, Holding
+from twproto.stream.translators import (
     CollectedStream,
     ConvertedStream,
     RelayedStream,
     new_stream_translator,
 )
-from twproto.upstream_stream import FirstContent, UpstreamStream
+from twproto.stream.upstream import FirstContent, UpstreamStream
 
 STREAMS = sorted(p for p in (FIXTURES / "streams").iterdir() if p.suffix in (".sse", ".json"))
 NOW = 1_700_000_000.0

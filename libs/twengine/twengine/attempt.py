@@ -98,10 +98,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from twengine.retry import next_backoff
-from twproto.client_errors import error_for_failure, passes_through
-from twproto.errors import ErrorCategory, GatewayError
+from twproto.errors import ErrorCategory, GatewayError, error_for_failure, passes_through
 from twproto.failures import Failure, FailureKind, idle_timeout
-from twproto.resume import refuses_prefill
+from twproto.stream.resume import refuses_prefill
 
 if TYPE_CHECKING:
     from twengine.config.model import Failover

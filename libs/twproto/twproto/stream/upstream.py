@@ -1,7 +1,7 @@
 """An upstream's streamed answer, from its first byte: held until first content, then translated.
 
 Until the first content the gateway may still move the request to another upstream without the
-client noticing, so the stream is held (`twproto.first_content.OpeningHold`; docs/streams.md).
+client noticing, so the stream is held (`twproto.stream.hold.OpeningHold`; docs/streams.md).
 Once the hold releases, the stream belongs to the client: `UpstreamStream` builds the
 translator for it and hands the hold's work over — the held bytes, the events the hold already
 decoded and its decoder — so nothing is decoded twice. That is wsproto's handshake handing its
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 from twproto import ir
 from twproto.dialect import Dialect
-from twproto.first_content import (
+from twproto.stream.hold import (
     FailedBeforeContent,
     Holding,
     HoldOutcome,
     OpeningHold,
     Released,
 )
-from twproto.resume import ResumableStream
-from twproto.stream_translate import StreamTranslator, new_stream_translator
+from twproto.stream.resume import ResumableStream
+from twproto.stream.translators import StreamTranslator, new_stream_translator
 
 __all__ = ["FirstContent", "OpeningOutcome", "UpstreamStream", "reported_usage"]
 
@@ -52,7 +52,7 @@ class UpstreamStream:
     the client want it. `tool_names` maps flattened tool names back; `created` is the answer's
     timestamp where the client format has one. `relay_unchanged` False decodes and encodes a
     same-format stream again, to name `client_model` (an alias). `resumable` True reads the
-    answer with a `twproto.resume.ResumableStream`, which another upstream may continue;
+    answer with a `twproto.stream.resume.ResumableStream`, which another upstream may continue;
     `continuing` is such a stream this upstream continues (its opening is held the same way,
     and the same stream object is handed back at first content). `hide_usage_chunk`: a relayed
     Chat stream leaves out the usage-only chunk the client did not ask for

@@ -32,7 +32,7 @@ stream; it is also kept in `error`.
 
 A translator can start from scratch (`feed` from the first byte) or take over from the opening
 hold (`take_over`): the hold has already decoded the opening events and hands over those events
-and its decoder, so the held bytes are not decoded a second time (`twproto.upstream_stream`).
+and its decoder, so the held bytes are not decoded a second time (`twproto.stream.upstream`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from typing import Any, Protocol
 from twproto import _json, ir
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError, error_body, stream_error_event
-from twproto.first_content import Released
 from twproto.formats import (
     StreamDecoder,
     StreamEncoder,
@@ -54,6 +53,7 @@ from twproto.formats import (
 )
 from twproto.formats._common import gateway_error, merge_dropped
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
+from twproto.stream.hold import Released
 
 __all__ = [
     "CollectedStream",
@@ -166,7 +166,7 @@ def new_stream_translator(
 class _UpstreamOutcome:
     """What a translator reports of the upstream's stream: its usage, a broken framing, its
     proper end, an in-stream error. Read from `_decoder` and `_broken`, which the class that
-    takes this in keeps (`_Translator`, and `twproto.resume.ResumableStream` across legs)."""
+    takes this in keeps (`_Translator`, and `twproto.stream.resume.ResumableStream` across legs)."""
 
     __slots__ = ()
     _decoder: StreamDecoder

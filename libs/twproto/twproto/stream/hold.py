@@ -358,7 +358,7 @@ class Released:
     `reason` is ``"content"``, ``"end"`` (a proper empty answer) or ``"limit"``. `events` are
     the events (or JSON-array elements) decoded from `data` so far and `framing` the decoder
     that read them, positioned after them: whoever reads the stream on takes both over instead
-    of decoding the held bytes again (`twproto.upstream_stream`). `framing` is None when the
+    of decoding the held bytes again (`twproto.stream.upstream`). `framing` is None when the
     decoder gave up (an event past the limit): the bytes must then be read afresh.
     """
 

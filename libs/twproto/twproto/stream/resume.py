@@ -39,11 +39,11 @@ from twproto import ir
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError
 from twproto.failures import Failure
-from twproto.first_content import Released
 from twproto.formats import StreamDecoder, StreamEncoder, new_stream_decoder, new_stream_encoder
 from twproto.formats._common import gateway_error, merge_dropped
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
-from twproto.stream_translate import _Restorer, _UpstreamOutcome
+from twproto.stream.hold import Released
+from twproto.stream.translators import _Restorer, _UpstreamOutcome
 
 __all__ = [
     "CONTINUE_INSTRUCTION",
@@ -309,7 +309,7 @@ Framing = SSEDecoder | JSONArrayDecoder
 class ResumableStream(_UpstreamOutcome):
     """The client's stream across upstreams: a `StreamTranslator` that can take a next leg.
 
-    Built like `twproto.stream_translate.ConvertedStream` (also for a same-format stream, which
+    Built like `twproto.stream.translators.ConvertedStream` (also for a same-format stream, which
     is decoded and encoded again so that a later leg can be spliced in). `next_leg` starts the
     next upstream's stream; `take_over` or `feed` then read it.
     """
