@@ -105,7 +105,7 @@ from twproto.stream.resume import refuses_prefill
 if TYPE_CHECKING:
     from twengine.config.model import Failover
 
-__all__ = [
+__all__ = (
     "TERMINAL_ACTIONS",
     "TRANSITIONS",
     "Action",
@@ -130,7 +130,7 @@ __all__ = [
     "SkipReason",
     "State",
     "WaitForSlot",
-]
+)
 
 
 class AttemptStateError(Exception):
