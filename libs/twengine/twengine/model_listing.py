@@ -18,7 +18,7 @@ from twproto.errors import ErrorCategory, GatewayError
 from twproto.model_listing import ModelInfo, encode_model, encode_model_list
 from twproto.paths import Operation, Route
 
-__all__ = ["answer_models", "configured_models", "listed_models"]
+__all__ = ("answer_models", "configured_models", "listed_models")
 
 
 def configured_models(config: Config) -> frozenset[str]:

@@ -53,7 +53,7 @@ from zoneinfo import ZoneInfo
 from twproto import _json
 from twproto.dialect import Dialect
 
-__all__ = [
+__all__ = (
     "KIND_POLICY",
     "MAX_BODY_BYTES",
     "RULES",
@@ -71,7 +71,7 @@ __all__ = [
     "idle_timeout",
     "next_pacific_midnight",
     "stream_ended_early",
-]
+)
 
 #: Only this much of an error body is read.
 MAX_BODY_BYTES = 64 * 1024

@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 
 from twproto.dialect import Dialect
 
-__all__ = [
+__all__ = (
     "MAX_TOKEN_COUNT",
     "Answer",
     "AnswerBuilder",
@@ -104,7 +104,7 @@ __all__ = [
     "answer_events",
     "derive_call_id",
     "dispatch",
-]
+)
 
 JSONObject: TypeAlias = dict[str, Any]
 

@@ -23,7 +23,7 @@ from typing import Any
 from twproto import _json
 from twproto.dialect import Dialect
 
-__all__ = ["ModelInfo", "encode_model", "encode_model_list"]
+__all__ = ("ModelInfo", "encode_model", "encode_model_list")
 
 _GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 

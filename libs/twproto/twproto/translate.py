@@ -48,7 +48,7 @@ from twproto.formats._common import (
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
 from twproto.stream.resume import continued_request
 
-__all__ = [
+__all__ = (
     "DEFAULT_MAX_TOKENS",
     "ClientTranslationError",
     "TranslatedAnswer",
@@ -58,7 +58,7 @@ __all__ = [
     "answer_to_stream",
     "translate_request",
     "translate_response",
-]
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

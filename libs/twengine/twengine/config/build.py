@@ -83,7 +83,7 @@ from twengine.config.template import TemplateError, resolve_template, template_v
 from twproto.dialect import Dialect
 from twproto.ir import ReasoningLevel
 
-__all__ = ["ConfigError", "Problem", "build_config"]
+__all__ = ("ConfigError", "Problem", "build_config")
 
 
 class ConfigError(Exception):

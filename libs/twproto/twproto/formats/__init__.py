@@ -36,7 +36,7 @@ from twproto.formats import anthropic, gemini, openai_chat, openai_responses
 from twproto.formats._codec import WatchNeedles
 from twproto.sse import SSEEvent
 
-__all__ = [
+__all__ = (
     "FORMATS",
     "Format",
     "StreamDecoder",
@@ -45,7 +45,7 @@ __all__ = [
     "get",
     "new_stream_decoder",
     "new_stream_encoder",
-]
+)
 
 
 @runtime_checkable

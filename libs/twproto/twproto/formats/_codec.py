@@ -34,7 +34,7 @@ from twproto.errors import GatewayError
 from twproto.formats._common import NULL_HANDLER, gateway_error
 from twproto.sse import SSEEvent
 
-__all__ = ["DecoderBase", "EncoderBase", "WatchNeedles"]
+__all__ = ("DecoderBase", "EncoderBase", "WatchNeedles")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,7 +68,7 @@ from twproto.formats._common import (
 )
 from twproto.sse import SSEEvent
 
-__all__ = [
+__all__ = (
     "DEFAULT_MAX_TOKENS",
     "DIALECT",
     "WATCH",
@@ -76,11 +76,13 @@ __all__ = [
     "StreamEncoder",
     "decode_request",
     "decode_response",
+    "decode_usage",
     "encode_request",
     "encode_response",
+    "encode_usage",
     "new_stream_decoder",
     "new_stream_encoder",
-]
+)
 
 DIALECT = Dialect.ANTHROPIC
 

@@ -65,18 +65,20 @@ from twproto.formats._common import (
 )
 from twproto.sse import SSEEvent
 
-__all__ = [
+__all__ = (
     "DIALECT",
     "WATCH",
     "StreamDecoder",
     "StreamEncoder",
     "decode_request",
     "decode_response",
+    "decode_usage",
     "encode_request",
     "encode_response",
+    "encode_usage",
     "new_stream_decoder",
     "new_stream_encoder",
-]
+)
 
 DIALECT = Dialect.OPENAI_CHAT
 

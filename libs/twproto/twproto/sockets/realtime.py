@@ -24,7 +24,7 @@ from urllib.parse import quote
 from twproto._json import dumps, loads
 from twproto.ir import Usage
 
-__all__ = [
+__all__ = (
     "REALTIME_CHECKED_AS",
     "REALTIME_PATH",
     "RealtimeEvent",
@@ -35,7 +35,7 @@ __all__ = [
     "realtime_started_response",
     "realtime_upstream_url",
     "realtime_usage",
-]
+)
 
 #: The client path of a Realtime WebSocket upgrade (as the OpenAI SDK opens it).
 REALTIME_PATH = "/v1/realtime"

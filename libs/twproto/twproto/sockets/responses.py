@@ -41,7 +41,7 @@ from twproto._json import dumps, loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body
 
-__all__ = [
+__all__ = (
     "WS_MAX_ERROR_BODY",
     "WS_RESPONSES_PATHS",
     "AnswerError",
@@ -67,7 +67,7 @@ __all__ = [
     "ws_upstream_create",
     "ws_upstream_error_answer",
     "ws_upstream_url",
-]
+)
 
 # Where a Responses socket is opened (``GET`` with ``Upgrade: websocket``): the Responses API's
 # paths, Codex's included.

@@ -54,7 +54,7 @@ from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_stream_error, stream_ended_early
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEvent, SSEEventTooLarge
 
-__all__ = [
+__all__ = (
     "EventRole",
     "FailedBeforeContent",
     "HoldOutcome",
@@ -63,7 +63,7 @@ __all__ = [
     "Released",
     "classify_event",
     "classify_payload",
-]
+)
 
 
 class EventRole(StrEnum):

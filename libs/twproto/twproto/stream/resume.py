@@ -45,7 +45,7 @@ from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
 from twproto.stream.hold import Released
 from twproto.stream.translators import _Restorer, _UpstreamOutcome
 
-__all__ = [
+__all__ = (
     "CONTINUE_INSTRUCTION",
     "MIN_REPEAT",
     "PREFILL_FORMATS",
@@ -54,7 +54,7 @@ __all__ = [
     "continued_request",
     "refuses_prefill",
     "uses_prefill",
-]
+)
 
 #: Formats whose upstreams continue a trailing assistant message.
 PREFILL_FORMATS = frozenset({Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, Dialect.GEMINI})

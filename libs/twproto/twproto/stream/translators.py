@@ -55,14 +55,14 @@ from twproto.formats._common import gateway_error, merge_dropped
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
 from twproto.stream.hold import Released
 
-__all__ = [
+__all__ = (
     "CollectedStream",
     "ConvertedStream",
     "RelayedStream",
     "StreamTranslator",
     "keepalive_comments",
     "new_stream_translator",
-]
+)
 
 Framing = SSEDecoder | JSONArrayDecoder
 

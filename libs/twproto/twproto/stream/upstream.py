@@ -30,7 +30,7 @@ from twproto.stream.hold import (
 from twproto.stream.resume import ResumableStream
 from twproto.stream.translators import StreamTranslator, new_stream_translator
 
-__all__ = ["FirstContent", "OpeningOutcome", "UpstreamStream", "reported_usage"]
+__all__ = ("FirstContent", "OpeningOutcome", "UpstreamStream", "reported_usage")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
