@@ -2,8 +2,8 @@
 
 Each module (`anthropic`, `openai_chat`, `openai_responses`, `gemini`) is a `Format`: the
 typing protocol below names the surface every one of them has, and mypy checks each module
-against it where `FORMATS` is built (tests/twproto/test_format_protocol.py checks it again at
-run time, signatures included):
+against it where `FORMATS` is built (tests/twproto/formats/test_format_protocol.py checks it
+again at run time, signatures included):
 
 * ``DIALECT`` — the `Dialect` it speaks
 * ``decode_request(obj) -> ir.Request`` and ``encode_request(req, *, model) -> (dict, dropped)``

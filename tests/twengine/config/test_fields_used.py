@@ -16,7 +16,7 @@ import pytest
 from twengine.config import ConfigError, build_config
 from twengine.config.schema import FIELD_USES, NOT_BUILT, PENDING, SECTIONS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def accepted_fields() -> list[str]:

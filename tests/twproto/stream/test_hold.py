@@ -24,7 +24,7 @@ from twproto.stream.hold import (
     classify_payload,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures"
 STREAMS = FIXTURES / "streams"
 NOW = 1_750_000_000.0
 

@@ -13,7 +13,7 @@ from twengine.config import Config, build_config, defaults
 from twengine.rules import RequestFacts, resolve
 from twproto.dialect import Dialect
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 EXAMPLE_MARK = "<!-- example: the test suite loads the YAML block below and builds it -->"
 
 

@@ -17,7 +17,7 @@ from twproto.stream.upstream import FirstContent, UpstreamStream
 from twproto.translate import translate_request
 
 CHAT = Dialect.OPENAI_CHAT
-FIXTURE = Path(__file__).parents[1] / "data/fixtures/streams/openai-chat-text-include-usage.sse"
+FIXTURE = Path(__file__).parents[2] / "data/fixtures/streams/openai-chat-text-include-usage.sse"
 STREAM = FIXTURE.read_bytes()
 # The fixture without its usage-only chunk: what a client that did not ask for usage gets.
 (USAGE_EVENT,) = [e + b"\n\n" for e in STREAM.split(b"\n\n") if b'"choices":[]' in e]
