@@ -89,6 +89,7 @@ def test_the_walk_reaches_every_depth() -> None:
         "twproto.stream.hold",
         "twproto.sockets.responses",
         "twproto.formats.anthropic",
+        "twproto.formats.anthropic.stream",
         "twengine.config.credentials",
         "twengine.config.build",
     } <= names
