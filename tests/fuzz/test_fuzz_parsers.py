@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, classify_stream_error
-from twproto.first_content import (
+from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEvent
+from twproto.stream.hold import (
     EventRole,
     FailedBeforeContent,
     Holding,
@@ -32,7 +33,6 @@ from twproto.first_content import (
     classify_event,
     classify_payload,
 )
-from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEvent
 
 NOW = 1_750_000_000.0
 DIALECTS = list(Dialect)

@@ -1,12 +1,17 @@
-"""twproto, twengine and the pure part of twmock import no IO, clock, randomness or logging.
+"""The packages' boundaries, checked on the syntax tree (so an import hidden in a function body
+is caught too):
 
-docs/library.md ("What the pure packages may import") states the rule. Checked on the syntax
-tree, so an import hidden in a function body is caught too.
+* twproto, twengine and the pure part of twmock import no IO, clock, randomness or logging
+  (docs/library.md, "The sans-IO contract");
+* no package — twserve, twmock, the benchmarks and the tests of another package included —
+  reaches into another package's `_`-prefixed modules or names (docs/library.md): what another
+  package needs is made public.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -135,3 +140,124 @@ def test_checker_catches_twmock_io_import_in_a_pure_module() -> None:
         "import twmock.servers_elsewhere\n"
     )
     assert _imports_twmock_serve(tree) == [1, 2, 3]
+
+
+# --- No reach into another package's private modules ----------------------------------------
+
+PACKAGES = tuple(PACKAGE_DIRS)
+# Where code that is no package's own lives; tests/<package>/ may test that package's insides.
+CONSUMERS = (ROOT / "benchmarks", ROOT / "tests")
+_PACKAGE_NAMES = "|".join(PACKAGES)
+_DOTTED_PRIVATE = re.compile(rf"(?:{_PACKAGE_NAMES})(?:\.\w+)*\._[A-Za-z]\w*(?:\.\w+)*")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _owner(path: Path) -> str | None:
+    for package, folder in PACKAGE_DIRS.items():
+        if path.is_relative_to(folder) or path.is_relative_to(ROOT / "tests" / package):
+            return package
+    return None
+
+
+def _attribute_chain(node: ast.Attribute) -> list[str]:
+    chain = [node.attr]
+    value = node.value
+    while isinstance(value, ast.Attribute):
+        chain.append(value.attr)
+        value = value.value
+    if not isinstance(value, ast.Name):
+        return []
+    return [value.id, *reversed(chain)]
+
+
+def _private_reaches(tree: ast.AST, owner: str | None) -> list[tuple[int, str]]:
+    """Each place `tree` names a private module (or a private name) of a package not `owner`:
+    an import, an attribute path from a package's name, or a dotted path in a string (what
+    ``monkeypatch.setattr("pkg._mod.f", ...)`` and ``importlib.import_module`` take)."""
+    found: list[tuple[int, str]] = []
+
+    def foreign(parts: list[str]) -> bool:
+        return bool(parts) and parts[0] in PACKAGES and parts[0] != owner
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if foreign(parts) and any(_private(p) for p in parts[1:]):
+                    found.append((node.lineno, alias.name))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if not foreign(parts):
+                continue
+            if any(_private(p) for p in parts[1:]):
+                found.append((node.lineno, node.module))
+            found += [
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if _private(a.name)
+            ]
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            chain = _attribute_chain(node)
+            if foreign(chain):
+                found.append((node.lineno, ".".join(chain)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _DOTTED_PRIVATE.fullmatch(node.value)
+            if match and foreign(node.value.split(".")):
+                found.append((node.lineno, node.value))
+    return found
+
+
+def _all_sources() -> list[Path]:
+    paths = {p for folder in PACKAGE_DIRS.values() for p in folder.rglob("*.py")}
+    paths |= {p for folder in CONSUMERS for p in folder.rglob("*.py")}
+    return sorted(paths)
+
+
+def test_no_package_reaches_into_another_packages_private_modules() -> None:
+    """docs/library.md: what another package needs is public; a `_`-module is its own business.
+    twserve and twmock included, and the benchmarks and tests other than that package's own."""
+    problems = []
+    for path in _all_sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, name in _private_reaches(tree, _owner(path)):
+            problems.append(f"{path.relative_to(ROOT)}:{line} reaches {name}")
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from twproto._json import loads",
+        "from twproto import _json",
+        "import twproto.formats._common",
+        "from twproto.formats import _common",
+        "from twproto.stream.translators import _Restorer",
+        "import twproto\ntwproto._json.loads(b'{}')",
+        "monkeypatch.setattr('twproto._json.loads', len)",
+    ],
+)
+def test_checker_catches_a_private_reach(source: str) -> None:
+    assert _private_reaches(ast.parse(source), "twserve") != []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from twproto import json_loads, ir",
+        "import twproto.stream.hold",
+        "from twproto.formats import FORMATS",
+        "import twproto\ntwproto.__all__",
+        "x = 'twproto.stream.hold'",
+    ],
+)
+def test_checker_lets_public_names_through(source: str) -> None:
+    assert _private_reaches(ast.parse(source), "twserve") == []
+
+
+def test_a_package_may_use_its_own_private_modules() -> None:
+    tree = ast.parse("from twproto import _json\nfrom twproto.formats._common import as_dict\n")
+    assert _private_reaches(tree, "twproto") == []
+    assert _owner(PACKAGE_DIRS["twproto"] / "formats" / "_codec.py") == "twproto"
+    assert _owner(ROOT / "tests" / "twproto" / "test_sse.py") == "twproto"
+    assert _owner(ROOT / "benchmarks" / "bench_sse.py") is None

@@ -26,7 +26,7 @@ from twengine.slots import Permit
 from twproto.errors import GatewayError
 from twproto.paths import Operation
 from twproto.sse import encode_comment
-from twproto.stream_translate import keepalive_comments
+from twproto.stream.translators import keepalive_comments
 from twserve.relay.client import ClientAnswer, RelayOutcome, respond_error, stream_head
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayRequest

@@ -33,7 +33,7 @@ its transport fault) is a health sample of that upstream, as an HTTP attempt is.
 opened by twserve/upstream/ws_dial.py.
 
 The connection is one row (path ``/v1/realtime``, status 101, the upstream as provider) carrying
-the summed usage of the upstream's ``response.done`` events (`twproto.realtime.realtime_usage`),
+the summed usage of the upstream's ``response.done`` events (`twproto.realtime_usage`),
 priced like any row. Each ``response.done`` is booked against the key's limits as it arrives
 (`UsageKeeper.book_part`); once a token or cost limit is spent, a client ``response.create`` is
 answered with an ``error`` event carrying the limit's refusal instead of being passed on, and a
@@ -81,7 +81,7 @@ from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import Failure, classify_response, classify_transport
 from twproto.ir import Usage
-from twproto.realtime import (
+from twproto.sockets.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
     add_usage,

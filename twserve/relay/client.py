@@ -20,12 +20,19 @@ from typing import TYPE_CHECKING, Any, assert_never
 from twengine.admission import LocalAnswer, Refusal
 from twengine.attempt import AttemptRecord
 from twproto import ir
-from twproto.client_errors import error_for_failure, error_for_unreadable_answer
 from twproto.dialect import Dialect
-from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
+from twproto.errors import (
+    ERROR_HEADER,
+    ErrorCategory,
+    GatewayError,
+    error_body,
+    error_for_failure,
+    error_for_unreadable_answer,
+    error_headers,
+)
 from twproto.failures import Failure
 from twproto.paths import guess_client_dialect
-from twproto.stream_translate import StreamTranslator, new_stream_translator
+from twproto.stream.translators import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
 from twserve.server.base import Headers, Responder

@@ -2,7 +2,7 @@
 
 The relay's loop hands each item a reader posted (`twserve.relay.reader`) to `AttemptFeed`,
 which turns it into the ledger's input — a response head, a failure classified by
-`twproto.failures`, the opening hold's verdict (`twproto.upstream_stream`), content, the end —
+`twproto.failures`, the opening hold's verdict (`twproto.stream.upstream`), content, the end —
 and returns the actions that input led to, for the relay to carry out. Items of an attempt that
 was already given up are dropped. A committed stream's chunks are translated and written here
 (or by the reader itself, `write_direct`, or in the upstream connection's callback,
@@ -10,7 +10,7 @@ was already given up are dropped. A committed stream's chunks are translated and
 (`report_content`), which keeps it off the per-chunk path.
 
 With resuming on (docs/failover.md, "Resuming a broken stream") the committed answer is a
-`twproto.resume.ResumableStream` (`answer`): at a break or an idle timeout the ledger hears how
+`twproto.ResumableStream` (`answer`): at a break or an idle timeout the ledger hears how
 much text the client has (`resume_point`), and when it resumes, the next attempt's opening is
 handed that same stream to continue.
 """
@@ -24,9 +24,9 @@ from twengine.attempt_ledger import AttemptLedger, LedgerAction
 from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early
-from twproto.first_content import FailedBeforeContent, Holding
-from twproto.resume import ResumableStream
-from twproto.upstream_stream import FirstContent, OpeningOutcome, reported_usage
+from twproto.stream.hold import FailedBeforeContent, Holding
+from twproto.stream.resume import ResumableStream
+from twproto.stream.upstream import FirstContent, OpeningOutcome, reported_usage
 from twserve.relay.client import RelayOutcome
 from twserve.relay.reader import (
     Attempt,
@@ -75,7 +75,7 @@ class AttemptFeed:
         self.attempt_usage: dict[int, ir.Usage] = {}
         # Attempt index → its error response (status, headers, body, format), to pass through.
         self.errors: dict[int, tuple[int, Headers, bytes, Dialect]] = {}
-        # The client's answer when it can be resumed (twproto.resume), and the upstream whose
+        # The client's answer when it can be resumed (twproto.stream.resume), and the upstream whose
         # stream it last came from.
         self.answer: ResumableStream | None = None
         self.answered_by: str | None = None

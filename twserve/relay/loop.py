@@ -8,7 +8,7 @@ its actions out, one `match` arm per verb, and feeds it what happened:
 * Each `Send` starts a reader task (`twserve.relay.reader`) that posts what the upstream sends
   into the request's inbox. The loop takes one inbox item at a time, or wakes at the ledger's
   `next_deadline()` (a timer, `twserve.relay.wake`) and calls `on_timer`.
-* A stream is held by `twproto.upstream_stream.UpstreamStream` until first content; its verdict
+* A stream is held by `twproto.stream.upstream.UpstreamStream` until first content; its verdict
   becomes `first_content` or `failed`, and its translator writes the rest to the client.
 * The bookkeeping verbs (slots, slot waits, health records) go to
   `twserve.relay.holds.SlotHolds`; a slot grant comes back through the inbox.
@@ -40,7 +40,7 @@ from twengine.attempt_ledger import (
 )
 from twproto.paths import Operation
 from twproto.sse import encode_comment
-from twproto.stream_translate import keepalive_comments
+from twproto.stream.translators import keepalive_comments
 from twproto.upstream_request import ClientCall
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
@@ -53,8 +53,8 @@ from twserve.server.http1 import ClientGone
 from twserve.upstream.client import Upstream
 
 if TYPE_CHECKING:
+    from twproto.stream.upstream import UpstreamStream
     from twproto.upstream_request import UpstreamRequest
-    from twproto.upstream_stream import UpstreamStream
     from twserve.upstream.responses_socket import UpstreamSockets
 
 __all__ = ["Destination", "RelayOutcome", "RelayRequest", "relay"]

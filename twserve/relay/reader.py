@@ -32,12 +32,13 @@ from twengine.pricing import TableCatalog
 from twengine.router import ConfigCatalog
 from twengine.rules import Candidate
 from twproto import json_loads
-from twproto.client_errors import request_failure
 from twproto.effort import level_after_refusal, parse_effort, requested_effort
+from twproto.errors import request_failure
 from twproto.failures import Failure, classify_transport
 from twproto.ir import Effort, ReasoningLevel
-from twproto.resume import ResumableStream
-from twproto.stream_translate import StreamTranslator
+from twproto.stream.resume import ResumableStream
+from twproto.stream.translators import StreamTranslator
+from twproto.stream.upstream import UpstreamStream
 from twproto.translate import (
     DEFAULT_MAX_TOKENS,
     ClientTranslationError,
@@ -45,7 +46,6 @@ from twproto.translate import (
     translate_request,
 )
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget, upstream_request
-from twproto.upstream_stream import UpstreamStream
 from twserve.server.http1 import ClientGone
 from twserve.upstream.client import (
     Headers,
@@ -199,7 +199,7 @@ def reasoning_level(effort: Effort | None) -> ReasoningLevel:
 class AttemptRequests:
     """Each attempt's upstream request: the client's body translated once per upstream (again
     after a `rewrite` for a resend), the request built for it, and for a stream its opening.
-    `resume`: a stream is read so that another upstream may continue it (twproto.resume)."""
+    `resume`: a stream is read so that another upstream may continue it (twproto.stream.resume)."""
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ row per turn are therefore those of an HTTP request. A turn the handler refuses 
 its stream starts (an HTTP error status) is answered with a ``response.failed`` event carrying
 that status and the error object of the HTTP body; the socket stays usable. What a client
 message means and the events the gateway writes itself are twproto's
-(twproto/responses_socket.py); this module only carries them out.
+(twproto/sockets/responses.py); this module only carries them out.
 
 Turns run one at a time per socket, in arrival order: a ``response.create`` sent while one runs
 waits in a queue of `WebSocketLimits.max_queued_turns`; one more is refused with a

@@ -40,7 +40,7 @@ from twproto.paths import Operation, Route
 from twproto.structure import check_structure
 from twproto.summary import RequestSummary, count_tokens_body, summarize
 
-__all__ = [
+__all__ = (
     "AdmissionCheck",
     "AdmissionRequest",
     "LocalAnswer",
@@ -54,7 +54,7 @@ __all__ = [
     "no_usable_credentials",
     "routing_view",
     "shown_model",
-]
+)
 
 #: One more admission step: refuse with an error, or None to let the request on.
 AdmissionCheck = Callable[[RequestFacts, float], GatewayError | None]

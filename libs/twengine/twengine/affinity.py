@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-__all__ = [
+__all__ = (
     "CACHE_MIN_TOKENS",
     "CACHE_TTL_SECS",
     "CONTEXT_FILL",
@@ -55,7 +55,7 @@ __all__ = [
     "is_new_turn",
     "near_context_limit",
     "session_id",
-]
+)
 
 # Header names that carry a client's session id, in the order they are consulted.
 SESSION_HEADERS = (

@@ -98,15 +98,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from twengine.retry import next_backoff
-from twproto.client_errors import error_for_failure, passes_through
-from twproto.errors import ErrorCategory, GatewayError
+from twproto.errors import ErrorCategory, GatewayError, error_for_failure, passes_through
 from twproto.failures import Failure, FailureKind, idle_timeout
-from twproto.resume import refuses_prefill
+from twproto.stream.resume import refuses_prefill
 
 if TYPE_CHECKING:
     from twengine.config.model import Failover
 
-__all__ = [
+__all__ = (
     "TERMINAL_ACTIONS",
     "TRANSITIONS",
     "Action",
@@ -131,7 +130,7 @@ __all__ = [
     "SkipReason",
     "State",
     "WaitForSlot",
-]
+)
 
 
 class AttemptStateError(Exception):

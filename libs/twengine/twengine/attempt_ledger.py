@@ -43,7 +43,7 @@ from twengine.attempt import (
 )
 from twproto.failures import Failure, FailureKind
 
-__all__ = [
+__all__ = (
     "AcquireSlot",
     "AttemptLedger",
     "CancelWait",
@@ -52,7 +52,7 @@ __all__ = [
     "RecordSuccess",
     "ReleaseSlot",
     "attempt_view",
-]
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

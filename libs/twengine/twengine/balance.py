@@ -59,7 +59,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from twengine.config.model import BalanceBy
 
-__all__ = [
+__all__ = (
     "WEIGHT_SCALE",
     "BalanceBy",
     "SmoothWeightedRoundRobin",
@@ -70,7 +70,7 @@ __all__ = [
     "latency_factor",
     "swrr_step",
     "take_part",
-]
+)
 
 # Effective weights are quantised to this many units per weight point (see module docstring).
 WEIGHT_SCALE = 1000

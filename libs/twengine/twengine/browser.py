@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from twengine.config.model import GatewayListen
 from twproto.errors import ErrorCategory, GatewayError
 
-__all__ = ["browser_refusal", "host_name", "is_json_type"]
+__all__ = ("browser_refusal", "host_name", "is_json_type")
 
 _SAME_PAGE = (b"same-origin", b"none")
 _JSON = b"application/json"

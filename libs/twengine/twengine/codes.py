@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["CODES", "PREFIXES", "meaning"]
+__all__ = ("CODES", "PREFIXES", "meaning")
 
 PREFIXES = ("config.", "engine.", "control.", "gw.")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text"]
+__all__ = ("DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
+__all__ = (
     "EFFORT_MEMORY_TTL_SECS",
     "EffortChoice",
     "EffortKey",
     "EffortMemory",
     "upstream_identity",
-]
+)
 
 EFFORT_MEMORY_TTL_SECS = 7 * 24 * 3600.0
 _VERSION = 1

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from twengine.config.model import GroupType
 
-__all__ = ["URL_TEST_MIN_SAMPLES", "GroupType", "order_members", "url_test_latency"]
+__all__ = ("URL_TEST_MIN_SAMPLES", "GroupType", "order_members", "url_test_latency")
 
 # Samples an upstream needs before its own median replaces the startup connection test.
 URL_TEST_MIN_SAMPLES = 3

@@ -61,13 +61,13 @@ from enum import StrEnum
 
 from twproto.failures import Failure, PauseRule
 
-__all__ = [
+__all__ = (
     "Health",
     "HealthReason",
     "HealthSettings",
     "PauseChanged",
     "UpstreamHealth",
-]
+)
 
 
 class HealthReason(StrEnum):

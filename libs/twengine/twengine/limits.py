@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from twengine.config.model import Client, KeyLimit, LimitMeasure, LimitPeriod
 
-__all__ = [
+__all__ = (
     "ALERT_LEVELS",
     "Admitted",
     "KeyLimits",
@@ -60,7 +60,7 @@ __all__ = [
     "Wait",
     "period_bounds",
     "used_up",
-]
+)
 
 ALERT_LEVELS = (80, 100)
 _SPANS = {LimitPeriod.MINUTE: 60.0, LimitPeriod.HOUR: 3600.0}

@@ -4,7 +4,7 @@ Every model an upstream lists in the config, then every alias, each with the con
 output limit its ``model_specs`` give (for an alias: those of the first target that has one).
 A key is shown the ones its route can reach (`twengine.rules.may_reach`): a model its rules
 deny, or that none of the upstreams they send it to offers, is neither listed nor found. The
-answer's shape follows the client's format (`twproto.models`).
+answer's shape follows the client's format (`twproto.model_listing`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from twengine.pricing import PriceTable
 from twengine.rules import may_reach
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
-from twproto.models import ModelInfo, encode_model, encode_model_list
+from twproto.model_listing import ModelInfo, encode_model, encode_model_list
 from twproto.paths import Operation, Route
 
-__all__ = ["answer_models", "configured_models", "listed_models"]
+__all__ = ("answer_models", "configured_models", "listed_models")
 
 
 def configured_models(config: Config) -> frozenset[str]:

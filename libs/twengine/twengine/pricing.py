@@ -47,7 +47,7 @@ from typing import Any
 from twengine.config.model import Billing, Config, ModelPrice
 from twproto.ir import Usage
 
-__all__ = [
+__all__ = (
     "Cost",
     "CostState",
     "ModelPricing",
@@ -57,7 +57,7 @@ __all__ = [
     "TableCatalog",
     "Tier",
     "cost_of",
-]
+)
 
 
 class CostState(StrEnum):

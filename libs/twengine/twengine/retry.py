@@ -17,7 +17,7 @@ machine's decision; this module only says how long to pause, and when to stop).
 
 from __future__ import annotations
 
-__all__ = ["HINT_FLOOR_SECS", "JITTER", "SCHEDULE_SECS", "base_backoff", "next_backoff"]
+__all__ = ("HINT_FLOOR_SECS", "JITTER", "SCHEDULE_SECS", "base_backoff", "next_backoff")
 
 SCHEDULE_SECS = (2.0, 4.0, 8.0, 16.0)
 JITTER = 0.2

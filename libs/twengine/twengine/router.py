@@ -82,7 +82,7 @@ from twengine.rules import Candidate, Decisions, RequestFacts, RoutingDecision, 
 from twengine.slots import Grant, Slots
 from twproto.failures import Failure
 
-__all__ = [
+__all__ = (
     "Balance",
     "Catalog",
     "ConfigCatalog",
@@ -90,7 +90,7 @@ __all__ = [
     "RoutePlan",
     "Router",
     "health_settings",
-]
+)
 
 
 class Catalog(Protocol):

@@ -68,7 +68,7 @@ from twengine.config.model import (
 )
 from twproto.dialect import Dialect
 
-__all__ = [
+__all__ = (
     "Candidate",
     "Decisions",
     "RequestFacts",
@@ -81,7 +81,7 @@ __all__ = [
     "resumes",
     "route_for",
     "when_holds",
-]
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

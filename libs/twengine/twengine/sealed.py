@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["MAX_SEALED_MARKS", "SEALED_MARK_TTL_SECS", "SealedReasoning"]
+__all__ = ("MAX_SEALED_MARKS", "SEALED_MARK_TTL_SECS", "SealedReasoning")
 
 SEALED_MARK_TTL_SECS = 24 * 3600.0
 MAX_SEALED_MARKS = 100_000

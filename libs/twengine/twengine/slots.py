@@ -36,13 +36,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = [
+__all__ = (
     "Grant",
     "Permit",
     "SlotScope",
     "Slots",
     "Ticket",
-]
+)
 
 
 class SlotScope(StrEnum):

@@ -20,13 +20,6 @@ from twproto._exceptions import (
 from twproto._json import JSONDecodeError
 from twproto._json import dumps as json_dumps
 from twproto._json import loads as json_loads
-from twproto.client_errors import (
-    error_for_failure,
-    error_for_stream_event,
-    error_for_unreadable_answer,
-    passes_through,
-    request_failure,
-)
 from twproto.dialect import (
     Dialect,
 )
@@ -47,7 +40,12 @@ from twproto.errors import (
     ErrorCategory,
     GatewayError,
     error_body,
+    error_for_failure,
+    error_for_stream_event,
+    error_for_unreadable_answer,
     error_headers,
+    passes_through,
+    request_failure,
     stream_error_event,
 )
 from twproto.failures import (
@@ -68,16 +66,6 @@ from twproto.failures import (
     idle_timeout,
     next_pacific_midnight,
     stream_ended_early,
-)
-from twproto.first_content import (
-    EventRole,
-    FailedBeforeContent,
-    Holding,
-    HoldOutcome,
-    OpeningHold,
-    Released,
-    classify_event,
-    classify_payload,
 )
 from twproto.formats import (
     FORMATS,
@@ -141,7 +129,7 @@ from twproto.keys import (
     credential_headers,
     find_key,
 )
-from twproto.models import (
+from twproto.model_listing import (
     ModelInfo,
     encode_model,
     encode_model_list,
@@ -154,7 +142,7 @@ from twproto.paths import (
     split_target,
     upstream_path,
 )
-from twproto.realtime import (
+from twproto.sockets.realtime import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
     RealtimeEvent,
@@ -166,7 +154,7 @@ from twproto.realtime import (
     realtime_upstream_url,
     realtime_usage,
 )
-from twproto.responses_socket import (
+from twproto.sockets.responses import (
     WS_MAX_ERROR_BODY,
     WS_RESPONSES_PATHS,
     AnswerError,
@@ -193,16 +181,6 @@ from twproto.responses_socket import (
     ws_upstream_error_answer,
     ws_upstream_url,
 )
-from twproto.resume import (
-    CONTINUE_INSTRUCTION,
-    MIN_REPEAT,
-    PREFILL_FORMATS,
-    OverlapTrimmer,
-    ResumableStream,
-    continued_request,
-    refuses_prefill,
-    uses_prefill,
-)
 from twproto.sse import (
     JSONArrayDecoder,
     JSONArrayError,
@@ -214,13 +192,39 @@ from twproto.sse import (
     encode_comment,
     encode_event,
 )
-from twproto.stream_translate import (
+from twproto.stream.hold import (
+    EventRole,
+    FailedBeforeContent,
+    Holding,
+    HoldOutcome,
+    OpeningHold,
+    Released,
+    classify_event,
+    classify_payload,
+)
+from twproto.stream.resume import (
+    CONTINUE_INSTRUCTION,
+    MIN_REPEAT,
+    PREFILL_FORMATS,
+    OverlapTrimmer,
+    ResumableStream,
+    continued_request,
+    refuses_prefill,
+    uses_prefill,
+)
+from twproto.stream.translators import (
     CollectedStream,
     ConvertedStream,
     RelayedStream,
     StreamTranslator,
     keepalive_comments,
     new_stream_translator,
+)
+from twproto.stream.upstream import (
+    FirstContent,
+    OpeningOutcome,
+    UpstreamStream,
+    reported_usage,
 )
 from twproto.structure import (
     SHAPES,
@@ -249,12 +253,6 @@ from twproto.upstream_request import (
     UpstreamTarget,
     forwardable_headers,
     upstream_request,
-)
-from twproto.upstream_stream import (
-    FirstContent,
-    OpeningOutcome,
-    UpstreamStream,
-    reported_usage,
 )
 
 __all__ = (

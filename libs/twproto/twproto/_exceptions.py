@@ -17,12 +17,12 @@ unhandled. The subclasses name *whose* input was bad, because that decides the a
 
 from __future__ import annotations
 
-__all__ = [
+__all__ = (
     "ClientTranslationError",
     "ProtocolError",
     "TranslationError",
     "UpstreamTranslationError",
-]
+)
 
 
 class ProtocolError(Exception):

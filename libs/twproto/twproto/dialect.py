@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+__all__ = ("Dialect",)
+
 
 class Dialect(StrEnum):
     ANTHROPIC = "anthropic"

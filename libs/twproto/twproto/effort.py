@@ -37,21 +37,23 @@ from typing import Any
 from twproto.dialect import Dialect
 from twproto.ir import Effort
 
-# The level table and the verbs a proxy needs (twproto's facade has them). The per-format names
-# further down (`OPENAI_EFFORT`, `ANTHROPIC_EFFORT`, `GEMINI_LEVEL`, the budget limits and the
-# `gemini_*` model tests) are what the format modules write on the wire: public to them, not
-# part of the facade.
-__all__ = [
+# The level table and the verbs a proxy needs (twproto's facade has them), and the Gemini format's
+# two model tests (`gemini_*`, which the facade leaves out). The other per-format names further
+# down (`OPENAI_EFFORT`, `ANTHROPIC_EFFORT`, `GEMINI_LEVEL`, the budget limits) are what the
+# format modules write on the wire: public to them, not part of the facade.
+__all__ = (
     "BUDGET_EFFORT",
     "EFFORT_BUDGET",
     "budget_for_effort",
     "effort_for_budget",
+    "gemini_budget_cap",
+    "gemini_uses_levels",
     "level_after_refusal",
     "parse_effort",
     "requested_effort",
     "sets_only_budget",
     "without_reasoning_switches",
-]
+)
 
 EFFORT_BUDGET: Mapping[Effort, int] = {
     Effort.MINIMAL: 1024,

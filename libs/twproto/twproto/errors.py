@@ -1,4 +1,4 @@
-"""Errors written in the client's own format.
+"""Errors a client gets: which one, and how it is written in the client's own format.
 
 Whatever goes wrong — a bad key, a body that is not JSON, every upstream failing — the client
 reads it with its own SDK, so the body has the shape that SDK parses:
@@ -13,25 +13,52 @@ without parsing the body.
 
 Mid-stream, after the 200 has gone out, the same error becomes an event the client's SDK
 understands (`stream_error_event`).
+
+Which error a client gets for what went wrong upstream is one mapping, from an upstream
+`Failure` (or an in-stream error event) to a `GatewayError` (docs/failover.md, "Which failures
+fail over, retry, pause"). Three situations, one table:
+
+* **The request ends on a failure** (`error_for_failure`): the status, category and code come
+  from `_BY_KIND`. The upstream's own status is kept where it says more (529 over 503, a 400 the
+  client must fix); never for credentials, where an upstream's 401 must not read as the client's
+  own gateway key being wrong. A failure without a status that is not a transport fault is an
+  error event that opened the stream (``gw.upstream.stream_opening_error``) — unless content had
+  already gone out. A rate limit carries the upstream's retry hint as ``Retry-After``.
+* **The upstream's own 4xx, re-said** (`error_for_failure(..., passed_on=True)`): the last
+  upstream's 4xx other than 429 reaches the client as it came; where the upstream speaks
+  another format, or its body is gone, the gateway writes the same status in the client's format
+  (``gw.upstream.error``).
+* **An error event inside a committed stream** (`error_for_stream_event`): re-encoded for the
+  client as the status it stands for (``gw.upstream.stream_error``).
+
+`request_failure` is the other direction: a request that cannot be written for an upstream is
+the client's to fix, a `Failure` that neither fails over nor counts against the upstream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from twproto import _json
+from twproto import _json, ir
 from twproto.dialect import Dialect
+from twproto.failures import Failure, FailureKind, PauseRule
 
-__all__ = [
+__all__ = (
     "ERROR_HEADER",
     "MAX_RETRY_SLEEP_SECS",
     "ErrorCategory",
     "GatewayError",
     "error_body",
+    "error_for_failure",
+    "error_for_stream_event",
+    "error_for_unreadable_answer",
     "error_headers",
+    "passes_through",
+    "request_failure",
     "stream_error_event",
-]
+)
 
 ERROR_HEADER = b"x-thinkwatch-error"
 
@@ -213,3 +240,149 @@ def stream_error_event(
         }
         return b"event: response.failed\ndata: " + _json.dumps(failed) + b"\n\n"
     return b"data: " + _json.dumps(_error_object(dialect, err)) + b"\n\n"
+
+
+# Which error a client gets for what went wrong upstream.
+_K = FailureKind
+_C = ErrorCategory
+
+_BY_KIND: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
+    _K.NO_BALANCE: (402, _C.UPSTREAM, "gw.upstream.error"),
+    _K.QUOTA_USED_UP: (429, _C.RATE_LIMITED, "gw.upstream.error"),
+    _K.RATE_LIMITED: (429, _C.RATE_LIMITED, "gw.upstream.error"),
+    # Never the upstream's own status or words: its 401 would read as the client's key being
+    # wrong, and an upstream that echoes the key it was sent would hand the secret to the client.
+    _K.AUTH_REJECTED: (502, _C.UPSTREAM, "gw.upstream.auth_rejected"),
+    _K.MODEL_UNAVAILABLE: (404, _C.UPSTREAM, "gw.upstream.error"),
+    # 529 is the status an overloaded upstream answers with (Anthropic's overloaded_error); an
+    # in-stream overload carries no status of its own and keeps its meaning this way.
+    _K.OVERLOADED: (529, _C.UPSTREAM, "gw.upstream.error"),
+    _K.SERVER: (502, _C.UPSTREAM, "gw.upstream.error"),
+    _K.CONNECT: (502, _C.UPSTREAM, "gw.upstream.connect"),
+    _K.STREAM_ENDED_EARLY: (502, _C.UPSTREAM, "gw.upstream.stream_ended_early"),
+    _K.IDLE_TIMEOUT: (504, _C.TIMEOUT, "gw.upstream.idle_timeout"),
+    _K.EFFORT_REFUSED: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.SEALED_REASONING: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.CONTEXT_OVERFLOW: (400, _C.REQUEST, "gw.upstream.error"),
+    _K.CLIENT_ERROR: (400, _C.REQUEST, "gw.upstream.error"),
+}
+_KEEP_UPSTREAM_STATUS = frozenset(
+    {
+        _K.OVERLOADED,
+        _K.SERVER,
+        _K.EFFORT_REFUSED,
+        _K.SEALED_REASONING,
+        _K.CONTEXT_OVERFLOW,
+        _K.CLIENT_ERROR,
+    }
+)
+_INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
+# Kinds whose code says more than "an error event opened the stream".
+_OWN_CODE = frozenset({_K.AUTH_REJECTED})
+# Kinds that arise without any response from the upstream; they keep their own codes.
+_NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
+# In-stream error types that OpenAI clients tell apart by their ``type``.
+_OPENAI_STREAM_TYPES = frozenset({"insufficient_quota", "server_error", "rate_limit_exceeded"})
+
+
+def passes_through(failure: Failure) -> bool:
+    """Whether the upstream's own response reaches the client unchanged when `failure` ends the
+    request: a 4xx other than 429. An in-stream error has no response of its own to pass on."""
+    status = failure.status
+    # An upstream's refusal of the gateway's credentials is never passed on (see _BY_KIND).
+    return (
+        status is not None
+        and 400 <= status < 500
+        and status != 429
+        and failure.kind is not FailureKind.AUTH_REJECTED
+    )
+
+
+def error_for_failure(
+    failure: Failure,
+    *,
+    after_content: bool = False,
+    passed_on: bool = False,
+    tried: Sequence[str] = (),
+) -> GatewayError:
+    """The error that ends a request on `failure` (see the module notes).
+
+    `after_content`: the client already has part of the answer. `passed_on`: the upstream's own
+    4xx, written again in the client's format. `tried` lists the upstreams asked, in order; with
+    more than one the message ends ``(tried: a → b)``.
+    """
+    message = failure.message or failure.kind.value.replace("_", " ")
+    if passed_on:
+        status = failure.status if failure.status and 400 <= failure.status < 600 else 502
+        return GatewayError(
+            status=status,
+            category=_C.UPSTREAM,
+            code="gw.upstream.error",
+            message=failure.message or failure.kind.value,
+        )
+    status, category, code = _BY_KIND[failure.kind]
+    if (
+        failure.status is None
+        and failure.kind not in _OWN_CODE
+        and failure.kind not in _NO_RESPONSE
+        and not after_content
+    ):
+        code = "gw.upstream.stream_opening_error"
+    if (
+        failure.kind in _KEEP_UPSTREAM_STATUS
+        and failure.status is not None
+        and 400 <= failure.status <= 599
+    ):
+        status = failure.status
+    retry_after: float | None = None
+    if category is _C.RATE_LIMITED:
+        retry_after = failure.retry_after_secs or failure.pause_secs
+    if failure.kind is FailureKind.AUTH_REJECTED:
+        answered = f"HTTP {failure.status}" if failure.status else "an error event"
+        message = (
+            f"the upstream refused the gateway's credentials for it ({answered}); "
+            "check the upstream's key in the gateway's config"
+        )
+    suffix = f" (tried: {' → '.join(tried)})" if len(tried) > 1 else ""
+    return GatewayError(
+        status=status,
+        category=category,
+        code=code,
+        message=message + suffix,
+        retry_after=retry_after,
+        openai_type="insufficient_quota" if failure.kind in _INSUFFICIENT_QUOTA else None,
+    )
+
+
+def error_for_stream_event(event: ir.StreamErrorEvent) -> GatewayError:
+    """An upstream's error event inside a committed stream, as the client's format reports it."""
+    status = event.status if 400 <= event.status <= 599 else 500
+    return GatewayError(
+        status=status,
+        category=_C.UPSTREAM,
+        code="gw.upstream.stream_error",
+        message=event.message,
+        openai_type=event.type if event.type in _OPENAI_STREAM_TYPES else None,
+    )
+
+
+def request_failure(message: str, *, status: int) -> Failure:
+    """A request that cannot be written for an upstream: the client's to fix."""
+    return Failure(
+        kind=FailureKind.CLIENT_ERROR,
+        failover=False,
+        temporary=False,
+        pause=PauseRule.NONE,
+        status=status,
+        message=message,
+    )
+
+
+def error_for_unreadable_answer(provider: str, detail: str) -> GatewayError:
+    """A whole answer from another format that could not be read for the client."""
+    return GatewayError(
+        status=502,
+        category=_C.UPSTREAM,
+        code="gw.upstream.error",
+        message=f"the answer from {provider} could not be read: {detail}",
+    )

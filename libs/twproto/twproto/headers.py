@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["CLIENT_RESPONSE_HEADERS", "client_response_headers"]
+__all__ = ("CLIENT_RESPONSE_HEADERS", "client_response_headers")
 
 # name -> why a client needs it
 CLIENT_RESPONSE_HEADERS: dict[bytes, str] = {

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from twproto.dialect import Dialect
 
-__all__ = ["KEY_HEADERS", "credential_headers", "find_key"]
+__all__ = ("KEY_HEADERS", "credential_headers", "find_key")
 
 #: Request headers that carry an API key, in every format.
 KEY_HEADERS: frozenset[bytes] = frozenset({b"x-api-key", b"x-goog-api-key", b"authorization"})

@@ -15,14 +15,14 @@ from urllib.parse import quote
 
 from twproto.dialect import Dialect
 
-__all__ = [
+__all__ = (
     "Operation",
     "Route",
     "guess_client_dialect",
     "match_path",
     "split_target",
     "upstream_path",
-]
+)
 
 
 class Operation(StrEnum):

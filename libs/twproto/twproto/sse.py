@@ -64,7 +64,7 @@ from typing import NoReturn
 from twproto import _json
 from twproto._exceptions import ProtocolError
 
-__all__ = [
+__all__ = (
     "JSONArrayDecoder",
     "JSONArrayError",
     "SSEDecoder",
@@ -74,7 +74,7 @@ __all__ = [
     "encode",
     "encode_comment",
     "encode_event",
-]
+)
 
 _BOM = b"\xef\xbb\xbf"
 # More digits than this cannot be a sensible reconnection time; refusing them also keeps int()

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from twproto.dialect import Dialect
 
-__all__ = ["SHAPES", "FieldShape", "JsonKind", "StructureFault", "check_structure"]
+__all__ = ("SHAPES", "FieldShape", "JsonKind", "StructureFault", "check_structure")
 
 
 class JsonKind(StrEnum):

@@ -17,7 +17,7 @@ from typing import Any
 from twproto import _json
 from twproto.dialect import Dialect
 
-__all__ = ["RequestSummary", "count_tokens_body", "estimate_text_tokens", "summarize"]
+__all__ = ("RequestSummary", "count_tokens_body", "estimate_text_tokens", "summarize")
 
 PER_MESSAGE_TOKENS = 4
 PER_IMAGE_TOKENS = 1000

@@ -18,8 +18,8 @@ how tool names were flattened, which the answer's conversion needs to map calls 
 Whole answers (`translate_response`): decoded and re-encoded naming the model the client asked
 for; same format: only the model field changes.
 
-Streams are `twproto.stream_translate`'s (the three translators) and
-`twproto.upstream_stream`'s (the opening hold handing over to a translator).
+Streams are `twproto.stream.translators`'s (the three translators) and
+`twproto.stream.upstream`'s (the opening hold handing over to a translator).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from twproto.formats._common import (
     tool_names_for,
 )
 from twproto.formats.anthropic import DEFAULT_MAX_TOKENS
-from twproto.resume import continued_request
+from twproto.stream.resume import continued_request
 
-__all__ = [
+__all__ = (
     "DEFAULT_MAX_TOKENS",
     "ClientTranslationError",
     "TranslatedAnswer",
@@ -58,7 +58,7 @@ __all__ = [
     "answer_to_stream",
     "translate_request",
     "translate_response",
-]
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,8 +211,9 @@ def translate_request(
     `drop_sealed_reasoning` leaves out reasoning parts that carry a seal (signature, encrypted
     content, redacted data): an upstream on another account refuses them (docs/operations.md,
     "What goes upstream"); their removal is recorded in `dropped`. `continuation` is the text of
-    an answer that broke off, for the upstream to continue (`twproto.resume.continued_request`;
-    `prefill` False: with an instruction instead of a trailing assistant message).
+    an answer that broke off, for the upstream to continue
+    (`twproto.stream.resume.continued_request`; `prefill` False: with an instruction instead of a
+    trailing assistant message).
     Raises `ClientTranslationError` (400) for a body that is not a JSON object.
     """
     obj = _parse_object(body, ClientTranslationError)

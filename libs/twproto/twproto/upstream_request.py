@@ -27,13 +27,13 @@ from twproto.dialect import Dialect
 from twproto.keys import KEY_HEADERS, credential_headers
 from twproto.paths import Operation, upstream_path
 
-__all__ = [
+__all__ = (
     "ClientCall",
     "UpstreamRequest",
     "UpstreamTarget",
     "forwardable_headers",
     "upstream_request",
-]
+)
 
 Header = tuple[bytes, bytes]
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.twproto.test_resume import anthropic_stream, client_events
+from tests.twproto.stream.test_resume import anthropic_stream, client_events
 from tests.twserve.relay.test_relay_memory import SSE, Collected, Setup, by_host
 from twproto import ir
 from twproto.dialect import Dialect

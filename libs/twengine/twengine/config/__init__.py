@@ -52,7 +52,7 @@ from twengine.config.model import (
 )
 from twengine.config.template import TemplateError, resolve_template, template_variables
 
-__all__ = [
+__all__ = (
     "ALL_UPSTREAMS",
     "Alias",
     "AnswerModel",
@@ -97,4 +97,4 @@ __all__ = [
     "parse_comparison",
     "resolve_template",
     "template_variables",
-]
+)

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from twengine.config.model import Provider
 from twengine.config.template import TemplateError, resolve_template
 
-__all__ = [
+__all__ = (
     "CredentialFault",
     "UpstreamCredentials",
     "credential_faults",
     "header_value_fault",
     "resolve_credentials",
-]
+)
 
 _FIELD_VALUE = re.compile(rb"[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = [
+__all__ = (
     "CLIENT_MAX_CONCURRENT",
     "CONTROL_BIND",
     "CONTROL_MAX_BODY_BYTES",
@@ -41,7 +41,7 @@ __all__ = [
     "SET_MAX_TOKENS",
     "STORE",
     "Bound",
-]
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

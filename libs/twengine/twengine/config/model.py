@@ -29,7 +29,7 @@ from twengine.config.problem import Problem
 from twproto.dialect import Dialect
 from twproto.ir import ReasoningLevel
 
-__all__ = [
+__all__ = (
     "ALL_UPSTREAMS",
     "Alias",
     "AnswerModel",
@@ -68,7 +68,7 @@ __all__ = [
     "TargetKind",
     "When",
     "parse_comparison",
-]
+)
 
 # The `to:` value meaning every upstream in declared order; reserved, so no name may take it.
 ALL_UPSTREAMS = "__all__"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Problem"]
+__all__ = ("Problem",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

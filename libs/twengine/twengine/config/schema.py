@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from twengine.config import defaults
 
-__all__ = ["FIELD_USES", "NOT_BUILT", "PENDING", "SECTIONS", "FieldUse"]
+__all__ = ("FIELD_USES", "NOT_BUILT", "PENDING", "SECTIONS", "FieldUse")
 
 _MEASURES = ("requests", "tokens", "cost")
 

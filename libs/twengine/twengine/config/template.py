@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["TemplateError", "resolve_template", "template_variables"]
+__all__ = ("TemplateError", "resolve_template", "template_variables")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -1,9 +1,12 @@
-"""The four API formats, one module each, looked up by `Dialect`.
+"""The four API formats, one package each, looked up by `Dialect`.
 
-Each module (`anthropic`, `openai_chat`, `openai_responses`, `gemini`) is a `Format`: the
-typing protocol below names the surface every one of them has, and mypy checks each module
-against it where `FORMATS` is built (tests/twproto/test_format_protocol.py checks it again at
-run time, signatures included):
+Each format package (`anthropic`, `openai_chat`, `openai_responses`, `gemini`) keeps its request
+codec and the wire vocabulary in ``request.py``, its usage and whole responses in
+``response.py`` and its stream codecs in ``stream.py``, and exports all of them from its
+``__init__``, which is a `Format`: the typing protocol below names the surface every one of them
+has, and mypy checks each against it where `FORMATS` is built
+(tests/twproto/formats/test_format_protocol.py checks it again at run time, signatures
+included):
 
 * ``DIALECT`` — the `Dialect` it speaks
 * ``decode_request(obj) -> ir.Request`` and ``encode_request(req, *, model) -> (dict, dropped)``
@@ -18,10 +21,10 @@ run time, signatures included):
 * ``WATCH`` — its `WatchNeedles`: what the watch path of a stream relayed unchanged looks for,
   in raw chunks and in decoded events, to follow usage, the finish and errors
 
-The stream factories are the module's `StreamDecoder` and `StreamEncoder` classes themselves;
+The stream factories are the format's `StreamDecoder` and `StreamEncoder` classes themselves;
 what the four formats' codecs share is written once, in their bases (`formats/_codec.py`).
 
-`FORMATS` maps a `Dialect` to its module, so callers need not import the modules by name.
+`FORMATS` maps a `Dialect` to its format, so callers need not import the formats by name.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from twproto.formats import anthropic, gemini, openai_chat, openai_responses
 from twproto.formats._codec import WatchNeedles
 from twproto.sse import SSEEvent
 
-__all__ = [
+__all__ = (
     "FORMATS",
     "Format",
     "StreamDecoder",
@@ -45,7 +48,7 @@ __all__ = [
     "get",
     "new_stream_decoder",
     "new_stream_encoder",
-]
+)
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ the format's own methods, not hooks called from a shared method, so sharing adds
 hot path; the bases declare their fields as slots, so reading them costs what it did.
 
 `WatchNeedles` is the watch path's table, one per format (the module's ``WATCH``): what the
-relayed-stream framer looks for in raw chunks (`twproto.stream_translate`) and what the decoder
+relayed-stream framer looks for in raw chunks (`twproto.stream.translators`) and what the decoder
 looks for in an event before parsing it. A needle that also turns up in content (the word
 "error" in a text delta) only costs parsing that event; a needle missing would lose the usage or
 the finish, so each table lists every spelling its format's servers write.
@@ -34,14 +34,14 @@ from twproto.errors import GatewayError
 from twproto.formats._common import NULL_HANDLER, gateway_error
 from twproto.sse import SSEEvent
 
-__all__ = ["DecoderBase", "EncoderBase", "WatchNeedles"]
+__all__ = ("DecoderBase", "EncoderBase", "WatchNeedles")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WatchNeedles:
     """What the watch path of one format looks for (a same-format stream relayed unchanged).
 
-    On raw chunks (`twproto.stream_translate`): a run of complete events containing none of
+    On raw chunks (`twproto.stream.translators`): a run of complete events containing none of
     `chunk_markers` is relayed without being parsed, and a chunk that is exactly one event
     starting with one of `delta_starts` or ending with one of `delta_ends` (a plain content
     delta) is not even searched. On one decoded event (`DecoderBase.watch`): a named event is

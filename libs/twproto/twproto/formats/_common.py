@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twproto import _json, ir
-from twproto.client_errors import error_for_stream_event
 from twproto.dialect import Dialect
-from twproto.errors import GatewayError
+from twproto.errors import GatewayError, error_for_stream_event
 
 NAMESPACE_SEPARATOR = "__"
 

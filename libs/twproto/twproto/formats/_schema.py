@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["sanitize_schema"]
+__all__ = ("sanitize_schema",)
 
 _KEPT = frozenset(
     {

@@ -1,0 +1,505 @@
+"""Stage 2: the config read section by section, one reader per section.
+
+Each reader takes the top level's `_Fields` (and the environment where ``${VAR}`` templates
+must be resolved at load) and returns the section's model: `Listen`, `Failover`, `Retention`,
+`State`, `Store`, or for the list sections (``clients``, ``pricing.sheets`` here; ``providers``
+in `twengine.config.providers`; ``aliases``, ``groups`` and ``routes`` in
+`twengine.config.routing`) each entry as a `_Placed`, its value with the path it was read at,
+for the consistency checks of stage 3. A check that needs only the section's own fields is
+made here (a control plane on the gateway's port, a key's limits); one that needs another
+section is made in `twengine.config.consistency`. `_not_built` refuses the fields whose
+behaviour is not built.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from twengine.config import defaults
+from twengine.config.credentials import header_value_fault
+from twengine.config.fields import (
+    _ABSENT,
+    _as_choice,
+    _as_model,
+    _as_number,
+    _as_secret,
+    _as_text,
+    _at,
+    _entries,
+    _Fields,
+    _is_seq,
+    _Placed,
+    _Problems,
+)
+from twengine.config.model import (
+    Client,
+    ControlListen,
+    Failover,
+    GatewayListen,
+    IPNetwork,
+    KeyLimit,
+    LimitMeasure,
+    LimitPeriod,
+    Listen,
+    ModelPrice,
+    PriceSheet,
+    Retention,
+    State,
+    Store,
+)
+from twengine.config.schema import NOT_BUILT, SECTIONS
+from twengine.config.template import TemplateError, resolve_template, template_variables
+
+__all__ = ()
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_WILDCARD_BINDS = ("0.0.0.0", "::", "")
+
+
+def _bind(f: _Fields, default: str) -> str:
+    bind = f.text("bind", default)
+    if bind == default:
+        return bind
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(bind):
+            f.out.add(
+                "config.bind_invalid", f.at("bind"), f"{bind!r} is not an address to listen on"
+            )
+            return default
+    return bind
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+
+
+def _origins(out: _Problems, gf: _Fields) -> tuple[str, ...]:
+    """``allow_origins``: web origins as a browser writes them in ``Origin`` (compared
+    lower-case, without a trailing slash), ``null``, or ``*`` for any page."""
+    origins: list[str] = []
+    for path, item in _entries(out, gf, "allow_origins"):
+        text = _as_text(out, path, item)
+        if text is None:
+            continue
+        origin = text.strip().lower().rstrip("/")
+        if origin in ("*", "null") or _ORIGIN.fullmatch(origin):
+            origins.append(origin)
+        else:
+            out.add(
+                "config.origin_invalid",
+                path,
+                f"{text!r} is not a web origin such as https://app.example.com (or * for any)",
+            )
+    return tuple(origins)
+
+
+def _hosts(out: _Problems, gf: _Fields) -> tuple[str, ...]:
+    """``allow_hosts``: the names a request's Host may carry (compared lower-case, the port
+    aside)."""
+    hosts: list[str] = []
+    for path, item in _entries(out, gf, "allow_hosts"):
+        text = _as_text(out, path, item)
+        if text is None:
+            continue
+        host = text.strip().lower()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOST_NAME.fullmatch(host):
+                out.add(
+                    "config.host_invalid",
+                    path,
+                    f"{text!r} is not a host name or IP address (write it without a port)",
+                )
+                continue
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _listen(out: _Problems, top: _Fields) -> Listen:
+    lf = top.fields("listen", SECTIONS["listen"])
+    if lf is None:
+        return Listen()
+    gateway = GatewayListen()
+    gf = lf.fields("gateway", SECTIONS["listen.gateway"])
+    if gf is not None:
+        bind = _bind(gf, defaults.GATEWAY_BIND)
+        port = gf.integer("port", replace(defaults.PORT, default=defaults.GATEWAY_PORT))
+        networks: list[IPNetwork] = []
+        for path, item in _entries(out, gf, "allow_from"):
+            text = _as_text(out, path, item)
+            if text is None:
+                continue
+            try:
+                # strict=False: "10.1.2.3/8" is read as the network it lies in.
+                networks.append(ipaddress.ip_network(text.strip(), strict=False))
+            except ValueError:
+                out.add(
+                    "config.cidr_invalid",
+                    path,
+                    f"{text!r} is not an IP address or network such as 10.0.0.0/8",
+                )
+        max_connections = gf.integer("max_connections", defaults.GATEWAY_MAX_CONNECTIONS)
+        per_address = gf.integer(
+            "max_connections_per_address", defaults.GATEWAY_MAX_CONNECTIONS_PER_ADDRESS
+        )
+        model_chars = gf.integer("max_model_name_chars", defaults.GATEWAY_MAX_MODEL_NAME_CHARS)
+        gateway = GatewayListen(
+            bind=bind,
+            port=port or defaults.GATEWAY_PORT,
+            allow_from=tuple(networks),
+            max_connections=max_connections or 1000,
+            max_connections_per_address=per_address,
+            allow_origins=_origins(out, gf),
+            allow_hosts=_hosts(out, gf),
+            max_model_name_chars=model_chars or 256,
+        )
+    control = ControlListen()
+    cf = lf.fields("control", SECTIONS["listen.control"])
+    if cf is not None:
+        enabled = cf.boolean("enabled", True)
+        key = None
+        if cf.has("key"):
+            key = _as_secret(out, cf.at("key"), cf.raw("key"))
+        elif enabled:
+            out.add(
+                "config.control_key_missing",
+                cf.at("key"),
+                "the control plane needs a key (or write enabled: false)",
+            )
+        control = ControlListen(
+            enabled=enabled,
+            bind=_bind(cf, defaults.CONTROL_BIND),
+            port=cf.integer("port", replace(defaults.PORT, default=defaults.CONTROL_PORT))
+            or defaults.CONTROL_PORT,
+            key=key,
+            max_connections=cf.integer("max_connections", defaults.CONTROL_MAX_CONNECTIONS)
+            or int(defaults.CONTROL_MAX_CONNECTIONS.default or 1),
+            max_body_bytes=cf.integer("max_body_bytes", defaults.CONTROL_MAX_BODY_BYTES)
+            or int(defaults.CONTROL_MAX_BODY_BYTES.default or 1024),
+            max_config_bytes=cf.integer("max_config_bytes", defaults.CONTROL_MAX_CONFIG_BYTES)
+            or ControlListen().max_config_bytes,
+        )
+        same_host = control.bind == gateway.bind or bool(
+            {control.bind, gateway.bind} & set(_WILDCARD_BINDS)
+        )
+        if control.enabled and control.port == gateway.port and same_host:
+            out.add(
+                "config.port_conflict",
+                cf.at("port"),
+                f"the control plane and the gateway cannot both listen on port {control.port}",
+            )
+    return Listen(gateway=gateway, control=control)
+
+
+_MEASURES = tuple(m.value for m in LimitMeasure)
+
+
+def _limit(out: _Problems, path: str, item: object) -> KeyLimit | None:
+    f = _Fields.of(out, path, item, SECTIONS["clients[].limits[]"])
+    if f is None:
+        return None
+    per_raw = f.required("per")
+    per = None if per_raw is _ABSENT else _as_choice(out, f.at("per"), per_raw, LimitPeriod)
+    given = [m for m in _MEASURES if f.has(m)]
+    cache_reads = f.boolean("cache_reads", False)
+    if not given:
+        out.add(
+            "config.key_limit_no_measure",
+            path,
+            "a limit needs one of requests, tokens or cost",
+        )
+        return None
+    if len(given) > 1:
+        out.add(
+            "config.key_limit_two_measures",
+            path,
+            f"a limit counts one measure, got {' and '.join(given)}; write one limit each",
+        )
+        return None
+    measure = LimitMeasure(given[0])
+    if f.has("cache_reads") and measure is not LimitMeasure.TOKENS:
+        # Only a token count can add cache reads; on another measure it would seem to do
+        # something and do nothing.
+        out.add(
+            "config.key_limit_cache_reads",
+            f.at("cache_reads"),
+            f"cache_reads applies to a tokens limit, not to a {measure.value} limit",
+        )
+        return None
+    if measure is LimitMeasure.COST:
+        cost = f.number("cost", defaults.LIMIT_COST_USD)
+        amount = None if cost is None else round(cost * 1_000_000)
+    else:
+        bound = (
+            defaults.LIMIT_REQUESTS if measure is LimitMeasure.REQUESTS else defaults.LIMIT_TOKENS
+        )
+        amount = f.integer(measure.value, bound)
+    if per is None or amount is None:
+        return None
+    return KeyLimit(per=per, measure=measure, amount=amount, cache_reads=cache_reads)
+
+
+def _client_key(out: _Problems, path: str, key: str, env: Mapping[str, str] | None) -> str | None:
+    """A gateway key with its ``${VAR}`` read from `env`: keys are compared as presented, so the
+    template is resolved once, at load. None (and a problem) when it cannot be. Without `env`
+    a template is kept as written."""
+    if env is None and template_variables(key):
+        return key
+    try:
+        value = resolve_template(key, env or {})
+    except TemplateError as exc:
+        out.add(exc.code, path, exc.message)
+        return None
+    # A client sends its key in a header, which cannot carry these; such a key matches nobody.
+    fault = header_value_fault(value)
+    if fault is not None:
+        out.add("config.secret_invalid", path, f"the key {fault}; no client could present it")
+        return None
+    return value
+
+
+def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> list[_Placed]:
+    placed: list[_Placed] = []
+    for path, item in _entries(out, top, "clients"):
+        f = _Fields.of(out, path, item, SECTIONS["clients[]"])
+        if f is None:
+            continue
+        name = f.name()
+        key_raw = f.required("key")
+        key = None if key_raw is _ABSENT else _as_secret(out, f.at("key"), key_raw)
+        if key is not None:
+            key = _client_key(out, f.at("key"), key, env)
+        route = f.name("route", required=False)
+        max_concurrent = f.integer(
+            "max_concurrent",
+            defaults.CLIENT_MAX_CONCURRENT,
+            code="config.key_concurrency_range",
+        )
+        limits = [(p, _limit(out, p, i)) for p, i in _entries(out, f, "limits")]
+        if name is None:
+            continue
+        client = Client(
+            name=name,
+            key=key or "",
+            route=route,
+            max_concurrent=max_concurrent,
+            limits=tuple(lim for _, lim in limits if lim is not None),
+        )
+        parts = tuple(p for p, lim in limits if lim is not None)
+        placed.append(_Placed(path=path, value=client, parts=parts))
+    return placed
+
+
+def _failover(out: _Problems, top: _Fields) -> Failover:
+    ff = top.fields("failover", SECTIONS["failover"])
+    if ff is None:
+        return Failover()
+    values: dict[str, float] = {}
+    for name, bound in defaults.FAILOVER.items():
+        found = ff.number(name, bound)
+        assert found is not None
+        values[name] = found
+    slow = ff.boolean("next_on_slow_start", False)
+    failover = Failover(
+        failures_to_pause=int(values["failures_to_pause"]),
+        pause_secs=values["pause_secs"],
+        max_pause_secs=values["max_pause_secs"],
+        no_balance_pause_secs=values["no_balance_pause_secs"],
+        quota_pause_secs=values["quota_pause_secs"],
+        rate_limit_max_pause_secs=values["rate_limit_max_pause_secs"],
+        idle_timeout_secs=values["idle_timeout_secs"],
+        wait_secs=values["wait_secs"],
+        next_on_slow_start=slow,
+        stream_start_wait_secs=values["stream_start_wait_secs"],
+    )
+    if failover.max_pause_secs < failover.pause_secs:
+        out.add(
+            "config.failover_pause_order",
+            ff.at("max_pause_secs"),
+            f"max_pause_secs ({failover.max_pause_secs:g}) is below pause_secs "
+            f"({failover.pause_secs:g})",
+        )
+    if slow and failover.stream_start_wait_secs < defaults.MIN_STREAM_START_WAIT_SECS:
+        out.add(
+            "config.slow_start_too_short",
+            ff.at("stream_start_wait_secs"),
+            f"with next_on_slow_start on, stream_start_wait_secs must be at least "
+            f"{defaults.MIN_STREAM_START_WAIT_SECS}, got {failover.stream_start_wait_secs:g}",
+        )
+    return failover
+
+
+def _retention(out: _Problems, top: _Fields) -> Retention:
+    rf = top.fields("retention", SECTIONS["retention"])
+    if rf is None:
+        return Retention()
+    return Retention(
+        row_days=rf.integer("row_days", defaults.RETENTION["row_days"]) or 1,
+        body_days=rf.integer("body_days", defaults.RETENTION["body_days"]) or 0,
+        body_max_bytes=rf.integer("body_max_bytes", defaults.RETENTION["body_max_bytes"])
+        or int(defaults.RETENTION["body_max_bytes"].default or 0),
+        store_bodies=rf.boolean("store_bodies", False),
+    )
+
+
+_PRICE_FIELDS = SECTIONS["pricing.sheets[].models.*"]
+
+
+def _price(out: _Problems, path: str, value: object) -> ModelPrice | None:
+    pf = _Fields.of(out, path, value, _PRICE_FIELDS)
+    if pf is None:
+        return None
+    given = {n: pf.required(n) if n in ("input", "output") else pf.raw(n) for n in _PRICE_FIELDS}
+    figures: dict[str, float | None] = {}
+    for n, raw in given.items():
+        figures[n] = (
+            None
+            if raw is _ABSENT
+            else _as_number(out, pf.at(n), raw, defaults.PRICE_PER_MILLION, "config.out_of_range")
+        )
+    input_price, output_price = figures["input"], figures["output"]
+    if input_price is None or output_price is None:
+        return None
+    return ModelPrice(
+        input=input_price,
+        output=output_price,
+        cache_read=figures["cache_read"],
+        cache_write=figures["cache_write"],
+    )
+
+
+def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
+    pricing = top.fields("pricing", SECTIONS["pricing"])
+    if pricing is None:
+        return []
+    placed: list[_Placed] = []
+    for path, item in _entries(out, pricing, "sheets"):
+        f = _Fields.of(out, path, item, SECTIONS["pricing.sheets[]"])
+        if f is None:
+            continue
+        name = f.name()
+        multiplier = f.number("multiplier", defaults.PRICE_MULTIPLIER)
+        models: list[tuple[str, ModelPrice]] = []
+        for model, value in (f.mapping("models") or {}).items():
+            mpath = _at(f.at("models"), str(model))
+            model_name = _as_model(out, mpath, model)
+            price = _price(out, mpath, value)
+            if model_name is not None and price is not None:
+                models.append((model_name, price))
+        if name is not None:
+            sheet = PriceSheet(name=name, multiplier=multiplier or 0.0, models=tuple(models))
+            placed.append(_Placed(path=path, value=sheet))
+    return placed
+
+
+_REDIS_URL = re.compile(
+    r"rediss?://(?:[^\s/?#@]*@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?"
+    r"(?:/\d{1,5})?(?:\?[^\s#]*)?"
+)
+
+
+def _state(out: _Problems, top: _Fields) -> State | None:
+    sf = top.fields("state", SECTIONS["state"])
+    if sf is None:
+        return None
+    url = sf.text("redis_url")
+    if url is None:
+        return State()
+    if _REDIS_URL.fullmatch(url.strip()) is None:
+        # A Redis URL may carry a password: describe it without quoting it.
+        shown = "the value" if "@" in url else repr(url)
+        out.add(
+            "config.url_invalid",
+            sf.at("redis_url"),
+            f"{shown} is not a redis:// or rediss:// URL (host, port, database number)",
+        )
+        return None
+    return State(redis_url=url.strip())
+
+
+_DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _store(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> Store | None:
+    """``store``: `postgres_dsn` kept as written (``${VAR}`` templates included), checked to
+    name a PostgreSQL URI. With `env`, the template is resolved for the check (a variable that
+    is not set refuses the config); twserve resolves it again when it connects."""
+    sf = top.fields("store", SECTIONS["store"])
+    if sf is None:
+        return None
+    wait = defaults.STORE["commit_wait_secs"]
+    commit = Store(
+        commit_before_end=sf.boolean("commit_before_end", False),
+        commit_wait_secs=sf.number("commit_wait_secs", wait) or float(wait.default or 0),
+    )
+    raw = sf.raw("postgres_dsn")
+    if raw is _ABSENT:
+        return commit
+    path = sf.at("postgres_dsn")
+    text = _as_text(out, path, raw)
+    if text is None:
+        return None
+    try:
+        template_variables(text)
+        value = resolve_template(text, env) if env is not None else text
+    except TemplateError as exc:
+        out.add(exc.code, path, exc.message)
+        return None
+    # Without an environment a DSN that starts with a template cannot be checked yet.
+    unchecked = env is None and text.startswith("${")
+    if not unchecked and (
+        not value.lower().startswith(_DSN_SCHEMES) or any(c.isspace() for c in value)
+    ):
+        # A DSN carries a password: describe it, never quote it.
+        out.add(
+            "config.url_invalid",
+            path,
+            "postgres_dsn must be a postgresql:// (or postgres://) URI without spaces",
+        )
+        return None
+    return replace(commit, postgres_dsn=text)
+
+
+def _not_built(out: _Problems, data: Mapping[str, object]) -> None:
+    """Refuse every field whose behaviour is not built, rather than accept and ignore it."""
+    for path, what in NOT_BUILT.items():
+        parent, _, name = path.rpartition(".")
+        if parent and parent in NOT_BUILT:
+            continue  # the enclosing section is refused already
+        for where in _occurrences(data, path):
+            out.add(
+                "config.not_built",
+                where,
+                f"{what} is not built yet; remove {name} from the config",
+            )
+
+
+def _occurrences(data: object, path: str) -> list[str]:
+    """The concrete paths at which schema path `path` (``a.b[].c``, ``m.*.f``) is present."""
+    found: list[tuple[str, object]] = [("", data)]
+    for segment in path.split("."):
+        step: list[tuple[str, object]] = []
+        many = segment.endswith("[]")
+        name = segment.removesuffix("[]")
+        for where, node in found:
+            if not isinstance(node, Mapping):
+                continue
+            items = list(node.items()) if name == "*" else [(name, node.get(name))]
+            for key, value in items:
+                if value is None:
+                    continue
+                here = _at(where, str(key))
+                if many and _is_seq(value):
+                    assert isinstance(value, Sequence)
+                    step.extend((_at(here, i), v) for i, v in enumerate(value))
+                elif not many:
+                    step.append((here, value))
+        found = step
+    return [where for where, _ in found]
