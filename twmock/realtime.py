@@ -45,10 +45,12 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 
 from twmock.upgrade import refuse_upgrade
-from twserve.server.base import Request
-from twserve.server.http1 import READ_SIZE, Handoff, Switch
+from twserve.server.base import Handoff, Request, Switch
 
 __all__ = ["REALTIME_TEXT", "REALTIME_USAGE", "RealtimeLog", "realtime_switch"]
+
+# The most one read takes from a socket.
+READ_SIZE = 65536
 
 REALTIME_TEXT = "Hello from the mock realtime upstream."
 REALTIME_USAGE: dict[str, Any] = {

@@ -39,13 +39,15 @@ from twmock.upgrade import refuse_upgrade
 from twproto import SSEDecoder, SSEError
 from twproto.dialect import Dialect
 from twproto.paths import Operation, match_path
-from twserve.server.base import Headers, Request
-from twserve.server.http1 import READ_SIZE, Handoff, Switch
+from twserve.server.base import Handoff, Headers, Request, Switch
 
 if TYPE_CHECKING:
     from twmock.server import MockHandler
 
 __all__ = ["SocketLog", "responses_socket_switch"]
+
+# The most one read takes from a socket.
+READ_SIZE = 65536
 
 _MAX_EVENT = 256 * 1024 * 1024
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type"})

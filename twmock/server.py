@@ -10,7 +10,7 @@ out with `carry_out`: ``anyio.sleep`` for each delay, `Responder.start`/`send`/`
 `Responder.abort` to break or reset the connection. A silence lasts until the client leaves —
 the server cancels the handler then — or `MockSettings.silence_limit` runs out.
 
-`serve_mock` serves a handler over twserve.server.http1, its HTTP/2 switch (h2c), the Realtime
+`serve_mock` serves a handler over twserve.server.listener, its HTTP/2 switch (h2c), the Realtime
 WebSocket (twmock.realtime) and the Responses WebSocket (twmock.responses_socket); `run_mock` does
 the same as an async context manager and yields the bound port and the handler, which is what
 tests want.
@@ -46,8 +46,7 @@ from twmock.script import MockSettings, Script, ScriptError
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
 from twproto.paths import Operation, match_path
-from twserve.server.base import Request, Responder
-from twserve.server.http1 import Switch
+from twserve.server.base import Request, Responder, Switch
 
 __all__ = [
     "MockHandler",
@@ -235,11 +234,11 @@ async def serve_mock(
 ) -> None:
     """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
     HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
-    from twserve.server import http1
+    from twserve.server import listener
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
-    await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
+    server = listener.Server(handler, switches=mock_switches(handler))
+    await listener.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,13 +262,13 @@ async def run_mock(
 ) -> AsyncIterator[MockServer]:
     """Run a mock instance on loopback for the duration of the block (port 0: any free one),
     speaking HTTP/1.1 and h2c."""
-    from twserve.server import http1
+    from twserve.server import listener
 
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
+    server = listener.Server(handler, switches=mock_switches(handler))
 
     async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
-        await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
+        await listener.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
     # The task group is entered by hand so that an exception raised in the caller's block
     # reaches the caller as itself, not wrapped in an ExceptionGroup by the group's exit.

@@ -97,8 +97,7 @@ from twserve.gateway.row import fill_row
 from twserve.relay.client import RelayOutcome
 from twserve.relay.reader import Destination, destinations
 from twserve.server.backpressure import Intake, Outflow
-from twserve.server.base import Request
-from twserve.server.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Refusal, Switch
+from twserve.server.base import LINGER_SECS, ClientGone, Handoff, HeadRefusal, Request, Switch
 from twserve.server.websocket import WebSocketLimits
 from twserve.store.sqlite import RequestRow
 from twserve.upstream.ws_dial import DialFailed, Refused, dial
@@ -109,6 +108,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("twserve.gateway.realtime")
 
 __all__ = ["switch_for"]
+
+# The most one read takes from a socket.
+READ_SIZE = 65536
 
 UPSTREAM_TOO_BIG = "gw.realtime.upstream_too_big"
 NORMAL = 1000
@@ -512,9 +514,9 @@ class _Proxy:
 
     async def _reject_error(self, err: GatewayError) -> None:
         body = error_body(Dialect.OPENAI_RESPONSES, err)
-        await self._reject(Refusal(status=err.status, headers=error_headers(err), body=body))
+        await self._reject(HeadRefusal(status=err.status, headers=error_headers(err), body=body))
 
-    async def _reject(self, refusal: Refusal) -> None:
+    async def _reject(self, refusal: HeadRefusal) -> None:
         ws = self.client.ws
         if ws.state is not ConnectionState.CONNECTING:
             return

@@ -104,15 +104,17 @@ from twproto import (
     ws_stream_message,
 )
 from twserve.server.backpressure import Intake, Outflow
-from twserve.server.base import Handler, Headers, Request
-from twserve.server.http1 import (
+from twserve.server.base import (
     LINGER_SECS,
-    READ_SIZE,
     BodyBudget,
     ClientGone,
+    Handler,
     Handoff,
     HeadCheck,
-    Refusal,
+    Headers,
+    HeadRefusal,
+    Request,
+    ResponderBase,
     Switch,
 )
 from twserve.upstream.responses_socket import UpstreamSockets
@@ -121,6 +123,9 @@ log = logging.getLogger("twserve.server.websocket")
 
 __all__ = ["WebSocketLimits", "switch_for", "upgrade_refusal"]
 
+
+# The most one read takes from the socket.
+READ_SIZE = 65536
 
 # Close codes (RFC 6455, "Defined Status Codes").
 NORMAL = 1000
@@ -166,7 +171,7 @@ class WebSocketLimits:
     max_owed_pongs: int = 1000
 
 
-def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> Refusal | None:
+def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> HeadRefusal | None:
     """The gateway's answer to an upgrade it refuses, or None to accept it: the head checks of
     an HTTP request (address, then key) made on the upgrade as on the ``POST`` its turns will
     be, so the socket is admitted exactly as one of its turns would be."""
@@ -242,41 +247,33 @@ class _Turn:
     reserved: int = 0  # bytes of the body budget its message holds
 
 
-class _TurnResponder:
+class _TurnResponder(ResponderBase):
     """The `Responder` a turn's handler writes to: SSE events out as text messages, an error
-    answer out as one ``error`` event."""
+    answer out as one ``error`` event (events are decoded and framed as messages by `send`,
+    so `ready` stays false)."""
 
     __slots__ = (
         "_body",
         "_decoder",
-        "_ended",
         "_model",
         "_session",
-        "_started",
         "_status",
         "_stream_id",
         "refused",
     )
 
     def __init__(self, session: _Session, stream_id: str | None, model: str = "") -> None:
+        super().__init__()
         self._session = session
         self._stream_id = stream_id
         self._model = model
-        self._started = False
-        self._ended = False
         self._status = 0
         self._decoder: SSEDecoder | None = None
         self._body = bytearray()
         self.refused: AnswerError | None = None  # the turn's error answer, if it had one
 
-    @property
-    def started(self) -> bool:
-        return self._started
-
     async def start(self, status: int, headers: Headers) -> None:
-        if self._started:
-            raise RuntimeError("response already started")
-        self._started = True
+        self._begin()
         self._status = status
         content_type = b""
         for name, value in headers:
@@ -284,12 +281,6 @@ class _TurnResponder:
                 content_type = value
         if status < 400 and content_type.startswith(b"text/event-stream"):
             self._decoder = SSEDecoder(max_event_size=_MAX_EVENT)
-
-    def ready(self) -> bool:
-        return False  # events are decoded and framed as messages by `send`
-
-    def send_now(self, data: bytes) -> None:
-        raise RuntimeError("a WebSocket turn is written with send")
 
     async def send(self, data: bytes) -> None:
         if self._decoder is None:
@@ -487,7 +478,7 @@ class _Session:
                 message=f"malformed WebSocket upgrade: {exc}",
             )
             body = error_body(Dialect.OPENAI_RESPONSES, err)
-            await self._reject(Refusal(status=400, headers=error_headers(err), body=body))
+            await self._reject(HeadRefusal(status=400, headers=error_headers(err), body=body))
             return False
         if not events or not isinstance(events[0], WSRequest):
             return False
@@ -507,7 +498,7 @@ class _Session:
                 retry_after=1,
             )
             body = error_body(Dialect.OPENAI_RESPONSES, err)
-            await self._reject(Refusal(status=429, headers=error_headers(err), body=body))
+            await self._reject(HeadRefusal(status=429, headers=error_headers(err), body=body))
             return False
         # No extensions: permessage-deflate would let a small frame inflate past the message
         # limit before it could be counted, and turns are small next to their upstream time.
@@ -530,7 +521,7 @@ class _Session:
         self.counted_key = key
         return True
 
-    async def _reject(self, refusal: Refusal) -> None:
+    async def _reject(self, refusal: HeadRefusal) -> None:
         body = refusal.body
         headers = [
             *(h for h in refusal.headers if h[0] not in (b"content-length", b"connection")),

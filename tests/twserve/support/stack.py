@@ -23,7 +23,7 @@ from twmock.script import MockSettings
 from twmock.server import MockHandler, make_handler, mock_switches
 from twserve.app import eventloop
 from twserve.app.wiring import GatewayApp
-from twserve.server import http1, http2
+from twserve.server import base, http2, listener
 from twserve.server.base import Handler
 from twserve.server.websocket import WebSocketLimits
 
@@ -89,7 +89,7 @@ def running_stack(
     upstreams: Mapping[str, Upstream],
     *,
     config: Mapping[str, Any] | None = None,
-    limits: http1.ServerLimits | None = None,
+    limits: base.ServerLimits | None = None,
     ws_limits: WebSocketLimits | None = None,
     h2_limits: http2.Http2Limits | None = None,
     control: bool = False,
@@ -112,9 +112,9 @@ def running_stack(
             handler: Handler = mock if up.wrap is None else up.wrap(mock)
             # The mocks speak h2c too, for upstreams configured with ``http2: true``, and
             # take Realtime and Responses sockets (twmock.realtime, twmock.responses_socket).
-            server = http1.Server(handler, switches=mock_switches(mock))
+            server = listener.Server(handler, switches=mock_switches(mock))
             fut, port = portal.start_task(
-                partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
+                partial(listener.serve, handler, host="127.0.0.1", port=0, server=server)
             )
             futures.append(fut)
             mocks[name] = (mock, port)
