@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ import anyio.abc
 from twengine.config import Config, resolve_template
 from twengine.config.model import GroupType, Provider
 from twserve.app.maintenance import Maintenance
+from twserve.app.transport_limits import transport_limits
 from twserve.config.check import ConfigRejection, Finding, locate
 from twserve.config.effort_store import load_effort_memory, save_effort_memory
 from twserve.config.history import ConfigHistory
@@ -131,10 +131,14 @@ class GatewayApp:
         self.env = dict(os.environ) if env is None else env
         self.host = host if host is not None else config.listen.gateway.bind
         self.port = port if port is not None else config.listen.gateway.port
-        self.limits = limits
-        # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
-        self.ws_limits = ws_limits or websocket.WebSocketLimits()
-        self.h2_limits = h2_limits or http2.Http2Limits()
+        # The transports' limits: the config's listen.http, listen.http2 and listen.websocket,
+        # unless the program gave its own (pinned, as --port pins the port). The Responses
+        # WebSocket's idle timeout is the Realtime proxy's too.
+        self._pinned_limits = (limits, h2_limits, ws_limits)
+        self.limits: ServerLimits
+        self.h2_limits: http2.Http2Limits
+        self.ws_limits: websocket.WebSocketLimits
+        self._take_transport_limits(config)
         self.store = open_store(config, data_dir, self.env)
         self.upstream = UpstreamClient()
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
@@ -174,7 +178,7 @@ class GatewayApp:
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # One budget for the gateway's request bodies held in memory, whichever protocol they
         # came in on (the control plane has its own).
-        self.body_budget = BodyBudget((limits or ServerLimits()).body_budget_bytes)
+        self.body_budget = BodyBudget(self.limits.body_budget_bytes)
         self.gateway_server = self._new_gateway_server()
         self.shutdown_grace = shutdown_grace
         # Created on the event loop, in run().
@@ -315,7 +319,7 @@ class GatewayApp:
     def _new_gateway_server(self) -> Server:
         """The gateway's HTTP server: the address checked at accept, the key before the body,
         at most listen.gateway.max_connections open, bodies within the shared budget."""
-        limits = self.limits or ServerLimits()
+        limits = self.limits
         listen = self.config.listen.gateway
         if limits.max_connections is None:
             limits = replace(limits, max_connections=listen.max_connections)
@@ -328,16 +332,46 @@ class GatewayApp:
             limits=limits,
             errors=transport_error,
             switches=(
-                partial(http2.switch, limits=self.h2_limits),
+                # Each reads the limits at the switch, so a reload applies to the next.
+                lambda request: http2.switch(request, limits=self.h2_limits),
                 websocket.switch_for(
-                    self.gateway.check_head, self.ws_limits, key_of=self._key_name
+                    self.gateway.check_head, lambda: self.ws_limits, key_of=self._key_name
                 ),
-                realtime.switch_for(self.gateway, self.ws_limits),
+                realtime.switch_for(self.gateway, lambda: self.ws_limits),
             ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
         )
+
+    def _take_transport_limits(self, config: Config) -> None:
+        """The transports' limits from `config`, but those the program pinned."""
+        found = transport_limits(config.listen)
+        http, h2, ws = self._pinned_limits
+        self.limits = http or found.http
+        self.h2_limits = h2 or found.http2
+        self.ws_limits = ws or found.websocket
+
+    def _renew_transport_limits(self, config: Config) -> None:
+        """A reload's transport limits, for the connections accepted from now on (those open
+        keep theirs). The connection caps stay those the listeners were set up with."""
+        self._take_transport_limits(config)
+        self.body_budget.limit = self.limits.body_budget_bytes
+        server = self.gateway_server
+        server.limits = replace(
+            self.limits,
+            max_connections=server.limits.max_connections,
+            max_connections_per_address=server.limits.max_connections_per_address,
+        )
+        control = self._control_server
+        if control is not None:
+            control.limits = replace(
+                self.limits,
+                max_connections=control.limits.max_connections,
+                max_connections_per_address=None,
+                max_body_bytes=control.limits.max_body_bytes,
+                body_budget_bytes=control.limits.body_budget_bytes,
+            )
 
     def _key_name(self, request: Request) -> str | None:
         """The name of the gateway key `request` presents (None: none the config lists)."""
@@ -351,7 +385,7 @@ class GatewayApp:
         assert self.control is not None
         listen = self.config.listen.control
         limits = replace(
-            self.limits or ServerLimits(),
+            self.limits,
             max_connections=listen.max_connections,
             max_connections_per_address=None,
             max_body_bytes=listen.max_body_bytes,
@@ -490,6 +524,7 @@ class GatewayApp:
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)
+        self._renew_transport_limits(config)
         if self._serving is not None:
             # Members a reload adds to url-test groups get their startup connection timing too.
             for name in sorted(_url_test_members(config) - tested):

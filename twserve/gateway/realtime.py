@@ -98,7 +98,7 @@ from twserve.relay.client import RelayOutcome
 from twserve.relay.reader import Destination, destinations
 from twserve.server.backpressure import Intake, Outflow
 from twserve.server.base import LINGER_SECS, ClientGone, Handoff, HeadRefusal, Request, Switch
-from twserve.server.websocket import WebSocketLimits
+from twserve.server.websocket import WebSocketLimits, limits_reader
 from twserve.store.sqlite import RequestRow
 from twserve.upstream.ws_dial import DialFailed, Refused, dial
 
@@ -125,12 +125,14 @@ _REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
 _MAX_READ_MESSAGE = 16 * 1024 * 1024
 
 
-def switch_for(gateway: Gateway, limits: WebSocketLimits | None = None) -> Switch:
+def switch_for(
+    gateway: Gateway, limits: WebSocketLimits | Callable[[], WebSocketLimits] | None = None
+) -> Switch:
     """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``). Of `limits`
-    (the Responses socket's), a connection on which neither side sends anything (pings
-    included) for `idle_timeout` seconds is closed, and `output_buffer_bytes` and
-    `max_owed_pongs` hold for both hops."""
-    lim = limits or WebSocketLimits()
+    (the Responses socket's; a function is read at each upgrade), a connection on which
+    neither side sends anything (pings included) for `idle_timeout` seconds is closed, and
+    `output_buffer_bytes` and `max_owed_pongs` hold for both hops."""
+    current = limits_reader(limits)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or request.path != REALTIME_PATH:
@@ -139,6 +141,8 @@ def switch_for(gateway: Gateway, limits: WebSocketLimits | None = None) -> Switc
             name == b"upgrade" and b"websocket" in value.lower() for name, value in request.headers
         ):
             return None
+
+        lim = current()
 
         async def take(handoff: Handoff) -> None:
             await _Proxy(handoff, gateway, lim).run()

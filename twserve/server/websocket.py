@@ -121,7 +121,7 @@ from twserve.upstream.responses_socket import UpstreamSockets
 
 log = logging.getLogger("twserve.server.websocket")
 
-__all__ = ["WebSocketLimits", "switch_for", "upgrade_refusal"]
+__all__ = ["WebSocketLimits", "limits_reader", "switch_for", "upgrade_refusal"]
 
 
 # The most one read takes from the socket.
@@ -171,6 +171,16 @@ class WebSocketLimits:
     max_owed_pongs: int = 1000
 
 
+def limits_reader(
+    limits: WebSocketLimits | Callable[[], WebSocketLimits] | None,
+) -> Callable[[], WebSocketLimits]:
+    """`limits` as a function read at each upgrade (fixed limits, or the defaults, as one)."""
+    if callable(limits):
+        return limits
+    fixed = limits or WebSocketLimits()
+    return lambda: fixed
+
+
 def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> HeadRefusal | None:
     """The gateway's answer to an upgrade it refuses, or None to accept it: the head checks of
     an HTTP request (address, then key) made on the upgrade as on the ``POST`` its turns will
@@ -216,20 +226,26 @@ class SocketCount:
 
 
 def switch_for(
-    check_head: HeadCheck, limits: WebSocketLimits | None = None, *, key_of: KeyOf | None = None
+    check_head: HeadCheck,
+    limits: WebSocketLimits | Callable[[], WebSocketLimits] | None = None,
+    *,
+    key_of: KeyOf | None = None,
 ) -> Switch:
     """The HTTP/1.1 server's switch for Responses WebSocket upgrades; `check_head` is the
     gateway's (`Gateway.check_head`), read at each upgrade so a reload applies to the next;
+    `limits` may be a function, read at each upgrade too (the config's listen.websocket);
     `key_of` names the key an upgrade presents, for the cap on sockets per key (without it,
     sockets are not counted)."""
-    lim = limits or WebSocketLimits()
-    counts = SocketCount(lim.max_sockets_per_key)
+    current = limits_reader(limits)
+    counts = SocketCount(current().max_sockets_per_key)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
             return None
         if request.path not in WS_RESPONSES_PATHS:
             return None
+        lim = current()
+        counts.limit = lim.max_sockets_per_key  # the sockets already open stay
 
         async def take(handoff: Handoff) -> None:
             await _Session(handoff, check_head, lim, key_of=key_of, counts=counts).run()

@@ -81,6 +81,10 @@ _CODES = {
     "config.price_sheet_duplicate": "Two price sheets have the same name.",
     "config.price_sheet_unknown": "An upstream's price_sheet names no sheet in pricing.sheets.",
     "config.failover_pause_order": "failover.max_pause_secs is below failover.pause_secs.",
+    "config.listen_limits_conflict": (
+        "Two transport limits under listen disagree (a body budget below one body, a hard "
+        "header cap below the advertised one)."
+    ),
     "config.slow_start_too_short": (
         "failover.stream_start_wait_secs is under 5 while next_on_slow_start is on."
     ),

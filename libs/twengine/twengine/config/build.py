@@ -53,6 +53,8 @@ from twengine.config.model import (
     Group,
     GroupMember,
     GroupType,
+    Http2Listen,
+    HttpListen,
     IPNetwork,
     KeyLimit,
     LimitMeasure,
@@ -74,6 +76,7 @@ from twengine.config.model import (
     Store,
     Target,
     TargetKind,
+    WebSocketListen,
     When,
     parse_comparison,
 )
@@ -561,7 +564,49 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
                 cf.at("port"),
                 f"the control plane and the gateway cannot both listen on port {control.port}",
             )
-    return Listen(gateway=gateway, control=control)
+    http, http2, websocket = _transport_limits(out, lf)
+    return Listen(gateway=gateway, control=control, http=http, http2=http2, websocket=websocket)
+
+
+def _figures(lf: _Fields, name: str, table: Mapping[str, Bound]) -> dict[str, Any] | None:
+    """Section `name` of `listen`, each field at its bound's default when absent (whole
+    numbers as int); None when the section is absent."""
+    sf = lf.fields(name, SECTIONS[f"listen.{name}"])
+    if sf is None:
+        return None
+    figures: dict[str, Any] = {}
+    for field_name, bound in table.items():
+        found = sf.number(field_name, bound)
+        assert found is not None  # every field of these tables has a default
+        figures[field_name] = int(found) if bound.integer else found
+    return figures
+
+
+def _transport_limits(
+    out: _Problems, lf: _Fields
+) -> tuple[HttpListen, Http2Listen, WebSocketListen]:
+    """``listen.http``, ``listen.http2`` and ``listen.websocket``: the transports' bounds."""
+    found = _figures(lf, "http", defaults.LISTEN_HTTP)
+    http = HttpListen() if found is None else HttpListen(**found)
+    found = _figures(lf, "http2", defaults.LISTEN_HTTP2)
+    http2 = Http2Listen() if found is None else Http2Listen(**found)
+    found = _figures(lf, "websocket", defaults.LISTEN_WEBSOCKET)
+    websocket = WebSocketListen() if found is None else WebSocketListen(**found)
+    if http.body_budget_bytes < http.max_body_bytes:
+        out.add(
+            "config.listen_limits_conflict",
+            f"{lf.at('http')}.body_budget_bytes",
+            f"body_budget_bytes ({http.body_budget_bytes}) is below max_body_bytes "
+            f"({http.max_body_bytes}): no body that large could ever be held",
+        )
+    if http2.hard_header_list_size < http2.max_header_list_size:
+        out.add(
+            "config.listen_limits_conflict",
+            f"{lf.at('http2')}.hard_header_list_size",
+            f"hard_header_list_size ({http2.hard_header_list_size}) is below "
+            f"max_header_list_size ({http2.max_header_list_size}), the size advertised",
+        )
+    return http, http2, websocket
 
 
 _MEASURES = tuple(m.value for m in LimitMeasure)
