@@ -97,12 +97,14 @@ from twserve.server.h2_streams import FrameGuard, H2Stream, ResetCount
 
 log = logging.getLogger("twserve.server.http2")
 
-__all__ = ["PREFACE", "Http2Limits", "switch"]
+__all__ = ["EVICTED_GOAWAY", "PREFACE", "Http2Limits", "switch"]
 
 # The most one read takes from the socket.
 READ_SIZE = 65536
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# The debug data of the GOAWAY (NO_ERROR) that closes an idle connection for a new client.
+EVICTED_GOAWAY = b"gw.listen.idle_closed: idle, closed to make room for a new connection"
 # What HTTP/1.1 parsing has consumed of the preface when the handoff happens.
 _PREFACE_LINE = b"PRI * HTTP/2.0\r\n\r\n"
 
@@ -293,6 +295,9 @@ class Connection:
         self.limits = limits
         self.errors = handoff.errors
         self.draining = handoff.draining
+        # Without a stream the connection is idle: at its caps the server may close it for a
+        # new client (by `draining`, with `idle_mark.evicted` saying why).
+        self.idle_mark = handoff.idle
         self.check_head = handoff.check_head
         self.budget = handoff.budget or BodyBudget(handoff.limits.body_budget_bytes)
         self.peer = handoff.request.client
@@ -457,6 +462,8 @@ class Connection:
                     self.h2.initiate_connection()
                     await self.flush()
                 healthy = await self._feed(received) if received else True
+                if not self.streams:
+                    self.idle_mark.idle(anyio.current_time())
                 # A connection error's GOAWAY is worth lingering for as well.
                 graceful = await self._read_loop() if healthy else True
                 tg.cancel_scope.cancel()
@@ -464,6 +471,7 @@ class Connection:
             log.exception("HTTP/2 connection from %s failed", self.peer[0])
             graceful = False
         finally:
+            self.idle_mark.busy()
             # Bodies of streams the connection ended before they were answered.
             for stream in self.streams.values():
                 stream.release(self.budget)
@@ -532,8 +540,9 @@ class Connection:
                 return True
 
     async def _close(self, code: h2.errors.ErrorCodes) -> None:
+        evicted = self.idle_mark.evicted and code == h2.errors.ErrorCodes.NO_ERROR
         try:
-            self.h2.close_connection(code)
+            self.h2.close_connection(code, additional_data=EVICTED_GOAWAY if evicted else None)
         except h2.exceptions.ProtocolError:
             return
         await self.flush()
@@ -554,6 +563,10 @@ class Connection:
         frame = GoAwayFrame(0)
         frame.last_stream_id = self.last_stream_id
         frame.error_code = h2.errors.ErrorCodes.NO_ERROR
+        if self.idle_mark.evicted:
+            # Closed while idle to make room for a new client: the debug data says so.
+            log.info("gw.listen.idle_closed: HTTP/2 connection of %s, idle", self.peer[0])
+            frame.additional_data = EVICTED_GOAWAY
         await self._write_raw(after=frame.serialize())
         self._wake_reader()
 
@@ -665,6 +678,7 @@ class Connection:
         headers = [(bytes(k), bytes(v)) for k, v in event.headers or ()]
         stream = H2Stream(stream_id, headers, anyio.current_time())
         self.streams[stream_id] = stream
+        self.idle_mark.busy()
         lim = self.server_limits
         size = sum(len(k) + len(v) + 4 for k, v in headers)
         if size > lim.max_header_bytes or len(headers) > lim.max_headers:
@@ -804,4 +818,5 @@ class Connection:
         stream.release(self.budget)
         self.last_activity = anyio.current_time()
         if not self.streams:
+            self.idle_mark.idle(self.last_activity)
             self._wake_reader()  # an idle or draining connection has a decision to make

@@ -175,14 +175,19 @@ class Server:
         there, the connection idle longest is closed to make room for it (idle connections
         must not hold every place while a request waits). With none idle, this waits until a
         connection ends or goes idle."""
+        await _client_waiting(listener)
+        # Made once a client waits, not before: a connection that went idle while none waited
+        # must not count as room made for this one.
         room = self._room
         if room is None or room.is_set():
             # One event for every accept loop (a listener per address family) that waits.
             room = self._room = anyio.Event()
-        await _client_waiting(listener)
         if self.open_count < cap:
             return  # one ended meanwhile
-        victim = self._longest_idle(None)
+        # One closed for the waiting client is enough: it may take a moment to end (its last
+        # frames linger for the client's close), and meanwhile no other is closed for it.
+        closing = any(conn.idle.evicted for conn in self.connections)
+        victim = None if closing else self._longest_idle(None)
         if victim is not None:
             log.debug(
                 "at max_connections (%d): closing an idle connection of %s", cap, victim.peer[0]

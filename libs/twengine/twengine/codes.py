@@ -182,6 +182,10 @@ _CODES = {
     "gw.listen.address_busy": (
         "The client's address holds listen.gateway.max_connections_per_address already (503)."
     ),
+    "gw.listen.idle_closed": (
+        "At the connection caps, an idle connection (HTTP/1.1 between requests, HTTP/2 "
+        "without a stream, a Responses WebSocket without a turn) closed for a new client (log)."
+    ),
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."
     ),
