@@ -37,7 +37,7 @@ from twengine.config import build_config
 from twmock.script import MockSettings, parse_script
 from twmock.serve.handler import make_handler
 from twserve.app.wiring import GatewayApp
-from twserve.server import http1
+from twserve.server import listener
 from twserve.store.sqlite import Commit
 
 WAITS: list[float] = []
@@ -95,7 +95,7 @@ async def many(url: str, count: int) -> None:
 def measure(store: dict[str, Any], requests: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, start_blocking_portal() as portal:
         mock = make_handler(MockSettings(script=parse_script({"chunks": 4})))
-        mock_fut, mock_port = portal.start_task(partial(http1.serve, mock, port=0))
+        mock_fut, mock_port = portal.start_task(partial(listener.serve, mock, port=0))
         config = {
             "version": 1,
             "clients": [{"name": "bench", "key": KEY}],

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
-from twserve.server.http1 import ServerLimits
+from twserve.server.base import ServerLimits
 
 LIMITS = ServerLimits(head_timeout=0.2, body_timeout=0.2, keepalive_timeout=0.2)
 PATHS = [

@@ -34,7 +34,7 @@ from google.genai import types as gtypes
 
 import twmock.serve.handler
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
-from twserve.server import http1, http2
+from twserve.server import base, http2
 from twserve.server.websocket import WebSocketLimits
 
 __all__ = [
@@ -102,7 +102,7 @@ def stack(tmp_path: Path) -> Iterator[StackFactory]:
             upstreams: Mapping[str, Upstream],
             *,
             config: Mapping[str, Any] | None = None,
-            limits: http1.ServerLimits | None = None,
+            limits: base.ServerLimits | None = None,
             env: Mapping[str, str] | None = None,
             ws_limits: WebSocketLimits | None = None,
             h2_limits: http2.Http2Limits | None = None,

@@ -45,8 +45,8 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 
 from twmock.serve.upgrade import refuse_upgrade
-from twserve.server.base import Request
-from twserve.server.http1 import READ_SIZE, Handoff, Switch
+from twserve.server.base import Handoff, Request, Switch
+from twserve.server.listener import READ_SIZE
 
 __all__ = ["REALTIME_TEXT", "REALTIME_USAGE", "RealtimeLog", "realtime_switch"]
 

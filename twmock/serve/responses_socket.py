@@ -40,10 +40,12 @@ from twmock.serve.upgrade import refuse_upgrade
 from twproto import SSEDecoder, SSEError
 from twproto.dialect import Dialect
 from twproto.paths import Operation, match_path
-from twserve.server.base import Headers, Request
-from twserve.server.http1 import READ_SIZE, Handoff, Switch
+from twserve.server.base import Handoff, Headers, Request, Switch
 
 __all__ = ["responses_socket_switch"]
+
+# The most one read takes from a socket.
+READ_SIZE = 65536
 
 _MAX_EVENT = 256 * 1024 * 1024
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type"})

@@ -21,8 +21,8 @@ from twmock.script import MockSettings
 from twmock.serve.handler import MockHandler, Received, make_handler
 from twmock.serve.realtime import realtime_switch
 from twmock.serve.responses_socket import responses_socket_switch
-from twserve.server import http1, http2
-from twserve.server.http1 import Switch
+from twserve.server import http2, listener
+from twserve.server.base import Switch
 
 __all__ = ["MockServer", "mock_switches", "run_mock", "serve_mock"]
 
@@ -47,8 +47,8 @@ async def serve_mock(
     """Serve a new mock instance on `host:port` until cancelled; reports the bound port.
     HTTP/1.1 and h2c alike, so a provider with ``http2: true`` can be tried against it."""
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
-    await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
+    server = listener.Server(handler, switches=mock_switches(handler))
+    await listener.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,10 +73,10 @@ async def run_mock(
     """Run a mock instance on loopback for the duration of the block (port 0: any free one),
     speaking HTTP/1.1 and h2c."""
     handler = make_handler(settings)
-    server = http1.Server(handler, switches=mock_switches(handler))
+    server = listener.Server(handler, switches=mock_switches(handler))
 
     async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
-        await http1.serve(handler, host=host, port=port, server=server, task_status=task_status)
+        await listener.serve(handler, host=host, port=port, server=server, task_status=task_status)
 
     # The task group is entered by hand so that an exception raised in the caller's block
     # reaches the caller as itself, not wrapped in an ExceptionGroup by the group's exit.

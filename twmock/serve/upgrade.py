@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from contextlib import suppress
 
-from twserve.server.http1 import Handoff
+from twserve.server.base import Handoff
 
 
 async def refuse_upgrade(handoff: Handoff, status: int, message: str) -> None:

@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ import anyio.abc
 from twengine.config import Config, resolve_template
 from twengine.config.model import GroupType, Provider
 from twserve.app.maintenance import Maintenance
+from twserve.app.transport_limits import transport_limits
 from twserve.config.check import ConfigRejection, Finding, locate
 from twserve.config.effort_store import load_effort_memory, save_effort_memory
 from twserve.config.history import ConfigHistory
@@ -38,8 +38,9 @@ from twserve.control.metrics import Metrics
 from twserve.events import EventBus
 from twserve.gateway import realtime
 from twserve.gateway.handler import Gateway, transport_error
-from twserve.server import http1, http2, websocket
-from twserve.server.base import Request
+from twserve.server import http2, websocket
+from twserve.server.base import BodyBudget, Request, ServerLimits
+from twserve.server.listener import Server, listen
 from twserve.store.sqlite import RequestStore, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
@@ -111,7 +112,7 @@ class GatewayApp:
         env: Mapping[str, str] | None = None,
         host: str | None = None,
         port: int | None = None,
-        limits: http1.ServerLimits | None = None,
+        limits: ServerLimits | None = None,
         ws_limits: websocket.WebSocketLimits | None = None,
         h2_limits: http2.Http2Limits | None = None,
         control_port: int | None = None,
@@ -130,10 +131,14 @@ class GatewayApp:
         self.env = dict(os.environ) if env is None else env
         self.host = host if host is not None else config.listen.gateway.bind
         self.port = port if port is not None else config.listen.gateway.port
-        self.limits = limits
-        # The Responses WebSocket's limits; its idle timeout is the Realtime proxy's too.
-        self.ws_limits = ws_limits or websocket.WebSocketLimits()
-        self.h2_limits = h2_limits or http2.Http2Limits()
+        # The transports' limits: the config's listen.http, listen.http2 and listen.websocket,
+        # unless the program gave its own (pinned, as --port pins the port). The Responses
+        # WebSocket's idle timeout is the Realtime proxy's too.
+        self._pinned_limits = (limits, h2_limits, ws_limits)
+        self.limits: ServerLimits
+        self.h2_limits: http2.Http2Limits
+        self.ws_limits: websocket.WebSocketLimits
+        self._take_transport_limits(config)
         self.store = open_store(config, data_dir, self.env)
         self.upstream = UpstreamClient()
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
@@ -173,7 +178,7 @@ class GatewayApp:
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # One budget for the gateway's request bodies held in memory, whichever protocol they
         # came in on (the control plane has its own).
-        self.body_budget = http1.BodyBudget((limits or http1.ServerLimits()).body_budget_bytes)
+        self.body_budget = BodyBudget(self.limits.body_budget_bytes)
         self.gateway_server = self._new_gateway_server()
         self.shutdown_grace = shutdown_grace
         # Created on the event loop, in run().
@@ -311,10 +316,10 @@ class GatewayApp:
             await anyio.sleep(0.01)
         await self._stopped.wait()
 
-    def _new_gateway_server(self) -> http1.Server:
+    def _new_gateway_server(self) -> Server:
         """The gateway's HTTP server: the address checked at accept, the key before the body,
         at most listen.gateway.max_connections open, bodies within the shared budget."""
-        limits = self.limits or http1.ServerLimits()
+        limits = self.limits
         listen = self.config.listen.gateway
         if limits.max_connections is None:
             limits = replace(limits, max_connections=listen.max_connections)
@@ -322,27 +327,57 @@ class GatewayApp:
             limits = replace(limits, max_connections_per_address=listen.per_address_cap)
         # HTTP/2 (h2c) by prior knowledge or Upgrade, and Responses WebSocket upgrades, on the
         # same port as HTTP/1.1.
-        return http1.Server(
+        return Server(
             self.gateway.handle,
             limits=limits,
             errors=transport_error,
             switches=(
-                partial(http2.switch, limits=self.h2_limits),
+                # Each reads the limits at the switch, so a reload applies to the next.
+                lambda request: http2.switch(request, limits=self.h2_limits),
                 websocket.switch_for(
-                    self.gateway.check_head, self.ws_limits, key_of=self._key_name
+                    self.gateway.check_head, lambda: self.ws_limits, key_of=self._key_name
                 ),
-                realtime.switch_for(self.gateway, self.ws_limits),
+                realtime.switch_for(self.gateway, lambda: self.ws_limits),
             ),
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
         )
 
+    def _take_transport_limits(self, config: Config) -> None:
+        """The transports' limits from `config`, but those the program pinned."""
+        found = transport_limits(config.listen)
+        http, h2, ws = self._pinned_limits
+        self.limits = http or found.http
+        self.h2_limits = h2 or found.http2
+        self.ws_limits = ws or found.websocket
+
+    def _renew_transport_limits(self, config: Config) -> None:
+        """A reload's transport limits, for the connections accepted from now on (those open
+        keep theirs). The connection caps stay those the listeners were set up with."""
+        self._take_transport_limits(config)
+        self.body_budget.limit = self.limits.body_budget_bytes
+        server = self.gateway_server
+        server.limits = replace(
+            self.limits,
+            max_connections=server.limits.max_connections,
+            max_connections_per_address=server.limits.max_connections_per_address,
+        )
+        control = self._control_server
+        if control is not None:
+            control.limits = replace(
+                self.limits,
+                max_connections=control.limits.max_connections,
+                max_connections_per_address=None,
+                max_body_bytes=control.limits.max_body_bytes,
+                body_budget_bytes=control.limits.body_budget_bytes,
+            )
+
     def _key_name(self, request: Request) -> str | None:
         """The name of the gateway key `request` presents (None: none the config lists)."""
         return self.gateway.callers.check(request)[1]
 
-    def _new_control_server(self) -> http1.Server:
+    def _new_control_server(self) -> Server:
         """The control plane's HTTP server: the control key checked before the body, its own
         connection cap, body cap and body budget (listen.control.max_connections,
         max_body_bytes), so that it can neither hold up the gateway's clients nor be held up
@@ -350,13 +385,13 @@ class GatewayApp:
         assert self.control is not None
         listen = self.config.listen.control
         limits = replace(
-            self.limits or http1.ServerLimits(),
+            self.limits,
             max_connections=listen.max_connections,
             max_connections_per_address=None,
             max_body_bytes=listen.max_body_bytes,
             body_budget_bytes=listen.body_budget_bytes,
         )
-        return http1.Server(
+        return Server(
             self.control.handle,
             limits=limits,
             errors=control.transport_error,
@@ -364,8 +399,8 @@ class GatewayApp:
         )
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
-        # http1.listen: a bind that fails is one ListenError line (gw.listen.*), no traceback.
-        listener = await http1.listen(self.host, self.port)
+        # listen: a bind that fails is one ListenError line (gw.listen.*), no traceback.
+        listener = await listen(self.host, self.port)
         bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self.gateway_port = bound
         task_status.started(bound)
@@ -373,7 +408,7 @@ class GatewayApp:
 
     async def _serve_control(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         assert self.control is not None and self._control_server is not None
-        listener = await http1.listen(self.control_host, self.control_port)
+        listener = await listen(self.control_host, self.control_port)
         task_status.started(int(listener.extra(anyio.abc.SocketAttribute.local_port)))
         await self._serve_on(self._control_server, listener)
 
@@ -395,7 +430,7 @@ class GatewayApp:
         self._port_pinned = port_pinned
         self._control_pinned = control_pinned
         self._serving = None
-        self._retiring: set[http1.Server] = set()
+        self._retiring: set[Server] = set()
         self._control_server = self._new_control_server() if self.control is not None else None
         self.live: LiveConfig | None = None
         if path is None:
@@ -489,6 +524,7 @@ class GatewayApp:
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)
+        self._renew_transport_limits(config)
         if self._serving is not None:
             # Members a reload adds to url-test groups get their startup connection timing too.
             for name in sorted(_url_test_members(config) - tested):
@@ -529,12 +565,12 @@ class GatewayApp:
         log.info("control plane listening on %s:%s", host, port)
 
     async def _serve_on(
-        self, server: http1.Server, listener: anyio.abc.Listener[anyio.abc.SocketStream]
+        self, server: Server, listener: anyio.abc.Listener[anyio.abc.SocketStream]
     ) -> None:
         async with listener:
             await server.serve_listener(listener)
 
-    def _retire(self, server: http1.Server) -> None:
+    def _retire(self, server: Server) -> None:
         """Stop `server` accepting; its connections get the shutdown grace to finish."""
         assert self._serving is not None
         self._retiring.add(server)
@@ -551,7 +587,7 @@ class GatewayApp:
         """Drain the current gateway listener and any listener still retiring after a rebind."""
         results: list[bool] = []
 
-        async def one(server: http1.Server) -> None:
+        async def one(server: Server) -> None:
             results.append(await server.drain(grace))
 
         async with anyio.create_task_group() as tg:

@@ -28,7 +28,7 @@ from twserve.config.files import (
     starting_config_text,
     write_private,
 )
-from twserve.server.http1 import ListenError
+from twserve.server.listener import ListenError
 
 log = logging.getLogger("twserve")
 

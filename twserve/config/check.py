@@ -85,6 +85,7 @@ _CONSISTENCY = frozenset(
         "config.price_sheet_duplicate",
         "config.price_sheet_unknown",
         "config.failover_pause_order",
+        "config.listen_limits_conflict",
         "config.slow_start_too_short",
         "config.model_spec_output_exceeds_window",
     }

@@ -3,7 +3,7 @@
 
 Theory of operation
 -------------------
-`ControlPlane.handle` is an `twserve.server.base.Handler` served by `twserve.server.http1` on
+`ControlPlane.handle` is an `twserve.server.base.Handler` served by `twserve.server.listener` on
 ``listen.control`` (loopback by default), never on the gateway's own port. Every request must
 carry the control key — ``Authorization: Bearer <key>`` or ``x-control-key: <key>`` — compared
 in constant time; the check comes before the path, so an unauthenticated caller learns nothing,
@@ -46,8 +46,7 @@ from twproto.sse import SSEEvent, encode_comment, encode_event
 from twserve.control.metrics import CONTENT_TYPE, Metrics
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
 from twserve.gateway.handler import Gateway
-from twserve.server import http1
-from twserve.server.base import Headers, Request, Responder
+from twserve.server.base import Headers, HeadRefusal, Request, Responder
 from twserve.store.sqlite import Store, StoreReadError
 from twserve.usage import view as usage_view
 
@@ -361,13 +360,13 @@ class ControlPlane:
             return
         await self._send(responder, 200, body)
 
-    def check_head(self, request: Request) -> http1.Refusal | None:
+    def check_head(self, request: Request) -> HeadRefusal | None:
         """The transport's head check: a request without the right control key is answered
         401 from its head, before a byte of its body is read (`handle` checks again)."""
         try:
             self._authenticate(request)
         except ControlRequestError as err:
-            return http1.Refusal(
+            return HeadRefusal(
                 status=err.status,
                 headers=[
                     (b"content-type", b"application/json"),

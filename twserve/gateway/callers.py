@@ -17,8 +17,7 @@ from twproto.errors import GatewayError, error_body, error_headers
 from twproto.keys import find_key
 from twproto.paths import Route, guess_client_dialect, match_path
 from twserve.gateway.auth import AddressFilter, KeyRing
-from twserve.server import http1
-from twserve.server.base import Request
+from twserve.server.base import HeadRefusal, Request
 
 __all__ = ["Callers"]
 
@@ -88,7 +87,7 @@ class Callers:
             host=host,
         )
 
-    def head_refusal(self, request: Request) -> http1.Refusal | None:
+    def head_refusal(self, request: Request) -> HeadRefusal | None:
         """The checks a request's head is enough for — address, web page, content type, key,
         and the path when a body follows — so that no body is buffered for a request that would
         be refused anyway. Every transport asks it before the handler, which makes the same
@@ -100,7 +99,7 @@ class Callers:
         if err.status not in _HEAD_REFUSED and not (err.status == 404 and _has_body(request)):
             return None  # a bodiless 404 keeps its connection: the handler answers it
         dialect = guess_client_dialect(request.path, request.headers)
-        return http1.Refusal(
+        return HeadRefusal(
             status=err.status, headers=error_headers(err), body=error_body(dialect, err)
         )
 

@@ -49,8 +49,7 @@ from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.relay.reader import destinations
 from twserve.relay.reasoning import Reasoning
-from twserve.server import http1
-from twserve.server.base import Request, Responder
+from twserve.server.base import HeadRefusal, Request, Responder
 from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
@@ -119,7 +118,7 @@ class Gateway:
         store = config.store
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
-    def check_head(self, request: Request) -> http1.Refusal | None:
+    def check_head(self, request: Request) -> HeadRefusal | None:
         """The refusal a request's head is enough for (address, key), asked by the transport
         before it reads the body; `handle` makes the same checks again."""
         return self.callers.head_refusal(request)

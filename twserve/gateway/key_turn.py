@@ -30,8 +30,7 @@ from twproto.stream.translators import keepalive_comments
 from twserve.relay.client import ClientAnswer, RelayOutcome, respond_error, stream_head
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayRequest
-from twserve.server.base import Responder
-from twserve.server.http1 import ClientGone
+from twserve.server.base import ClientGone, Responder
 from twserve.store.sqlite import RequestRow
 from twserve.usage.keeper import Admission, UsageKeeper
 

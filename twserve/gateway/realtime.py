@@ -97,9 +97,8 @@ from twserve.gateway.row import fill_row
 from twserve.relay.client import RelayOutcome
 from twserve.relay.reader import Destination, destinations
 from twserve.server.backpressure import Intake, Outflow
-from twserve.server.base import Request
-from twserve.server.http1 import LINGER_SECS, READ_SIZE, ClientGone, Handoff, Refusal, Switch
-from twserve.server.websocket import WebSocketLimits
+from twserve.server.base import LINGER_SECS, ClientGone, Handoff, HeadRefusal, Request, Switch
+from twserve.server.websocket import WebSocketLimits, limits_reader
 from twserve.store.sqlite import RequestRow
 from twserve.upstream.ws_dial import DialFailed, Refused, dial
 
@@ -109,6 +108,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("twserve.gateway.realtime")
 
 __all__ = ["switch_for"]
+
+# The most one read takes from a socket.
+READ_SIZE = 65536
 
 UPSTREAM_TOO_BIG = "gw.realtime.upstream_too_big"
 NORMAL = 1000
@@ -123,12 +125,14 @@ _REALTIME_PROTOCOLS = frozenset({Dialect.OPENAI_RESPONSES, Dialect.OPENAI_CHAT})
 _MAX_READ_MESSAGE = 16 * 1024 * 1024
 
 
-def switch_for(gateway: Gateway, limits: WebSocketLimits | None = None) -> Switch:
+def switch_for(
+    gateway: Gateway, limits: WebSocketLimits | Callable[[], WebSocketLimits] | None = None
+) -> Switch:
     """The HTTP/1.1 server's switch for Realtime upgrades (``GET /v1/realtime``). Of `limits`
-    (the Responses socket's), a connection on which neither side sends anything (pings
-    included) for `idle_timeout` seconds is closed, and `output_buffer_bytes` and
-    `max_owed_pongs` hold for both hops."""
-    lim = limits or WebSocketLimits()
+    (the Responses socket's; a function is read at each upgrade), a connection on which
+    neither side sends anything (pings included) for `idle_timeout` seconds is closed, and
+    `output_buffer_bytes` and `max_owed_pongs` hold for both hops."""
+    current = limits_reader(limits)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or request.path != REALTIME_PATH:
@@ -137,6 +141,8 @@ def switch_for(gateway: Gateway, limits: WebSocketLimits | None = None) -> Switc
             name == b"upgrade" and b"websocket" in value.lower() for name, value in request.headers
         ):
             return None
+
+        lim = current()
 
         async def take(handoff: Handoff) -> None:
             await _Proxy(handoff, gateway, lim).run()
@@ -512,9 +518,9 @@ class _Proxy:
 
     async def _reject_error(self, err: GatewayError) -> None:
         body = error_body(Dialect.OPENAI_RESPONSES, err)
-        await self._reject(Refusal(status=err.status, headers=error_headers(err), body=body))
+        await self._reject(HeadRefusal(status=err.status, headers=error_headers(err), body=body))
 
-    async def _reject(self, refusal: Refusal) -> None:
+    async def _reject(self, refusal: HeadRefusal) -> None:
         ws = self.client.ws
         if ws.state is not ConnectionState.CONNECTING:
             return

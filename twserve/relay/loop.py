@@ -48,8 +48,7 @@ from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, sn
 from twserve.relay.inbox import Inbox
 from twserve.relay.reader import Attempt, AttemptItem, AttemptRequests, Destination, read_attempt
 from twserve.relay.wake import DeadlineWake, Wake, next_item
-from twserve.server.base import Responder
-from twserve.server.http1 import ClientGone
+from twserve.server.base import ClientGone, Responder
 from twserve.upstream.client import Upstream
 
 if TYPE_CHECKING:

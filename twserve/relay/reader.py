@@ -46,7 +46,7 @@ from twproto.translate import (
     translate_request,
 )
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget, upstream_request
-from twserve.server.http1 import ClientGone
+from twserve.server.base import ClientGone
 from twserve.upstream.client import (
     Headers,
     Transport,

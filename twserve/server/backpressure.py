@@ -20,28 +20,19 @@ gateway reads and writes at the same time (HTTP/2, the Responses WebSocket, Real
   servers do.
 
 Over any other stream (another backend, TLS) there is no transport to work on: `Intake` reads
-as anyio does, and every write waits until it is taken, as before.
+as anyio does, and every write waits until it is taken, as before. (The transport comes from
+twserve/server/_anyio_fastpath.py.)
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import anyio.abc
 
-__all__ = ["Intake", "Outflow", "raw_transport"]
+from twserve.server._anyio_fastpath import raw_transport
 
-
-def raw_transport(stream: object) -> Any | None:
-    """The asyncio transport under anyio's asyncio socket stream, or None for any other."""
-    kind = type(stream)
-    if kind.__name__ != "SocketStream" or kind.__module__ != "anyio._backends._asyncio":
-        return None
-    transport = getattr(stream, "_transport", None)
-    if transport is None or not hasattr(transport, "pause_reading"):
-        return None
-    return transport
+__all__ = ["Intake", "Outflow"]
 
 
 class Intake:

@@ -1,10 +1,19 @@
-"""What a request handler sees, whatever the transport (HTTP/1.1 today, HTTP/2 next).
+"""The vocabulary every transport shares: what a handler sees, and what a server is told.
 
 A handler is ``async def handler(request: Request, responder: Responder) -> None``. It calls
 `Responder.start` once, `Responder.send` for each piece of the body as it becomes available,
 and `Responder.end`. `Responder.abort` drops the connection mid-answer (used by the mock
 upstream to play a broken stream, and by the gateway when the client's stream cannot be ended
-cleanly any other way).
+cleanly any other way). A handler's write raises `ClientGone` once the client has left; the
+relay takes that as the client leaving.
+
+Around the handler, a server is given its bounds (`ServerLimits`), a check of each request's
+head before its body is read (`HeadCheck`, answering with a `HeadRefusal`), a check of each new
+connection's address (`Admit`), the bytes of bodies it may hold (`BodyBudget`), how to write the
+errors it answers itself (`ErrorWriter`), and the protocols a connection may be handed to
+(`Switch`, given a `Handoff`). HTTP/1.1 (twserve/server/http1.py), HTTP/2
+(twserve/server/http2.py) and the WebSockets (twserve/server/websocket.py,
+twserve/gateway/realtime.py) all speak it; nothing here knows one protocol from another.
 """
 
 from __future__ import annotations
@@ -13,10 +22,39 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
+import anyio.abc
+
+from twproto import json_dumps
+
 if TYPE_CHECKING:
     from twserve.upstream.responses_socket import UpstreamSockets
 
+__all__ = [
+    "LINGER_SECS",
+    "Admit",
+    "BodyBudget",
+    "ClientGone",
+    "ErrorWriter",
+    "Handler",
+    "Handoff",
+    "HeadCheck",
+    "HeadRefusal",
+    "Headers",
+    "IdleMark",
+    "Request",
+    "Responder",
+    "ResponderBase",
+    "ServerLimits",
+    "Switch",
+    "plain_error",
+]
+
 Headers = list[tuple[bytes, bytes]]
+
+# How long a closing connection waits for the client to close its side (so that what was
+# written last reaches it rather than a reset).
+LINGER_SECS = 2.0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -66,3 +104,159 @@ class Responder(Protocol):
 
 
 Handler = Callable[[Request, Responder], Awaitable[None]]
+
+
+class ClientGone(Exception):
+    """The client closed the connection (or stopped reading) while its answer was written."""
+
+
+class ResponderBase:
+    """What every transport's `Responder` shares: the answer starts once (`_begin`), and it is
+    written with `send` unless the transport says otherwise (`ready`, `send_now`)."""
+
+    __slots__ = ("_ended", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._ended = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def _begin(self) -> None:
+        """Mark the answer started; a second start is the handler's bug."""
+        if self._started:
+            raise RuntimeError("response already started")
+        self._started = True
+
+    def ready(self) -> bool:
+        return False  # the transport frames and paces every piece itself, in `send`
+
+    def send_now(self, data: bytes) -> None:
+        raise RuntimeError("this transport writes an answer with send, not send_now")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 200
+    max_body_bytes: int = 32 * 1024 * 1024
+    # The whole head of a request, from the connection's start (or, on a kept-alive connection,
+    # from its first byte); the whole body, from the end of the head.
+    head_timeout: float = 30.0
+    body_timeout: float = 60.0
+    keepalive_timeout: float = 75.0
+    # One write to the client (a piece of an answer) that cannot go out in this long means the
+    # client stopped reading: it is taken as gone.
+    write_timeout: float = 60.0
+    # Client connections open at once (None: no cap of the server's own). At the cap, once a
+    # new client waits, the connection idle longest between requests is closed for it.
+    max_connections: int | None = None
+    # Of those, from one client address (None: no cap): past it, that address's connection idle
+    # longest between requests is closed, or with none idle the new one answered 503.
+    max_connections_per_address: int | None = None
+    # Request bodies held in memory at once, over every connection of the server.
+    body_budget_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadRefusal:
+    """An answer from a request's head alone, sent instead of reading its body; the connection
+    then closes."""
+
+    status: int
+    headers: Headers
+    body: bytes
+
+
+# Called with a request whose head has arrived (body still unread): a refusal, or None to go on.
+HeadCheck = Callable[[Request], HeadRefusal | None]
+# Called with a new connection's peer address: False closes it before anything is read.
+Admit = Callable[[str], bool]
+
+
+class BodyBudget:
+    """Bytes of request bodies held in memory, bounded over a whole server."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used = max(0, self.used - size)
+
+
+# (request path or None, status, message code, message) -> (headers, body)
+ErrorWriter = Callable[[str | None, int, str, str], tuple[Headers, bytes]]
+
+
+def plain_error(path: str | None, status: int, code: str, message: str) -> tuple[Headers, bytes]:
+    """The default error writer: an OpenAI-shaped JSON error (servers other than the gateway's
+    own, such as the mock upstream, use it)."""
+    body = json_dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    )
+    return [(b"content-type", b"application/json")], body
+
+
+class IdleMark:
+    """Whether a connection waits, idle, for its client's next request, and since when.
+
+    At its connection caps a server closes the connection idle longest to make room for a new
+    client (twserve/server/listener.py): an HTTP/1.1 connection kept alive between requests, an
+    HTTP/2 connection without a stream, a Responses WebSocket without a turn. Whoever runs the
+    connection marks it (`idle`, `busy`); closing it for a new client drains that one
+    connection, as a server's drain would, and `evicted` says why.
+    """
+
+    __slots__ = ("evicted", "notify", "since")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # None: busy (or not yet between requests)
+        self.evicted = False
+        # Told when the connection goes idle: a server waiting at its cap may close it now.
+        self.notify: Callable[[], None] | None = None
+
+    def idle(self, now: float) -> None:
+        self.since = now
+        if self.notify is not None:
+            self.notify()
+
+    def busy(self) -> None:
+        self.since = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Handoff:
+    """A connection handed from HTTP/1.1 to another protocol once `request` was read whole:
+    the HTTP/2 preface (``PRI * HTTP/2.0``) or an ``Upgrade`` request. The taker writes its
+    own ``101`` if it needs one, runs the connection to its end and may close it gracefully;
+    the socket is closed after it returns."""
+
+    request: Request
+    stream: anyio.abc.SocketStream
+    buffered: bytes  # bytes the client sent past the request
+    handler: Handler
+    limits: ServerLimits
+    errors: ErrorWriter
+    draining: anyio.Event  # set when the server drains: finish what runs, take nothing new
+    # The server's head check and body budget, for the requests the taker reads itself.
+    check_head: HeadCheck | None = None
+    budget: BodyBudget | None = None
+    # The taker marks the connection idle while it has nothing to do, so that the server may
+    # close it (by `draining`) for a new client at its connection caps.
+    idle: IdleMark = field(default_factory=IdleMark)
+
+
+# Asked with each request before it is dispatched: a coroutine function that takes the
+# connection over (twserve/server/http2.py for h2c; a WebSocket upgrade the same way), or None.
+Switch = Callable[[Request], Callable[[Handoff], Awaitable[None]] | None]

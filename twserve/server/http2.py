@@ -54,6 +54,9 @@ in a task of its own in the connection's task group, inside its own cancel scope
   `ServerLimits.keepalive_timeout`. Error bodies come from the server's `ErrorWriter`, in the
   client's API format.
 
+What the connection keeps per stream (its request as it arrives, its window waits, the client's
+resets, the frame-size guard) is twserve/server/h2_streams.py.
+
 h2's own GOAWAY (``close_connection``) puts its state machine in CLOSED, after which it sends
 nothing more, not even the data of streams still running; the drain's GOAWAY is therefore
 written as a frame of its own (hyperframe, h2's framing layer), and h2's is sent only at the end.
@@ -65,7 +68,6 @@ import base64
 import binascii
 import logging
 import math
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -81,16 +83,28 @@ import h2.exceptions
 import h2.settings
 from hyperframe.frame import GoAwayFrame
 
-from twproto.paths import split_target
 from twserve.server.backpressure import Intake, Outflow
-from twserve.server.base import Headers, Request
-from twserve.server.http1 import LINGER_SECS, READ_SIZE, BodyBudget, ClientGone, Handoff
+from twserve.server.base import (
+    LINGER_SECS,
+    BodyBudget,
+    ClientGone,
+    Handoff,
+    Headers,
+    Request,
+    ResponderBase,
+)
+from twserve.server.h2_streams import FrameGuard, H2Stream, ResetCount
 
 log = logging.getLogger("twserve.server.http2")
 
-__all__ = ["PREFACE", "Http2Limits", "switch"]
+__all__ = ["EVICTED_GOAWAY", "PREFACE", "Http2Limits", "switch"]
+
+# The most one read takes from the socket.
+READ_SIZE = 65536
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# The debug data of the GOAWAY (NO_ERROR) that closes an idle connection for a new client.
+EVICTED_GOAWAY = b"gw.listen.idle_closed: idle, closed to make room for a new connection"
 # What HTTP/1.1 parsing has consumed of the preface when the handoff happens.
 _PREFACE_LINE = b"PRI * HTTP/2.0\r\n\r\n"
 
@@ -145,7 +159,7 @@ def switch(
         async def prior_knowledge(handoff: Handoff) -> None:
             rest = await _preface_rest(handoff)
             if rest is not None:
-                conn = _Connection(handoff, lim)
+                conn = Connection(handoff, lim)
                 await conn.run(_PREFACE_LINE + rest, upgraded=None)
 
         return prior_knowledge
@@ -154,7 +168,7 @@ def switch(
         return None
 
     async def upgraded(handoff: Handoff) -> None:
-        conn = _Connection(handoff, lim)
+        conn = Connection(handoff, lim)
         conn.h2.initiate_upgrade_connection(settings)
         await conn.run(handoff.buffered, upgraded=request)
 
@@ -215,92 +229,24 @@ def _upgrade_settings(request: Request) -> bytes | None:
     return value
 
 
-class _FrameGuard:
-    """Walks the frame headers of the incoming bytes ahead of h2, which checks a frame's length
-    only once the whole frame has arrived: a header claiming 16 MB would otherwise be buffered
-    up to that size before it is refused. Here it is refused at its header."""
+class _Responder(ResponderBase):
+    """The answer on one stream; its pieces wait for the stream's and the connection's send
+    windows (flow control and frames are the connection's to manage, so nothing is written
+    from the event loop's callbacks: `ready` stays false)."""
 
-    __slots__ = ("head", "max_size", "skip")
+    __slots__ = ("_conn", "_stream")
 
-    def __init__(self, max_size: int, skip: int) -> None:
-        self.max_size = max_size
-        self.skip = skip  # bytes to pass before the next frame header (the preface, a payload)
-        self.head = b""  # a frame header cut by a read
-
-    def passes(self, data: bytes) -> bool:
-        i, end = 0, len(data)
-        while i < end:
-            if self.skip:
-                step = min(self.skip, end - i)
-                self.skip -= step
-                i += step
-                continue
-            need = 9 - len(self.head)
-            self.head += data[i : i + need]
-            i += need
-            if len(self.head) == 9:
-                length = int.from_bytes(self.head[:3], "big")
-                if length > self.max_size:
-                    return False
-                self.skip = length
-                self.head = b""
-        return True
-
-
-class _Stream:
-    __slots__ = (
-        "blocked",
-        "body",
-        "ended",
-        "gone",
-        "headers",
-        "id",
-        "opened",
-        "rejected",
-        "reserved",
-        "running",
-        "scope",
-        "size",
-        "window",
-    )
-
-    def __init__(self, stream_id: int, headers: Headers, now: float) -> None:
-        self.id = stream_id
-        self.headers = headers
-        self.opened = now
-        self.body: list[bytes] = []
-        self.size = 0
-        self.reserved = 0  # bytes of the body budget its body holds
-        self.ended = False  # the client has sent all of its request
-        self.rejected = False  # answered by the transport; further DATA is only acknowledged
-        self.gone = False  # reset by either side: nothing more is written
-        self.running = False  # a task answers it (and forgets it when done)
-        self.scope = anyio.CancelScope()
-        self.window = anyio.Event()  # set when more may be sent on this stream
-        self.blocked = 0.0  # seconds its answer has waited for a window, in all
-
-
-class _Responder:
-    __slots__ = ("_conn", "_ended", "_started", "_stream")
-
-    def __init__(self, conn: _Connection, stream: _Stream) -> None:
+    def __init__(self, conn: Connection, stream: H2Stream) -> None:
+        super().__init__()
         self._conn = conn
         self._stream = stream
-        self._started = False
-        self._ended = False
-
-    @property
-    def started(self) -> bool:
-        return self._started
 
     @property
     def ended(self) -> bool:
         return self._ended
 
     async def start(self, status: int, headers: Headers) -> None:
-        if self._started:
-            raise RuntimeError("response already started")
-        self._started = True
+        self._begin()
         fields = [(b":status", str(status).encode())]
         fields += [
             (name.lower(), value)
@@ -310,12 +256,6 @@ class _Responder:
         conn = self._conn
         conn.act(self._stream, partial(conn.h2.send_headers, self._stream.id, fields))
         await self._conn.flush()
-
-    def ready(self) -> bool:
-        return False  # flow control and frames are the connection task's to manage
-
-    def send_now(self, data: bytes) -> None:
-        raise RuntimeError("an HTTP/2 answer is written with send")
 
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -335,7 +275,7 @@ class _Responder:
             # The body's share of the budget goes back before the client can see the end: a
             # client with the whole answer may send its next body at once, while the handler
             # still closes its upstream call and records the request.
-            self._conn._release(self._stream)
+            self._stream.release(self._conn.budget)
             self._conn.act(self._stream, partial(self._conn.h2.end_stream, self._stream.id))
             await self._conn.flush()
 
@@ -345,7 +285,7 @@ class _Responder:
         await self._conn.reset(self._stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
 
 
-class _Connection:
+class Connection:
     """One HTTP/2 connection: the h2 state machine, the socket, and a task per stream."""
 
     def __init__(self, handoff: Handoff, limits: Http2Limits) -> None:
@@ -355,6 +295,9 @@ class _Connection:
         self.limits = limits
         self.errors = handoff.errors
         self.draining = handoff.draining
+        # Without a stream the connection is idle: at its caps the server may close it for a
+        # new client (by `draining`, with `idle_mark.evicted` saying why).
+        self.idle_mark = handoff.idle
         self.check_head = handoff.check_head
         self.budget = handoff.budget or BodyBudget(handoff.limits.body_budget_bytes)
         self.peer = handoff.request.client
@@ -373,16 +316,16 @@ class _Connection:
         )
         self.h2.max_inbound_frame_size = limits.max_frame_size
         self.h2.decoder.max_header_list_size = limits.hard_header_list_size
-        self.guard = _FrameGuard(limits.max_frame_size, len(PREFACE))
+        self.guard = FrameGuard(limits.max_frame_size, len(PREFACE))
         self.intake = Intake(self.socket)
         self.outflow = Outflow(
             self.socket,
             buffered=limits.output_buffer_bytes,
             max_owed=limits.max_owed_control_frames,
         )
-        self.resets: deque[float] = deque()  # when the client last reset streams
-        self.ready: list[tuple[_Stream, Request]] = []  # complete requests of the current read
-        self.streams: dict[int, _Stream] = {}
+        self.resets = ResetCount(limits.max_resets, limits.reset_window_secs)
+        self.ready: list[tuple[H2Stream, Request]] = []  # complete requests of the current read
+        self.streams: dict[int, H2Stream] = {}
         self.send_lock = anyio.Lock()
         self.dead = False  # the socket failed or closed: nothing more can be written
         self.goaway_sent = False
@@ -394,7 +337,7 @@ class _Connection:
 
     # --- writing --------------------------------------------------------------------------
 
-    def act(self, stream: _Stream, step: Callable[[], None]) -> None:
+    def act(self, stream: H2Stream, step: Callable[[], None]) -> None:
         """Apply one of h2's send methods to `stream`; a stream or connection h2 considers
         closed means the client is gone as far as this answer goes."""
         if stream.gone or self.dead:
@@ -447,7 +390,7 @@ class _Connection:
             stream.window.set()
         self._wake_reader()
 
-    def _window(self, stream: _Stream) -> int:
+    def _window(self, stream: H2Stream) -> int:
         if stream.gone or self.dead:
             raise ClientGone()
         try:
@@ -456,25 +399,20 @@ class _Connection:
             stream.gone = True
             raise ClientGone() from exc
 
-    async def wait_window(self, stream: _Stream) -> int:
+    async def wait_window(self, stream: H2Stream) -> int:
         """How much may be sent on `stream` now, waiting for WINDOW_UPDATE while it is none —
         each wait at most `ServerLimits.write_timeout`, and all of the answer's waits together
         at most `Http2Limits.max_blocked_secs`; past either the client is taken as gone."""
         window = self._window(stream)
         if window > 0:
             return window
-        left = self.limits.max_blocked_secs - stream.blocked
-        began = anyio.current_time()
-        try:
-            with anyio.move_on_after(min(self.server_limits.write_timeout, max(0.0, left))):
-                while True:
-                    stream.window = anyio.Event()
-                    await stream.window.wait()
-                    window = self._window(stream)
-                    if window > 0:
-                        return window
-        finally:
-            stream.blocked += anyio.current_time() - began
+        window = await stream.wait_window(
+            self._window,
+            write_timeout=self.server_limits.write_timeout,
+            max_blocked=self.limits.max_blocked_secs,
+        )
+        if window > 0:
+            return window
         # The window stayed shut, or opened too little too seldom: the client stopped reading
         # this stream. Resetting it and cancelling its handler stops the upstream call and
         # frees what it held.
@@ -496,7 +434,7 @@ class _Connection:
         stream.scope.cancel()
         raise ClientGone()
 
-    async def reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
+    async def reset(self, stream: H2Stream, code: h2.errors.ErrorCodes) -> None:
         if stream.gone or self.dead:
             return
         stream.gone = True
@@ -516,7 +454,7 @@ class _Connection:
                 tg.start_soon(self._watch_drain)
                 if upgraded is not None:
                     await self._write_raw(before=_SWITCHING)  # h2's SETTINGS follow it
-                    stream = _Stream(1, upgraded.headers, anyio.current_time())
+                    stream = H2Stream(1, upgraded.headers, anyio.current_time())
                     stream.ended = stream.running = True
                     self.streams[1] = stream
                     tg.start_soon(self._serve, stream, upgraded)
@@ -524,6 +462,8 @@ class _Connection:
                     self.h2.initiate_connection()
                     await self.flush()
                 healthy = await self._feed(received) if received else True
+                if not self.streams:
+                    self.idle_mark.idle(anyio.current_time())
                 # A connection error's GOAWAY is worth lingering for as well.
                 graceful = await self._read_loop() if healthy else True
                 tg.cancel_scope.cancel()
@@ -531,9 +471,10 @@ class _Connection:
             log.exception("HTTP/2 connection from %s failed", self.peer[0])
             graceful = False
         finally:
+            self.idle_mark.busy()
             # Bodies of streams the connection ended before they were answered.
             for stream in self.streams.values():
-                self._release(stream)
+                stream.release(self.budget)
         if graceful and not self.dead:
             await self._linger()
 
@@ -599,8 +540,9 @@ class _Connection:
                 return True
 
     async def _close(self, code: h2.errors.ErrorCodes) -> None:
+        evicted = self.idle_mark.evicted and code == h2.errors.ErrorCodes.NO_ERROR
         try:
-            self.h2.close_connection(code)
+            self.h2.close_connection(code, additional_data=EVICTED_GOAWAY if evicted else None)
         except h2.exceptions.ProtocolError:
             return
         await self.flush()
@@ -621,6 +563,10 @@ class _Connection:
         frame = GoAwayFrame(0)
         frame.last_stream_id = self.last_stream_id
         frame.error_code = h2.errors.ErrorCodes.NO_ERROR
+        if self.idle_mark.evicted:
+            # Closed while idle to make room for a new client: the debug data says so.
+            log.info("gw.listen.idle_closed: HTTP/2 connection of %s, idle", self.peer[0])
+            frame.additional_data = EVICTED_GOAWAY
         await self._write_raw(after=frame.serialize())
         self._wake_reader()
 
@@ -638,7 +584,7 @@ class _Connection:
             return False
         for event in events:
             self._on_event(event)
-            if len(self.resets) > self.limits.max_resets:
+            if self.resets.too_many():
                 log.info("HTTP/2 client %s resets too many streams", self.peer[0])
                 self.ready.clear()
                 await self._close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
@@ -695,10 +641,7 @@ class _Connection:
             stream = self.streams.get(event.stream_id or 0)
             if stream is not None:
                 # The client left this stream: its handler, and the upstream call, go too.
-                now = anyio.current_time()
-                self.resets.append(now)
-                while self.resets and self.resets[0] < now - self.limits.reset_window_secs:
-                    self.resets.popleft()
+                self.resets.add(anyio.current_time())
                 stream.gone = True
                 stream.scope.cancel()
                 stream.window.set()
@@ -733,8 +676,9 @@ class _Connection:
                 pass
             return
         headers = [(bytes(k), bytes(v)) for k, v in event.headers or ()]
-        stream = _Stream(stream_id, headers, anyio.current_time())
+        stream = H2Stream(stream_id, headers, anyio.current_time())
         self.streams[stream_id] = stream
+        self.idle_mark.busy()
         lim = self.server_limits
         size = sum(len(k) + len(v) + 4 for k, v in headers)
         if size > lim.max_header_bytes or len(headers) > lim.max_headers:
@@ -751,7 +695,7 @@ class _Connection:
                 return
         if self.check_head is not None:
             # Address and key from the headers alone, before a byte of body is taken in.
-            head = self._request(stream)
+            head = stream.request(self.peer)
             refusal = self.check_head(head) if head is not None else None
             if refusal is not None:
                 self._answer_soon(stream, refusal.status, refusal.headers, refusal.body)
@@ -764,19 +708,12 @@ class _Connection:
         stream = self.streams.get(stream_id)
         if stream is None or stream.rejected or stream.gone:
             return
-        data = event.data or b""
-        stream.size += len(data)
-        if stream.size > self.server_limits.max_body_bytes:
-            self._reject(
-                stream,
-                413,
-                "gw.request.body_too_large",
-                f"request body larger than {self.server_limits.max_body_bytes} bytes",
-            )
-            return
-        # Counted as they arrive, like HTTP/1.1's: a length announced and never sent holds
-        # nothing back from anyone else.
-        if not self.budget.reserve(len(data)):
+        max_body = self.server_limits.max_body_bytes
+        refused = stream.take(event.data or b"", max_body=max_body, budget=self.budget)
+        if refused == 413:
+            message = f"request body larger than {max_body} bytes"
+            self._reject(stream, 413, "gw.request.body_too_large", message)
+        elif refused == 503:
             self._reject(
                 stream,
                 503,
@@ -784,9 +721,6 @@ class _Connection:
                 "the gateway is holding as many request bodies as it may; try again shortly",
                 retry_after=1,
             )
-            return
-        stream.reserved += len(data)
-        stream.body.append(bytes(data))
 
     def _on_end(self, stream_id: int | None) -> None:
         stream = self.streams.get(stream_id or 0)
@@ -795,36 +729,15 @@ class _Connection:
         stream.ended = True
         if stream.rejected or stream.gone:
             return
-        request = self._request(stream)
+        request = stream.request(self.peer)
         if request is None:
             self._reject(stream, 400, "gw.request.bad_http", "request without :path")
             return
         self.ready.append((stream, request))
 
-    def _request(self, stream: _Stream) -> Request | None:
-        pseudo = {k: v for k, v in stream.headers if k.startswith(b":")}
-        headers = [(k, v) for k, v in stream.headers if not k.startswith(b":")]
-        target = pseudo.get(b":path")
-        if not target:
-            return None
-        authority = pseudo.get(b":authority")
-        if authority and not any(k == b"host" for k, _ in headers):
-            headers.insert(0, (b"host", authority))
-        path, query = split_target(target)
-        return Request(
-            method=pseudo.get(b":method", b"GET").decode("ascii", "replace"),
-            target=target,
-            path=path,
-            query=query,
-            headers=headers,
-            body=b"".join(stream.body),
-            client=self.peer,
-            http_version="2",
-        )
-
     def _reject(
         self,
-        stream: _Stream,
+        stream: H2Stream,
         status: int,
         code: str,
         message: str,
@@ -833,28 +746,23 @@ class _Connection:
     ) -> None:
         """Answer `stream` with an error of the transport's own (it never reaches the
         handler), in the client's format."""
-        path = split_target(dict(stream.headers).get(b":path", b""))[0] or None
-        headers, body = self.errors(path, status, code, message)
+        headers, body = self.errors(stream.path(), status, code, message)
         if retry_after is not None:
             headers = [*headers, (b"retry-after", str(retry_after).encode())]
         self._answer_soon(stream, status, headers, body)
 
-    def _answer_soon(self, stream: _Stream, status: int, headers: Headers, body: bytes) -> None:
+    def _answer_soon(self, stream: H2Stream, status: int, headers: Headers, body: bytes) -> None:
         """Answer `stream` with a whole response instead of its handler's, written by a task
         since even an error waits for the send window; its body is not kept."""
         stream.rejected = True
         stream.running = True
         stream.body = []
-        self._release(stream)
+        stream.release(self.budget)
         assert self.tg is not None
         self.tg.start_soon(self._answer_whole, stream, status, headers, body)
 
-    def _release(self, stream: _Stream) -> None:
-        self.budget.release(stream.reserved)
-        stream.reserved = 0
-
     async def _answer_whole(
-        self, stream: _Stream, status: int, headers: Headers, body: bytes
+        self, stream: H2Stream, status: int, headers: Headers, body: bytes
     ) -> None:
         try:
             with stream.scope:
@@ -871,7 +779,7 @@ class _Connection:
         finally:
             self._done(stream)
 
-    async def _serve(self, stream: _Stream, request: Request) -> None:
+    async def _serve(self, stream: H2Stream, request: Request) -> None:
         responder = _Responder(self, stream)
         try:
             with stream.scope:
@@ -897,7 +805,7 @@ class _Connection:
         finally:
             self._done(stream)
 
-    async def _fail(self, stream: _Stream, request: Request, message: str) -> None:
+    async def _fail(self, stream: H2Stream, request: Request, message: str) -> None:
         headers, body = self.errors(request.path, 500, "gw.internal", message)
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         responder = _Responder(self, stream)
@@ -905,9 +813,10 @@ class _Connection:
         await responder.send(body)
         await responder.end()
 
-    def _done(self, stream: _Stream) -> None:
+    def _done(self, stream: H2Stream) -> None:
         self.streams.pop(stream.id, None)
-        self._release(stream)
+        stream.release(self.budget)
         self.last_activity = anyio.current_time()
         if not self.streams:
+            self.idle_mark.idle(self.last_activity)
             self._wake_reader()  # an idle or draining connection has a decision to make

@@ -13,10 +13,11 @@ nothing is upgraded.
 Once open, each client ``response.create`` event is a turn of its own, carried out by the same
 `Gateway.handle` the HTTP servers call: the event's fields become the JSON body of a synthesised
 ``POST`` to the upgrade's path with ``stream: true`` and the upgrade's headers (so its key), and
-the handler answers through `_TurnResponder`, which decodes the Server-Sent Events it is given and
-sends each event's JSON as one text message. Routing, key limits, the slot held only while the
-turn runs, failover before content, conversion from Anthropic, Chat and Gemini upstreams and one
-row per turn are therefore those of an HTTP request. A turn the handler refuses or fails before
+the handler answers through `TurnResponder` (twserve/server/ws_turn.py), which decodes the
+Server-Sent Events it is given and sends each event's JSON as one text message. Routing, key
+limits, the slot held only while the turn runs, failover before content, conversion from
+Anthropic, Chat and Gemini upstreams and one row per turn are therefore those of an HTTP
+request. A turn the handler refuses or fails before
 its stream starts (an HTTP error status) is answered with a ``response.failed`` event carrying
 that status and the error object of the HTTP body; the socket stays usable. What a client
 message means and the events the gateway writes itself are twproto's
@@ -57,8 +58,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -80,47 +79,45 @@ from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
 from twproto import (
-    WS_MAX_ERROR_BODY,
     WS_RESPONSES_PATHS,
-    AnswerError,
     Dialect,
     ErrorCategory,
     EventRejected,
-    FailedResponse,
     GatewayError,
-    SSEDecoder,
-    SSEError,
-    SSEEvent,
     SteerRequested,
     TurnRequested,
     error_body,
     error_headers,
     read_ws_client_event,
-    ws_answer_failed_event,
-    ws_completed_event,
     ws_gateway_error_event,
     ws_gateway_failed_event,
     ws_steer_failed_event,
-    ws_stream_message,
 )
 from twserve.server.backpressure import Intake, Outflow
-from twserve.server.base import Handler, Headers, Request
-from twserve.server.http1 import (
+from twserve.server.base import (
     LINGER_SECS,
-    READ_SIZE,
     BodyBudget,
     ClientGone,
+    Handler,
     Handoff,
     HeadCheck,
-    Refusal,
+    Headers,
+    HeadRefusal,
+    Request,
     Switch,
 )
+from twserve.server.ws_turn import Turn, TurnResponder, failed_response
 from twserve.upstream.responses_socket import UpstreamSockets
 
 log = logging.getLogger("twserve.server.websocket")
 
-__all__ = ["WebSocketLimits", "switch_for", "upgrade_refusal"]
+__all__ = ["EVICTED_REASON", "WebSocketLimits", "limits_reader", "switch_for", "upgrade_refusal"]
 
+
+# The most one read takes from the socket.
+READ_SIZE = 65536
+# The reason of the close (1001) that ends an idle session for a new client.
+EVICTED_REASON = "gw.listen.idle_closed: idle, closed to make room for a new connection"
 
 # Close codes (RFC 6455, "Defined Status Codes").
 NORMAL = 1000
@@ -134,10 +131,6 @@ INTERNAL = 1011
 _SOCKET_HEADERS = frozenset(
     {b"connection", b"upgrade", b"content-length", b"transfer-encoding", b"content-type"}
 )
-# The stream decoded here is the gateway's own, already bounded where it was read from the
-# upstream; but its closing event repeats the whole answer, which may
-# be far larger than any one upstream event.
-_MAX_EVENT = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +159,17 @@ class WebSocketLimits:
     max_owed_pongs: int = 1000
 
 
-def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> Refusal | None:
+def limits_reader(
+    limits: WebSocketLimits | Callable[[], WebSocketLimits] | None,
+) -> Callable[[], WebSocketLimits]:
+    """`limits` as a function read at each upgrade (fixed limits, or the defaults, as one)."""
+    if callable(limits):
+        return limits
+    fixed = limits or WebSocketLimits()
+    return lambda: fixed
+
+
+def upgrade_refusal(check_head: HeadCheck, upgrade: Request) -> HeadRefusal | None:
     """The gateway's answer to an upgrade it refuses, or None to accept it: the head checks of
     an HTTP request (address, then key) made on the upgrade as on the ``POST`` its turns will
     be, so the socket is admitted exactly as one of its turns would be."""
@@ -211,20 +214,26 @@ class SocketCount:
 
 
 def switch_for(
-    check_head: HeadCheck, limits: WebSocketLimits | None = None, *, key_of: KeyOf | None = None
+    check_head: HeadCheck,
+    limits: WebSocketLimits | Callable[[], WebSocketLimits] | None = None,
+    *,
+    key_of: KeyOf | None = None,
 ) -> Switch:
     """The HTTP/1.1 server's switch for Responses WebSocket upgrades; `check_head` is the
     gateway's (`Gateway.check_head`), read at each upgrade so a reload applies to the next;
+    `limits` may be a function, read at each upgrade too (the config's listen.websocket);
     `key_of` names the key an upgrade presents, for the cap on sockets per key (without it,
     sockets are not counted)."""
-    lim = limits or WebSocketLimits()
-    counts = SocketCount(lim.max_sockets_per_key)
+    current = limits_reader(limits)
+    counts = SocketCount(current().max_sockets_per_key)
 
     def switch(request: Request) -> Callable[[Handoff], Awaitable[None]] | None:
         if request.method != "GET" or b"websocket" not in _tokens(request, b"upgrade"):
             return None
         if request.path not in WS_RESPONSES_PATHS:
             return None
+        lim = current()
+        counts.limit = lim.max_sockets_per_key  # the sockets already open stay
 
         async def take(handoff: Handoff) -> None:
             await _Session(handoff, check_head, lim, key_of=key_of, counts=counts).run()
@@ -232,128 +241,6 @@ def switch_for(
         return take
 
     return switch
-
-
-@dataclass(slots=True, kw_only=True)
-class _Turn:
-    request: Request
-    stream_id: str | None
-    model: str = ""
-    reserved: int = 0  # bytes of the body budget its message holds
-
-
-class _TurnResponder:
-    """The `Responder` a turn's handler writes to: SSE events out as text messages, an error
-    answer out as one ``error`` event."""
-
-    __slots__ = (
-        "_body",
-        "_decoder",
-        "_ended",
-        "_model",
-        "_session",
-        "_started",
-        "_status",
-        "_stream_id",
-        "refused",
-    )
-
-    def __init__(self, session: _Session, stream_id: str | None, model: str = "") -> None:
-        self._session = session
-        self._stream_id = stream_id
-        self._model = model
-        self._started = False
-        self._ended = False
-        self._status = 0
-        self._decoder: SSEDecoder | None = None
-        self._body = bytearray()
-        self.refused: AnswerError | None = None  # the turn's error answer, if it had one
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    async def start(self, status: int, headers: Headers) -> None:
-        if self._started:
-            raise RuntimeError("response already started")
-        self._started = True
-        self._status = status
-        content_type = b""
-        for name, value in headers:
-            if name == b"content-type":
-                content_type = value
-        if status < 400 and content_type.startswith(b"text/event-stream"):
-            self._decoder = SSEDecoder(max_event_size=_MAX_EVENT)
-
-    def ready(self) -> bool:
-        return False  # events are decoded and framed as messages by `send`
-
-    def send_now(self, data: bytes) -> None:
-        raise RuntimeError("a WebSocket turn is written with send")
-
-    async def send(self, data: bytes) -> None:
-        if self._decoder is None:
-            if len(self._body) + len(data) <= WS_MAX_ERROR_BODY:
-                self._body += data
-            return
-        try:
-            events = self._decoder.feed(data)
-        except SSEError:
-            log.exception("the gateway wrote a stream that does not decode")
-            await self.abort()
-            return
-        if events:
-            # The events of one piece of the stream go out in one socket write.
-            await self._session.send_texts(self._messages(events))
-
-    def _messages(self, events: list[SSEEvent]) -> list[str]:
-        # Events of a turn echo the lane it was sent on.
-        out = [ws_stream_message(e.data, self._stream_id) for e in events]
-        return [m for m in out if m is not None]
-
-    async def end(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        if self._decoder is not None:
-            await self._session.send_texts(self._messages(self._decoder.end()))
-            return
-        status = self._status
-        if status < 400:
-            # A whole (non-streamed) answer: the handler was asked for a stream, so this is
-            # not expected; pass it on as the completed response rather than drop it.
-            completed = ws_completed_event(bytes(self._body))
-            if completed is not None:
-                await self._session.send_text(completed)
-                return
-            status = 500
-        # Refused before its stream started: the turn's one event is a failed response, and
-        # the socket stays usable.
-        self.refused = ws_answer_failed_event(
-            status, bytes(self._body), failed_response(self._model), self._stream_id
-        )
-        await self._session.send_text(self.refused.event)
-
-    async def abort(self) -> None:
-        """The answer broke after it started: the turn fails, the socket stays."""
-        if self._ended:
-            return
-        self._ended = True
-        err = GatewayError(
-            status=502,
-            category=ErrorCategory.UPSTREAM,
-            code="gw.ws.upstream_closed",
-            message="the upstream's answer ended before the turn was complete",
-        )
-        await self._session.send_text(ws_gateway_error_event(err, self._stream_id))
-
-
-def failed_response(model: str) -> FailedResponse:
-    """The failed response a refused turn is answered with: an id of the gateway's own (no
-    upstream made one), made now."""
-    return FailedResponse(
-        id=f"resp_gw_{secrets.token_hex(12)}", created_at=int(time.time()), model=model
-    )
 
 
 class _Closed(Exception):
@@ -385,12 +272,12 @@ class _Session:
         self.write_lock = anyio.Lock()
         self.lost = False  # the socket failed or was closed
         self.close_sent = False
-        self.running: _Turn | None = None
+        self.running: Turn | None = None
         self.turn_scope: anyio.CancelScope | None = None
         # The session's task group: cancelled once a close frame went out, after which only
         # the bounded wait for the client's close remains (`_end_socket`).
         self.session_scope: anyio.CancelScope | None = None
-        self.queue_in, self.queue_out = anyio.create_memory_object_stream[_Turn](
+        self.queue_in, self.queue_out = anyio.create_memory_object_stream[Turn](
             limits.max_queued_turns
         )
         self.upgrade = handoff.request
@@ -487,7 +374,7 @@ class _Session:
                 message=f"malformed WebSocket upgrade: {exc}",
             )
             body = error_body(Dialect.OPENAI_RESPONSES, err)
-            await self._reject(Refusal(status=400, headers=error_headers(err), body=body))
+            await self._reject(HeadRefusal(status=400, headers=error_headers(err), body=body))
             return False
         if not events or not isinstance(events[0], WSRequest):
             return False
@@ -507,7 +394,7 @@ class _Session:
                 retry_after=1,
             )
             body = error_body(Dialect.OPENAI_RESPONSES, err)
-            await self._reject(Refusal(status=429, headers=error_headers(err), body=body))
+            await self._reject(HeadRefusal(status=429, headers=error_headers(err), body=body))
             return False
         # No extensions: permessage-deflate would let a small frame inflate past the message
         # limit before it could be counted, and turns are small next to their upstream time.
@@ -530,7 +417,7 @@ class _Session:
         self.counted_key = key
         return True
 
-    async def _reject(self, refusal: Refusal) -> None:
+    async def _reject(self, refusal: HeadRefusal) -> None:
         body = refusal.body
         headers = [
             *(h for h in refusal.headers if h[0] not in (b"content-length", b"connection")),
@@ -547,9 +434,13 @@ class _Session:
     # --- running ----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        idle = self.handoff.idle
         try:
             if not await self._handshake():
                 return
+            # Without a turn the session is idle: at its caps the server may close it for a
+            # new client (by `draining`, with `idle.evicted` saying why).
+            idle.idle(anyio.current_time())
             async with anyio.create_task_group() as tg:
                 self.session_scope = tg.cancel_scope
                 tg.start_soon(self._run_turns)
@@ -563,6 +454,7 @@ class _Session:
                     await self.close(INTERNAL, "internal gateway error")
                 tg.cancel_scope.cancel()
         finally:
+            idle.busy()
             self.queue_in.close()
             self.queue_out.close()
             # What the socket still holds of the body budget: a message cut off, queued turns.
@@ -617,7 +509,7 @@ class _Session:
                 self._give_back(turn.reserved)
                 await self._refuse_closing(turn.stream_id, turn.model)
                 continue
-            responder = _TurnResponder(self, turn.stream_id, turn.model)
+            responder = TurnResponder(self, turn.stream_id, turn.model)
             self.running = turn
             self.turn_scope = anyio.CancelScope()
             try:
@@ -636,6 +528,8 @@ class _Session:
                 self.running = None
                 self.turn_scope = None
                 self._give_back(turn.reserved)
+                if not self.queue_out.statistics().current_buffer_used:
+                    self.handoff.idle.idle(anyio.current_time())
             refused = responder.refused
             if refused is not None and (
                 refused.status == 401 or refused.code == "gw.auth.denied_address"
@@ -645,7 +539,11 @@ class _Session:
                 await self.close(POLICY, "the gateway key or address is no longer allowed")
                 return
         # The queue was closed by a drain and is empty.
-        await self.close(GOING_AWAY, "server draining")
+        if self.handoff.idle.evicted:
+            log.info("gw.listen.idle_closed: WebSocket of %s, idle", self.upgrade.client[0])
+            await self.close(GOING_AWAY, EVICTED_REASON)
+        else:
+            await self.close(GOING_AWAY, "server draining")
 
     def _cancel_turn(self) -> None:
         if self.turn_scope is not None:
@@ -808,9 +706,10 @@ class _Session:
             http_version=self.upgrade.http_version,
             upstream_sockets=self.upstreams,
         )
-        turn = _Turn(request=request, stream_id=event.stream_id, model=event.model, reserved=held)
+        turn = Turn(request=request, stream_id=event.stream_id, model=event.model, reserved=held)
         try:
             self.queue_in.send_nowait(turn)
+            self.handoff.idle.busy()
         except anyio.WouldBlock:
             self._give_back(held)
             err = GatewayError(

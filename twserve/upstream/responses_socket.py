@@ -54,13 +54,15 @@ from twproto import (
 from twproto.failures import TransportFault
 from twproto.sse import encode
 from twproto.upstream_request import UpstreamRequest
-from twserve.server.http1 import READ_SIZE
 from twserve.upstream.client import UpstreamAnswer, UpstreamBroken, UpstreamUnreachable
 from twserve.upstream.ws_dial import Dialed, DialFailed, Refused, dial
 
 log = logging.getLogger("twserve.upstream.responses_socket")
 
 __all__ = ["CONNECT_TIMEOUT", "MAX_MESSAGE", "UpstreamSockets"]
+
+# The most one read takes from the socket.
+READ_SIZE = 65536
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -28,9 +28,11 @@ from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
 from twproto.failures import TransportFault
-from twserve.server.http1 import READ_SIZE
 
 __all__ = ["DialFailed", "Dialed", "Refused", "dial"]
+
+# The most one read takes from the socket.
+READ_SIZE = 65536
 
 Headers = list[tuple[bytes, bytes]]
 

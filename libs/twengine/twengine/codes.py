@@ -81,6 +81,10 @@ _CODES = {
     "config.price_sheet_duplicate": "Two price sheets have the same name.",
     "config.price_sheet_unknown": "An upstream's price_sheet names no sheet in pricing.sheets.",
     "config.failover_pause_order": "failover.max_pause_secs is below failover.pause_secs.",
+    "config.listen_limits_conflict": (
+        "Two transport limits under listen disagree (a body budget below one body, a hard "
+        "header cap below the advertised one)."
+    ),
     "config.slow_start_too_short": (
         "failover.stream_start_wait_secs is under 5 while next_on_slow_start is on."
     ),
@@ -177,6 +181,10 @@ _CODES = {
     "gw.request.unsupported_media_type": "A POST body's Content-Type is not JSON (415).",
     "gw.listen.address_busy": (
         "The client's address holds listen.gateway.max_connections_per_address already (503)."
+    ),
+    "gw.listen.idle_closed": (
+        "At the connection caps, an idle connection (HTTP/1.1 between requests, HTTP/2 "
+        "without a stream, a Responses WebSocket without a turn) closed for a new client (log)."
     ),
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."

@@ -19,9 +19,14 @@ from twengine.config.schema import FIELD_USES, NOT_BUILT, PENDING, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[3]
 # The modules of build_config's stages: reading a field there is not the field taking effect.
+STAGES = ("fields", "sections", "providers", "routing", "consistency")
 VALIDATOR = frozenset(
-    f"twengine.config.{name}"
-    for name in ("build", "schema", "fields", "sections", "providers", "routing", "consistency")
+    (
+        "twengine.config.build",
+        "twengine.config.schema",
+        "twengine.config.stages",
+        *(f"twengine.config.stages.{name}" for name in STAGES),
+    )
 )
 # The config package's other modules: the model, its defaults and the values the runtime reads.
 NOT_STAGES = frozenset(
@@ -66,11 +71,15 @@ def test_the_tables_name_only_accepted_fields() -> None:
 def test_the_validator_modules_are_the_config_package_s_stages() -> None:
     # A stage module renamed or added would otherwise count as a place where a field acts.
     import twengine.config
+    import twengine.config.stages
 
     stages = {
         info.name
         for info in pkgutil.iter_modules(twengine.config.__path__, "twengine.config.")
         if info.name not in NOT_STAGES
+    } | {
+        info.name
+        for info in pkgutil.iter_modules(twengine.config.stages.__path__, "twengine.config.stages.")
     }
     assert stages == VALIDATOR
 

@@ -509,6 +509,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "failover.max_pause_secs",
     ),
     (
+        "transport limits disagree",
+        with_(listen={"http": {"max_body_bytes": 4194304, "body_budget_bytes": 1048576}}),
+        "config.listen_limits_conflict",
+        "listen.http.body_budget_bytes",
+    ),
+    (
         "slow start too short",
         with_(failover={"next_on_slow_start": True, "stream_start_wait_secs": 4}),
         "config.slow_start_too_short",

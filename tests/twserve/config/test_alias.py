@@ -36,7 +36,7 @@ def test_a_client_leaving_right_after_the_final_event_is_not_cancelled(tmp_path:
     import anyio
     from anyio.from_thread import start_blocking_portal
 
-    from twserve.server import http1
+    from twserve.server import listener
     from twserve.server.base import Request, Responder
 
     events = [
@@ -108,7 +108,9 @@ def test_a_client_leaving_right_after_the_final_event_is_not_cancelled(tmp_path:
     )
     runs = 3
     with start_blocking_portal() as portal:
-        served, port = portal.start_task(partial(http1.serve, upstream, host="127.0.0.1", port=0))
+        served, port = portal.start_task(
+            partial(listener.serve, upstream, host="127.0.0.1", port=0)
+        )
         config = {
             "aliases": {"nice": "real-model"},
             "providers": [

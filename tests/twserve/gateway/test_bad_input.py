@@ -24,7 +24,7 @@ from tests.twserve.conftest import (
     http,
 )
 from tests.twserve.support.stack import Stack, Upstream
-from twserve.server import http1
+from twserve.server import base
 
 # One upstream per format, each format routed to its own.
 _UPSTREAMS = {
@@ -175,7 +175,7 @@ def test_oversized_headers_counted_by_the_server(stack: StackFactory) -> None:
     # A head that h11 parses whole in one read (under its incomplete-event bound) but that is
     # over the configured limit: only the server's own count catches it.
     st = stack(
-        {"anthropic": Upstream("anthropic")}, limits=http1.ServerLimits(max_header_bytes=8 * 1024)
+        {"anthropic": Upstream("anthropic")}, limits=base.ServerLimits(max_header_bytes=8 * 1024)
     )
     headers = b"".join(b"x-h%d: %s\r\n" % (i, b"v" * 90) for i in range(120))
     head = b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\nx-api-key: %s\r\n%s\r\n" % (

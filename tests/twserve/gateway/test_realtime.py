@@ -35,7 +35,7 @@ from twproto.sockets.realtime import (
     realtime_upstream_url,
     realtime_usage,
 )
-from twserve.server import http1
+from twserve.server import base
 from twserve.server.websocket import WebSocketLimits
 
 pytestmark = pytest.mark.anyio
@@ -332,7 +332,7 @@ async def test_a_client_protocol_error_closes_it_1002_and_the_upstream_1001(
 
 
 async def test_a_client_message_over_the_body_limit_is_closed_1009(stack: StackFactory) -> None:
-    st = stack({"rt": _rt()}, limits=http1.ServerLimits(max_body_bytes=4096))
+    st = stack({"rt": _rt()}, limits=base.ServerLimits(max_body_bytes=4096))
     log = st.mock("rt").realtime
     async with _connect(st) as ws:
         await ws.recv()
@@ -365,7 +365,7 @@ async def test_an_idle_connection_is_closed_on_both_sides(stack: StackFactory) -
 
 
 async def test_an_upstream_message_over_the_limit_closes_both_1009(stack: StackFactory) -> None:
-    st = stack({"rt": _rt()}, limits=http1.ServerLimits(max_body_bytes=4096))
+    st = stack({"rt": _rt()}, limits=base.ServerLimits(max_body_bytes=4096))
     log = st.mock("rt").realtime
     got: list[str | bytes] = []
     async with _connect(st) as ws:
@@ -465,7 +465,7 @@ def test_a_client_that_stops_reading_frees_the_permit_and_the_slot(stack: StackF
     st = stack(
         {"rt": _rt(max_concurrent=1)},
         config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
-        limits=http1.ServerLimits(write_timeout=1.0),
+        limits=base.ServerLimits(write_timeout=1.0),
     )
     slots = st.app.gateway.router.slots
     with flood_socket(st.port) as sock:

@@ -30,7 +30,7 @@ from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import RouterHooks, SlotHolds
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.relay.reader import Destination
-from twserve.server.http1 import ClientGone
+from twserve.server.base import ClientGone
 from twserve.upstream.memory import MemoryAnswer, MemoryUpstream
 
 FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures"

@@ -20,7 +20,7 @@ import anyio
 import httpcore
 import pytest
 
-from twserve.server import http1
+from twserve.server import base, listener
 from twserve.server.base import Request, Responder
 
 FD_LIMIT = 64
@@ -103,11 +103,11 @@ async def test_at_the_connection_cap_new_clients_wait_until_one_ends() -> None:
         await responder.send(b"ok")
         await responder.end()
 
-    server = http1.Server(handler, limits=http1.ServerLimits(max_connections=2))
+    server = listener.Server(handler, limits=base.ServerLimits(max_connections=2))
     request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
     async with anyio.create_task_group() as tg:
         port = await tg.start(
-            lambda task_status: http1.serve(handler, server=server, task_status=task_status)
+            lambda task_status: listener.serve(handler, server=server, task_status=task_status)
         )
         first = await anyio.connect_tcp("127.0.0.1", port)
         second = await anyio.connect_tcp("127.0.0.1", port)

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from twserve.server import http1
+from twserve.server import base, listener
 from twserve.server.base import Request, Responder
 
 pytestmark = pytest.mark.anyio
 
-LIMITS = http1.ServerLimits(
+LIMITS = base.ServerLimits(
     max_header_bytes=8 * 1024,
     max_body_bytes=64 * 1024,
     head_timeout=0.5,
@@ -56,7 +56,7 @@ async def server() -> AsyncIterator[tuple[int, Recorder]]:
     rec = Recorder()
     async with anyio.create_task_group() as tg:
         port = await tg.start(
-            lambda task_status: http1.serve(rec, port=0, limits=LIMITS, task_status=task_status)
+            lambda task_status: listener.serve(rec, port=0, limits=LIMITS, task_status=task_status)
         )
         yield port, rec
         tg.cancel_scope.cancel()
@@ -223,7 +223,9 @@ async def test_what_a_handler_wrote_before_it_aborts_reaches_the_client() -> Non
 
     async with anyio.create_task_group() as tg:
         port = await tg.start(
-            lambda task_status: http1.serve(handler, port=0, limits=LIMITS, task_status=task_status)
+            lambda task_status: listener.serve(
+                handler, port=0, limits=LIMITS, task_status=task_status
+            )
         )
         out = await exchange(port, b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
         tg.cancel_scope.cancel()
@@ -248,7 +250,9 @@ async def test_a_request_sent_while_the_last_is_answered_is_served_next() -> Non
 
     async with anyio.create_task_group() as tg:
         port = await tg.start(
-            lambda task_status: http1.serve(handler, port=0, limits=LIMITS, task_status=task_status)
+            lambda task_status: listener.serve(
+                handler, port=0, limits=LIMITS, task_status=task_status
+            )
         )
         async with await anyio.connect_tcp("127.0.0.1", port) as sock:
             await sock.send(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")

@@ -46,8 +46,9 @@ from twmock.script import MockSettings, Script, parse_script
 from twmock.serve.handler import make_handler
 from twmock.serve.server import run_mock
 from twserve.app.wiring import GatewayApp
-from twserve.server import http1, http2
+from twserve.server import base, http2, listener
 from twserve.server.base import Request, Responder
+from twserve.server.h2_streams import FrameGuard
 
 TEXT = "Grüße über HTTP/2 🚀 — one connection, many streams"
 SETTINGS = h2.settings.SettingCodes
@@ -325,8 +326,8 @@ def _server(handler: Any, **kwargs: Any) -> Iterator[int]:
     limits = kwargs.pop("h2_limits", None)
     switch = partial(http2.switch, limits=limits) if limits else http2.switch
     with start_blocking_portal() as portal:
-        server = http1.Server(handler, switches=(switch,), **kwargs)
-        fut, port = portal.start_task(partial(http1.serve, handler, port=0, server=server))
+        server = listener.Server(handler, switches=(switch,), **kwargs)
+        fut, port = portal.start_task(partial(listener.serve, handler, port=0, server=server))
         try:
             yield port
         finally:
@@ -498,7 +499,7 @@ def test_drain_sends_goaway_finishes_streams_and_refuses_new_ones(stack: StackFa
 
 
 def test_idle_connection_gets_goaway(stack: StackFactory) -> None:
-    st = stack({"a": Upstream("anthropic")}, limits=http1.ServerLimits(keepalive_timeout=0.3))
+    st = stack({"a": Upstream("anthropic")}, limits=base.ServerLimits(keepalive_timeout=0.3))
     client = RawH2(st.port)
     try:
         client.wait_closed(timeout=3)
@@ -509,7 +510,7 @@ def test_idle_connection_gets_goaway(stack: StackFactory) -> None:
 
 
 def test_slow_body_gets_408_in_the_client_format(stack: StackFactory) -> None:
-    st = stack({"a": Upstream("anthropic")}, limits=http1.ServerLimits(body_timeout=0.3))
+    st = stack({"a": Upstream("anthropic")}, limits=base.ServerLimits(body_timeout=0.3))
     client = RawH2(st.port)
     try:
         sid = client.request("/v1/messages", b"{", headers=_auth(), end=False)
@@ -522,7 +523,7 @@ def test_slow_body_gets_408_in_the_client_format(stack: StackFactory) -> None:
 
 
 def test_body_too_large_gets_413(stack: StackFactory) -> None:
-    st = stack({"a": Upstream("openai-chat")}, limits=http1.ServerLimits(max_body_bytes=1000))
+    st = stack({"a": Upstream("openai-chat")}, limits=base.ServerLimits(max_body_bytes=1000))
     client = RawH2(st.port)
     try:
         declared = client.request("/v1/chat/completions", b"x" * 2000, headers=_auth("chat"))
@@ -709,8 +710,8 @@ async def test_provider_http2_talks_h2c_to_the_upstream(tmp_path: Path, upstream
         await mock(request, responder)
 
     async with anyio.create_task_group() as tg:
-        server = http1.Server(recording, switches=(http2.switch,))
-        port = await tg.start(partial(http1.serve, recording, port=0, server=server))
+        server = listener.Server(recording, switches=(http2.switch,))
+        port = await tg.start(partial(listener.serve, recording, port=0, server=server))
         provider = {
             "name": "up",
             "protocol": "openai-chat",
@@ -757,7 +758,7 @@ def test_two_providers_on_one_base_url_keep_their_own_http2(tmp_path: Path, firs
     # whichever of them is configured first.
     seen: list[tuple[str, str]] = []  # (upstream key, HTTP version) of each request
 
-    def recording(mock: http1.Handler) -> http1.Handler:
+    def recording(mock: base.Handler) -> base.Handler:
         async def handler(request: Request, responder: Responder) -> None:
             key = (request.header(b"authorization") or b"").decode()
             seen.append((key.removeprefix("Bearer upstream-key-"), request.http_version))
@@ -815,7 +816,7 @@ def _client_bytes() -> bytes:
 @given(cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=30))
 def test_frame_guard_passes_any_split_of_valid_frames(cuts: list[int]) -> None:
     data = _client_bytes()
-    guard = http2._FrameGuard(16384, len(http2.PREFACE))
+    guard = FrameGuard(16384, len(http2.PREFACE))
     points = sorted({c % (len(data) + 1) for c in cuts})
     pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert all(guard.passes(p) for p in pieces)
@@ -825,7 +826,7 @@ def test_frame_guard_passes_any_split_of_valid_frames(cuts: list[int]) -> None:
 @given(cut=st.integers(min_value=0, max_value=40))
 def test_frame_guard_refuses_an_oversized_header_however_split(cut: int) -> None:
     data = http2.PREFACE + _frame(0x4, 0, 0, b"") + _frame(0x0, 0, 1, b"", length=16385)
-    guard = http2._FrameGuard(16384, len(http2.PREFACE))
+    guard = FrameGuard(16384, len(http2.PREFACE))
     cut = min(cut, len(data))
     assert not (guard.passes(data[:cut]) and guard.passes(data[cut:]))
 
@@ -858,7 +859,7 @@ def test_a_switch_of_its_own_takes_websocket_upgrades() -> None:
         if request.header(b"upgrade") != b"websocket":
             return None
 
-        async def take(handoff: http1.Handoff) -> None:
+        async def take(handoff: base.Handoff) -> None:
             taken.append(handoff.request.target)
             await handoff.stream.send(b"HTTP/1.1 101 Switching Protocols\r\n\r\nhello")
 
@@ -870,8 +871,8 @@ def test_a_switch_of_its_own_takes_websocket_upgrades() -> None:
         await responder.end()
 
     with start_blocking_portal() as portal:
-        server = http1.Server(plain, switches=(http2.switch, websocket))
-        fut, port = portal.start_task(partial(http1.serve, plain, port=0, server=server))
+        server = listener.Server(plain, switches=(http2.switch, websocket))
+        fut, port = portal.start_task(partial(listener.serve, plain, port=0, server=server))
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
                 sock.sendall(
@@ -896,8 +897,8 @@ async def test_provider_http2_against_an_http1_only_upstream_fails_over(tmp_path
     http1_only = make_handler(MockSettings(script=Script(text="never")))
     healthy = make_handler(MockSettings(script=Script(text=TEXT)))
     async with anyio.create_task_group() as tg:
-        old_port = await tg.start(partial(http1.serve, http1_only, port=0))
-        new_port = await tg.start(partial(http1.serve, healthy, port=0))
+        old_port = await tg.start(partial(listener.serve, http1_only, port=0))
+        new_port = await tg.start(partial(listener.serve, healthy, port=0))
         providers = [
             {
                 "name": name,
@@ -1020,7 +1021,7 @@ def test_a_keyless_stream_is_refused_before_its_body_is_read(
 def test_h2_bodies_draw_on_the_servers_one_budget(stack: StackFactory) -> None:
     body = _body("anthropic")
     st = stack(
-        {"a": Upstream("anthropic")}, limits=http1.ServerLimits(body_budget_bytes=len(body) + 10)
+        {"a": Upstream("anthropic")}, limits=base.ServerLimits(body_budget_bytes=len(body) + 10)
     )
     holder = RawH2(st.port)
     second = RawH2(st.port)
@@ -1067,7 +1068,7 @@ def test_a_stream_whose_window_stays_shut_is_taken_as_gone(stack: StackFactory) 
             )
         },
         config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
-        limits=http1.ServerLimits(write_timeout=1.0),
+        limits=base.ServerLimits(write_timeout=1.0),
     )
     # A 1 KiB stream window the client never opens again.
     client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 1024}, auto_ack=False)
@@ -1106,7 +1107,7 @@ def test_a_connection_that_reads_nothing_is_dropped_after_the_write_timeout(
     big = MockSettings(script=Script(chunks=2000, chunk_size=4096))
     st = stack(
         {"a": Upstream("anthropic", big, extra={"max_concurrent": 1})},
-        limits=http1.ServerLimits(write_timeout=1.0),
+        limits=base.ServerLimits(write_timeout=1.0),
     )
     client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 2**31 - 1})
     try:
@@ -1176,7 +1177,7 @@ def test_a_window_opened_a_byte_at_a_time_gets_no_more_time(stack: StackFactory)
     st = stack(
         {"a": Upstream("anthropic", big, extra={"max_concurrent": 1})},
         config={"clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}]},
-        limits=http1.ServerLimits(write_timeout=1.0),
+        limits=base.ServerLimits(write_timeout=1.0),
         h2_limits=http2.Http2Limits(max_blocked_secs=2.0),
     )
     client = RawH2(st.port, settings={SETTINGS.INITIAL_WINDOW_SIZE: 1024}, auto_ack=False)

@@ -15,7 +15,7 @@ from twengine.config import build_config
 from twmock.script import MockSettings, Script
 from twmock.serve.handler import make_handler
 from twserve.app.wiring import GatewayApp
-from twserve.server import http1
+from twserve.server import listener
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,7 @@ async def test_stop_drains_streams_in_flight(tmp_path: Path) -> None:
     slow = MockSettings(script=Script(chunks=20, chunk_delay=0.03))
     async with anyio.create_task_group() as tg:
         mock_port = await tg.start(
-            lambda task_status: http1.serve(make_handler(slow), port=0, task_status=task_status)
+            lambda task_status: listener.serve(make_handler(slow), port=0, task_status=task_status)
         )
         config = build_config(
             {

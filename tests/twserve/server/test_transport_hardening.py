@@ -25,7 +25,7 @@ from tests.twserve.conftest import KEY, StackFactory, fallback, http
 from tests.twserve.support.h2_client import RawH2
 from tests.twserve.support.stack import CONTROL_KEY, Stack, Upstream, running_stack
 from twmock.script import MockSettings, Script
-from twserve.server import http1
+from twserve.server import base, listener
 from twserve.server.base import Request, Responder
 
 CHAT = b"/v1/chat/completions"
@@ -102,7 +102,7 @@ def test_a_keyless_request_is_refused_before_its_body_is_read(
 
 
 def test_a_body_trickled_in_gets_one_deadline_not_one_per_read(stack: StackFactory) -> None:
-    limits = http1.ServerLimits(body_timeout=1.0)
+    limits = base.ServerLimits(body_timeout=1.0)
     st = stack({"c": Upstream("openai-chat")}, limits=limits)
     with connect(st.port) as sock:
         sock.sendall(post_head(CHAT, length=len(BODY)))
@@ -126,7 +126,7 @@ def test_a_body_trickled_in_gets_one_deadline_not_one_per_read(stack: StackFacto
 
 
 def test_bodies_in_memory_share_one_budget(stack: StackFactory) -> None:
-    limits = http1.ServerLimits(body_budget_bytes=len(BODY) + 10)
+    limits = base.ServerLimits(body_budget_bytes=len(BODY) + 10)
     st = stack({"c": Upstream("openai-chat")}, limits=limits)
     with connect(st.port) as holder, connect(st.port) as second:
         # The first request's body is partly sent: the bytes received are held for it.
@@ -150,7 +150,7 @@ def test_bodies_in_memory_share_one_budget(stack: StackFactory) -> None:
 
 
 def test_the_first_request_head_gets_the_head_timeout(stack: StackFactory) -> None:
-    limits = http1.ServerLimits(head_timeout=1.0, keepalive_timeout=20.0)
+    limits = base.ServerLimits(head_timeout=1.0, keepalive_timeout=20.0)
     st = stack({"c": Upstream("openai-chat")}, limits=limits)
     with connect(st.port) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
@@ -162,7 +162,7 @@ def test_the_first_request_head_gets_the_head_timeout(stack: StackFactory) -> No
 
 
 def test_a_kept_alive_connection_idles_for_the_keepalive_time(stack: StackFactory) -> None:
-    limits = http1.ServerLimits(head_timeout=0.5, keepalive_timeout=2.0)
+    limits = base.ServerLimits(head_timeout=0.5, keepalive_timeout=2.0)
     st = stack({"c": Upstream("openai-chat")}, limits=limits)
     with connect(st.port) as sock:
         sock.sendall(post_head(CHAT, length=len(BODY)) + BODY)
@@ -218,7 +218,7 @@ def test_a_client_that_stops_reading_is_taken_as_gone(stack: StackFactory) -> No
     # About 8 MB of answer, as fast as it goes: more than every buffer between the gateway and
     # the client holds.
     big = Script(chunks=2000, chunk_size=4096)
-    limits = http1.ServerLimits(write_timeout=1.0)
+    limits = base.ServerLimits(write_timeout=1.0)
     config = {
         **fallback("c"),
         "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
@@ -255,7 +255,7 @@ def test_a_client_that_trickles_bytes_but_reads_nothing_is_taken_as_gone(
     # The write deadline is kept by the connection's watcher, which also reads: bytes coming in
     # (here a pipelined request's head, a byte at a time) must not keep it from giving up.
     big = Script(chunks=2000, chunk_size=4096)
-    limits = http1.ServerLimits(write_timeout=1.0)
+    limits = base.ServerLimits(write_timeout=1.0)
     config = {
         **fallback("c"),
         "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
@@ -299,17 +299,17 @@ async def test_a_refused_address_is_closed_before_anything_is_read() -> None:
         await responder.start(204, [])
         await responder.end()
 
-    def check_head(request: Request) -> http1.Refusal | None:
+    def check_head(request: Request) -> base.HeadRefusal | None:
         heads.append(request.path)
         return None
 
     def admit(address: str) -> bool:
         return address != "127.0.0.1"
 
-    server = http1.Server(handler, check_head=check_head, admit=admit)
+    server = listener.Server(handler, check_head=check_head, admit=admit)
     async with anyio.create_task_group() as tg:
         port = await tg.start(
-            lambda task_status: http1.serve(handler, server=server, task_status=task_status)
+            lambda task_status: listener.serve(handler, server=server, task_status=task_status)
         )
         async with await anyio.connect_tcp("127.0.0.1", port) as conn:
             await conn.send(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -400,7 +400,7 @@ def test_the_gateway_closes_a_refused_address_at_accept(stack: StackFactory) -> 
 BIG = json.dumps(
     {"model": "gpt-e2e-1", "messages": [{"role": "user", "content": "x" * 60_000}]}
 ).encode()
-TIGHT = http1.ServerLimits(body_timeout=1.0, max_body_bytes=64 * 1024, body_budget_bytes=100 * 1024)
+TIGHT = base.ServerLimits(body_timeout=1.0, max_body_bytes=64 * 1024, body_budget_bytes=100 * 1024)
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -614,7 +614,7 @@ def _control_stack(tmp_path: Path, **control: Any) -> ContextManager[Stack]:
         {"c": Upstream("openai-chat")},
         config=config,
         control=True,
-        limits=http1.ServerLimits(body_budget_bytes=2048),
+        limits=base.ServerLimits(body_budget_bytes=2048),
     )
 
 

@@ -34,7 +34,7 @@ from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
-from twserve.server import http1
+from twserve.server import base, listener
 from twserve.server.base import Handler, Request, Responder
 from twserve.server.websocket import WebSocketLimits, switch_for, upgrade_refusal
 
@@ -448,7 +448,7 @@ async def test_an_oversized_message_closes_1009(stack: StackFactory) -> None:
     st = stack(
         {"a": _up("openai-responses", {"text": TEXT})},
         config=fallback("a"),
-        limits=http1.ServerLimits(max_body_bytes=8192),
+        limits=base.ServerLimits(max_body_bytes=8192),
     )
     async with _raw(st, max_size=None) as ws:
         await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x" * 9000}))
@@ -580,11 +580,11 @@ async def test_a_key_revoked_by_a_reload_ends_the_socket_1008(stack: StackFactor
 # --- the transport alone, with a handler of its own -------------------------------------------
 
 
-def _admit(request: Request) -> http1.Refusal | None:
+def _admit(request: Request) -> base.HeadRefusal | None:
     """A head check of its own: every address, one key."""
     if request.header(b"authorization") == f"Bearer {KEY}".encode():
         return None
-    return http1.Refusal(status=401, headers=[], body=b'{"error": {"message": "no"}}')
+    return base.HeadRefusal(status=401, headers=[], body=b'{"error": {"message": "no"}}')
 
 
 _SSE_HEAD = [(b"content-type", b"text/event-stream")]
@@ -599,11 +599,11 @@ async def _transport(
     handler: Handler,
     limits: WebSocketLimits | None = None,
     *,
-    budget: http1.BodyBudget | None = None,
-) -> AsyncIterator[tuple[int, http1.Server]]:
-    server = http1.Server(handler, switches=(switch_for(_admit, limits),), budget=budget)
+    budget: base.BodyBudget | None = None,
+) -> AsyncIterator[tuple[int, listener.Server]]:
+    server = listener.Server(handler, switches=(switch_for(_admit, limits),), budget=budget)
     async with anyio.create_task_group() as tg:
-        port = await tg.start(partial(http1.serve, handler, port=0, server=server))
+        port = await tg.start(partial(listener.serve, handler, port=0, server=server))
         yield port, server
         tg.cancel_scope.cancel()
 
@@ -889,7 +889,7 @@ def test_a_client_that_stops_reading_frees_its_turns_slot_and_permit(
             **fallback("a"),
             "clients": [{"name": "tester", "key": KEY, "max_concurrent": 1}],
         },
-        limits=http1.ServerLimits(write_timeout=1.0),
+        limits=base.ServerLimits(write_timeout=1.0),
     )
     with flood_socket(st.port) as sock:
         ws = ws_connect(sock, "/v1/responses", KEY)
@@ -929,7 +929,7 @@ async def test_queued_messages_draw_on_the_body_budget() -> None:
         await responder.send(_sse("response.completed", response={}))
         await responder.end()
 
-    budget = http1.BodyBudget(250_000)
+    budget = base.BodyBudget(250_000)
     limits = WebSocketLimits(max_queued_turns=8)
     async with _transport(slow, limits, budget=budget) as (port, _):
         async with _connect(port) as ws:
@@ -966,7 +966,7 @@ async def test_a_message_over_the_default_cap_closes_1009() -> None:
         raise AssertionError("no turn is taken")
 
     cap = WebSocketLimits().max_message_bytes
-    assert cap is not None and cap < http1.ServerLimits().max_body_bytes
+    assert cap is not None and cap < base.ServerLimits().max_body_bytes
     async with _transport(unused) as (port, _):
         async with websockets.connect(
             f"ws://127.0.0.1:{port}/v1/responses",

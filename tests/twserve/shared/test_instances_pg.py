@@ -29,7 +29,7 @@ from tests.twserve.support.stack import CONTROL_KEY, KEY, Stack, Upstream, runni
 from tests.twserve.usage.test_key_limits import T0, FakeWall, _raw, _stack
 from twmock.script import MockSettings, parse_script
 from twmock.serve.handler import make_handler
-from twserve.server import http1
+from twserve.server import listener
 from twserve.store.postgres import PostgresStore
 
 REQUESTS = 300
@@ -140,7 +140,7 @@ async def test_an_instance_stopped_mid_load_loses_no_finished_row(
     third = anyio.Event()
     async with anyio.create_task_group() as tg:
         mock_port = await tg.start(
-            lambda task_status: http1.serve(mock, port=0, task_status=task_status)
+            lambda task_status: listener.serve(mock, port=0, task_status=task_status)
         )
         with instances(tmp_path, mock_port, dsn, 3, commit_before_end=commit_before_end) as running:
             ports = [port for _, port in running]

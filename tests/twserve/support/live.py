@@ -27,7 +27,7 @@ from twmock.serve.handler import MockHandler, make_handler
 from twserve.app.wiring import GatewayApp
 from twserve.cli.main import _serving_app
 from twserve.events import Event
-from twserve.server import http1
+from twserve.server import listener
 
 KEY = "live-test-gateway-key-0123456789"
 CONTROL_KEY = "live-test-control-key-0123456789"
@@ -157,7 +157,9 @@ def live_gateway(
         ports: dict[str, int] = {}
         for name, settings in upstreams.items():
             handler = make_handler(settings)
-            fut, port = portal.start_task(partial(http1.serve, handler, host="127.0.0.1", port=0))
+            fut, port = portal.start_task(
+                partial(listener.serve, handler, host="127.0.0.1", port=0)
+            )
             futures.append(fut)
             mocks[name], ports[name] = handler, port
         path.write_text(text(ports, control_port), encoding="utf-8")

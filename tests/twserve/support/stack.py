@@ -24,7 +24,7 @@ from twmock.serve.handler import MockHandler, make_handler
 from twmock.serve.server import mock_switches
 from twserve.app import eventloop
 from twserve.app.wiring import GatewayApp
-from twserve.server import http1, http2
+from twserve.server import base, http2, listener
 from twserve.server.base import Handler
 from twserve.server.websocket import WebSocketLimits
 
@@ -90,7 +90,7 @@ def running_stack(
     upstreams: Mapping[str, Upstream],
     *,
     config: Mapping[str, Any] | None = None,
-    limits: http1.ServerLimits | None = None,
+    limits: base.ServerLimits | None = None,
     ws_limits: WebSocketLimits | None = None,
     h2_limits: http2.Http2Limits | None = None,
     control: bool = False,
@@ -113,9 +113,9 @@ def running_stack(
             handler: Handler = mock if up.wrap is None else up.wrap(mock)
             # The mocks speak h2c too, for upstreams configured with ``http2: true``, and take
             # Realtime and Responses sockets (twmock.serve.realtime, .responses_socket).
-            server = http1.Server(handler, switches=mock_switches(mock))
+            server = listener.Server(handler, switches=mock_switches(mock))
             fut, port = portal.start_task(
-                partial(http1.serve, handler, host="127.0.0.1", port=0, server=server)
+                partial(listener.serve, handler, host="127.0.0.1", port=0, server=server)
             )
             futures.append(fut)
             mocks[name] = (mock, port)

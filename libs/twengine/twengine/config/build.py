@@ -2,15 +2,15 @@
 
 twserve parses the YAML (stage 1, ``config.yaml_invalid``) and hands over plain mappings,
 sequences and scalars. `build_config` runs the remaining stages in order; each stage lives in
-a module of its own:
+a module of its own under `twengine.config.stages`:
 
-2. **Schema** (`twengine.config.fields` reads one field; `twengine.config.sections`,
-   `twengine.config.providers` and `twengine.config.routing` one section each) — each section
+2. **Schema** (`stages.fields` reads one field; `stages.sections`, `stages.providers` and
+   `stages.routing` one section each) — each section
    is read field by field. Every mapping is read through `_Fields`, which knows the section's
    allowed field names, so an unknown field (usually a misspelling) is reported with the
    nearest known name. Types, required fields and ranges are checked here, comparisons such as
    ``">200k"`` are parsed, and templates are checked for syntax.
-3. **Consistency** (`twengine.config.consistency`) — names that point elsewhere (group
+3. **Consistency** (`stages.consistency`) — names that point elsewhere (group
    members, rule targets, key routes, `default_route`, price sheets) must exist, names must be
    unique, and some settings depend on others (key limits on retention, the slow-start wait on
    its switch).
@@ -30,7 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from twengine.config.consistency import (
+from twengine.config.model import AnswerModel, Config, Pricing
+from twengine.config.problem import Problem
+from twengine.config.schema import SECTIONS
+from twengine.config.stages.consistency import (
     _check_aliases,
     _check_clients,
     _check_credentials,
@@ -39,13 +42,10 @@ from twengine.config.consistency import (
     _control_key,
     _duplicates,
 )
-from twengine.config.fields import _ABSENT, _at, _Fields, _kind, _Problems
-from twengine.config.model import AnswerModel, Config, Pricing
-from twengine.config.problem import Problem
-from twengine.config.providers import _providers
-from twengine.config.routing import _aliases, _groups, _routes
-from twengine.config.schema import SECTIONS
-from twengine.config.sections import (
+from twengine.config.stages.fields import _ABSENT, _at, _Fields, _kind, _Problems
+from twengine.config.stages.providers import _providers
+from twengine.config.stages.routing import _aliases, _groups, _routes
+from twengine.config.stages.sections import (
     _clients,
     _failover,
     _listen,

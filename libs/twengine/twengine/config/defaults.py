@@ -30,6 +30,9 @@ __all__ = (
     "LIMIT_COST_USD",
     "LIMIT_REQUESTS",
     "LIMIT_TOKENS",
+    "LISTEN_HTTP",
+    "LISTEN_HTTP2",
+    "LISTEN_WEBSOCKET",
     "MIN_STREAM_START_WAIT_SECS",
     "MODEL_SPEC_TOKENS",
     "OFFICIAL_HOSTS",
@@ -87,6 +90,50 @@ CONTROL_MAX_BODY_BYTES = Bound(low=1024, high=64 * 1024 * 1024, default=1024 * 1
 # listen.gateway.max_model_name_chars: the longest model name a request may ask for. Real names
 # (dated snapshots, vendor/ prefixes, Bedrock ARNs) stay well under 256.
 GATEWAY_MAX_MODEL_NAME_CHARS = Bound(low=16, high=65_536, default=256)
+
+_KIB = 1024
+_MIB = 1024 * 1024
+# listen.http, listen.http2, listen.websocket: what the transports allow one client connection
+# (docs/configuration.md, "Transport limits"). Each default is the figure the transports had
+# before they were settings (twserve.server's ServerLimits, Http2Limits, WebSocketLimits).
+LISTEN_HTTP: Mapping[str, Bound] = MappingProxyType(
+    {
+        "max_header_bytes": Bound(low=_KIB, high=_MIB, default=64 * _KIB),
+        "max_headers": Bound(low=8, high=10_000, default=200),
+        "max_body_bytes": Bound(low=_KIB, high=1024 * _MIB, default=32 * _MIB),
+        "head_timeout_secs": Bound(low=1, high=3600, default=30, integer=False),
+        "body_timeout_secs": Bound(low=1, high=3600, default=60, integer=False),
+        "keepalive_timeout_secs": Bound(low=1, high=3600, default=75, integer=False),
+        "write_timeout_secs": Bound(low=1, high=3600, default=60, integer=False),
+        "body_budget_bytes": Bound(low=_MIB, high=64 * 1024 * _MIB, default=512 * _MIB),
+    }
+)
+LISTEN_HTTP2: Mapping[str, Bound] = MappingProxyType(
+    {
+        "max_concurrent_streams": Bound(low=1, high=10_000, default=100),
+        # The protocol's own range for SETTINGS_MAX_FRAME_SIZE.
+        "max_frame_size": Bound(low=16_384, high=16_777_215, default=16_384),
+        "max_header_list_size": Bound(low=_KIB, high=16 * _MIB, default=64 * _KIB),
+        "hard_header_list_size": Bound(low=_KIB, high=64 * _MIB, default=256 * _KIB),
+        # At least the protocol's initial window, at most its largest.
+        "initial_window_size": Bound(low=65_535, high=2_147_483_647, default=_MIB),
+        "max_resets": Bound(low=1, high=100_000, default=200),
+        "reset_window_secs": Bound(low=1, high=3600, default=10, integer=False),
+        "output_buffer_bytes": Bound(low=4 * _KIB, high=64 * _MIB, default=64 * _KIB),
+        "max_owed_control_frames": Bound(low=10, high=1_000_000, default=1000),
+        "max_blocked_secs": Bound(low=1, high=3600, default=60, integer=False),
+    }
+)
+LISTEN_WEBSOCKET: Mapping[str, Bound] = MappingProxyType(
+    {
+        "max_message_bytes": Bound(low=_KIB, high=1024 * _MIB, default=16 * _MIB),
+        "idle_timeout_secs": Bound(low=1, high=86_400, default=300, integer=False),
+        "max_queued_turns": Bound(low=1, high=1000, default=8),
+        "max_sockets_per_key": Bound(low=1, high=100_000, default=32),
+        "output_buffer_bytes": Bound(low=4 * _KIB, high=64 * _MIB, default=64 * _KIB),
+        "max_owed_pongs": Bound(low=10, high=1_000_000, default=1000),
+    }
+)
 
 CLIENT_MAX_CONCURRENT = Bound(low=1, high=1000)
 # Per-upstream numbers; `max_concurrent` has no default (no cap).

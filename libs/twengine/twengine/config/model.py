@@ -45,6 +45,8 @@ __all__ = (
     "Group",
     "GroupMember",
     "GroupType",
+    "Http2Listen",
+    "HttpListen",
     "IPNetwork",
     "KeyLimit",
     "LimitMeasure",
@@ -66,6 +68,7 @@ __all__ = (
     "Store",
     "Target",
     "TargetKind",
+    "WebSocketListen",
     "When",
     "parse_comparison",
 )
@@ -234,9 +237,58 @@ class ControlListen:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HttpListen:
+    """``listen.http``: the bounds of every client connection's requests, whichever protocol
+    it speaks (heads, bodies, the time each may take, one write to a client that does not
+    read, the bodies held in memory at once). The control listener keeps its own connection
+    and body caps (`ControlListen`)."""
+
+    max_header_bytes: int = int(_d(defaults.LISTEN_HTTP, "max_header_bytes"))
+    max_headers: int = int(_d(defaults.LISTEN_HTTP, "max_headers"))
+    max_body_bytes: int = int(_d(defaults.LISTEN_HTTP, "max_body_bytes"))
+    head_timeout_secs: float = _d(defaults.LISTEN_HTTP, "head_timeout_secs")
+    body_timeout_secs: float = _d(defaults.LISTEN_HTTP, "body_timeout_secs")
+    keepalive_timeout_secs: float = _d(defaults.LISTEN_HTTP, "keepalive_timeout_secs")
+    write_timeout_secs: float = _d(defaults.LISTEN_HTTP, "write_timeout_secs")
+    body_budget_bytes: int = int(_d(defaults.LISTEN_HTTP, "body_budget_bytes"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Http2Listen:
+    """``listen.http2``: what one client HTTP/2 connection is allowed."""
+
+    max_concurrent_streams: int = int(_d(defaults.LISTEN_HTTP2, "max_concurrent_streams"))
+    max_frame_size: int = int(_d(defaults.LISTEN_HTTP2, "max_frame_size"))
+    max_header_list_size: int = int(_d(defaults.LISTEN_HTTP2, "max_header_list_size"))
+    hard_header_list_size: int = int(_d(defaults.LISTEN_HTTP2, "hard_header_list_size"))
+    initial_window_size: int = int(_d(defaults.LISTEN_HTTP2, "initial_window_size"))
+    max_resets: int = int(_d(defaults.LISTEN_HTTP2, "max_resets"))
+    reset_window_secs: float = _d(defaults.LISTEN_HTTP2, "reset_window_secs")
+    output_buffer_bytes: int = int(_d(defaults.LISTEN_HTTP2, "output_buffer_bytes"))
+    max_owed_control_frames: int = int(_d(defaults.LISTEN_HTTP2, "max_owed_control_frames"))
+    max_blocked_secs: float = _d(defaults.LISTEN_HTTP2, "max_blocked_secs")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebSocketListen:
+    """``listen.websocket``: what one Responses WebSocket is allowed (the idle timeout and the
+    output bounds hold for Realtime connections too)."""
+
+    max_message_bytes: int = int(_d(defaults.LISTEN_WEBSOCKET, "max_message_bytes"))
+    idle_timeout_secs: float = _d(defaults.LISTEN_WEBSOCKET, "idle_timeout_secs")
+    max_queued_turns: int = int(_d(defaults.LISTEN_WEBSOCKET, "max_queued_turns"))
+    max_sockets_per_key: int = int(_d(defaults.LISTEN_WEBSOCKET, "max_sockets_per_key"))
+    output_buffer_bytes: int = int(_d(defaults.LISTEN_WEBSOCKET, "output_buffer_bytes"))
+    max_owed_pongs: int = int(_d(defaults.LISTEN_WEBSOCKET, "max_owed_pongs"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Listen:
     gateway: GatewayListen = field(default_factory=GatewayListen)
     control: ControlListen = field(default_factory=ControlListen)
+    http: HttpListen = field(default_factory=HttpListen)
+    http2: Http2Listen = field(default_factory=Http2Listen)
+    websocket: WebSocketListen = field(default_factory=WebSocketListen)
 
 
 # --- clients (gateway keys) ---------------------------------------------------------------

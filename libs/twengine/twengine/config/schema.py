@@ -48,7 +48,10 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "state",
             "store",
         ),
-        "listen": ("gateway", "control"),
+        "listen": ("gateway", "control", "http", "http2", "websocket"),
+        "listen.http": tuple(defaults.LISTEN_HTTP),
+        "listen.http2": tuple(defaults.LISTEN_HTTP2),
+        "listen.websocket": tuple(defaults.LISTEN_WEBSOCKET),
         "listen.gateway": (
             "bind",
             "port",
@@ -157,6 +160,17 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "listen.gateway.allow_origins": _reads("twengine.browser", "allow_origins"),
         "listen.gateway.allow_hosts": _reads("twengine.browser", "allow_hosts"),
         "listen.gateway.max_model_name_chars": _reads("twengine.admission", "max_model_name_chars"),
+        # The transports' bounds: read into the servers' limits when a connection is set up.
+        **{f"listen.{section}": _SECTION for section in ("http", "http2", "websocket")},
+        **{
+            f"listen.{section}.{name}": _reads("twserve.app.transport_limits", name)
+            for section, table in (
+                ("http", defaults.LISTEN_HTTP),
+                ("http2", defaults.LISTEN_HTTP2),
+                ("websocket", defaults.LISTEN_WEBSOCKET),
+            )
+            for name in table
+        },
         "listen.control": _SECTION,
         "listen.control.enabled": _reads("twserve.app.wiring", "enabled"),
         "listen.control.bind": _reads("twserve.app.wiring", "bind"),

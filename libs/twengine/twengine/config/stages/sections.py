@@ -3,11 +3,11 @@
 Each reader takes the top level's `_Fields` (and the environment where ``${VAR}`` templates
 must be resolved at load) and returns the section's model: `Listen`, `Failover`, `Retention`,
 `State`, `Store`, or for the list sections (``clients``, ``pricing.sheets`` here; ``providers``
-in `twengine.config.providers`; ``aliases``, ``groups`` and ``routes`` in
-`twengine.config.routing`) each entry as a `_Placed`, its value with the path it was read at,
+in `twengine.config.stages.providers`; ``aliases``, ``groups`` and ``routes`` in
+`twengine.config.stages.routing`) each entry as a `_Placed`, its value with the path it was read at,
 for the consistency checks of stage 3. A check that needs only the section's own fields is
 made here (a control plane on the gateway's port, a key's limits); one that needs another
-section is made in `twengine.config.consistency`. `_not_built` refuses the fields whose
+section is made in `twengine.config.stages.consistency`. `_not_built` refuses the fields whose
 behaviour is not built.
 """
 
@@ -17,10 +17,32 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from twengine.config import defaults
 from twengine.config.credentials import header_value_fault
-from twengine.config.fields import (
+from twengine.config.defaults import Bound
+from twengine.config.model import (
+    Client,
+    ControlListen,
+    Failover,
+    GatewayListen,
+    Http2Listen,
+    HttpListen,
+    IPNetwork,
+    KeyLimit,
+    LimitMeasure,
+    LimitPeriod,
+    Listen,
+    ModelPrice,
+    PriceSheet,
+    Retention,
+    State,
+    Store,
+    WebSocketListen,
+)
+from twengine.config.schema import NOT_BUILT, SECTIONS
+from twengine.config.stages.fields import (
     _ABSENT,
     _as_choice,
     _as_model,
@@ -34,23 +56,6 @@ from twengine.config.fields import (
     _Placed,
     _Problems,
 )
-from twengine.config.model import (
-    Client,
-    ControlListen,
-    Failover,
-    GatewayListen,
-    IPNetwork,
-    KeyLimit,
-    LimitMeasure,
-    LimitPeriod,
-    Listen,
-    ModelPrice,
-    PriceSheet,
-    Retention,
-    State,
-    Store,
-)
-from twengine.config.schema import NOT_BUILT, SECTIONS
 from twengine.config.template import TemplateError, resolve_template, template_variables
 
 __all__ = ()
@@ -195,7 +200,49 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
                 cf.at("port"),
                 f"the control plane and the gateway cannot both listen on port {control.port}",
             )
-    return Listen(gateway=gateway, control=control)
+    http, http2, websocket = _transport_limits(out, lf)
+    return Listen(gateway=gateway, control=control, http=http, http2=http2, websocket=websocket)
+
+
+def _figures(lf: _Fields, name: str, table: Mapping[str, Bound]) -> dict[str, Any] | None:
+    """Section `name` of `listen`, each field at its bound's default when absent (whole
+    numbers as int); None when the section is absent."""
+    sf = lf.fields(name, SECTIONS[f"listen.{name}"])
+    if sf is None:
+        return None
+    figures: dict[str, Any] = {}
+    for field_name, bound in table.items():
+        found = sf.number(field_name, bound)
+        assert found is not None  # every field of these tables has a default
+        figures[field_name] = int(found) if bound.integer else found
+    return figures
+
+
+def _transport_limits(
+    out: _Problems, lf: _Fields
+) -> tuple[HttpListen, Http2Listen, WebSocketListen]:
+    """``listen.http``, ``listen.http2`` and ``listen.websocket``: the transports' bounds."""
+    found = _figures(lf, "http", defaults.LISTEN_HTTP)
+    http = HttpListen() if found is None else HttpListen(**found)
+    found = _figures(lf, "http2", defaults.LISTEN_HTTP2)
+    http2 = Http2Listen() if found is None else Http2Listen(**found)
+    found = _figures(lf, "websocket", defaults.LISTEN_WEBSOCKET)
+    websocket = WebSocketListen() if found is None else WebSocketListen(**found)
+    if http.body_budget_bytes < http.max_body_bytes:
+        out.add(
+            "config.listen_limits_conflict",
+            f"{lf.at('http')}.body_budget_bytes",
+            f"body_budget_bytes ({http.body_budget_bytes}) is below max_body_bytes "
+            f"({http.max_body_bytes}): no body that large could ever be held",
+        )
+    if http2.hard_header_list_size < http2.max_header_list_size:
+        out.add(
+            "config.listen_limits_conflict",
+            f"{lf.at('http2')}.hard_header_list_size",
+            f"hard_header_list_size ({http2.hard_header_list_size}) is below "
+            f"max_header_list_size ({http2.max_header_list_size}), the size advertised",
+        )
+    return http, http2, websocket
 
 
 _MEASURES = tuple(m.value for m in LimitMeasure)

@@ -2,8 +2,9 @@
 
 A check that needs only the entry's own fields is made here (a group's weights against its
 type, a rule's conditions and its one target); whether the names they point at exist is
-stage 3's (`twengine.config.consistency`). Each entry is returned as a `_Placed`, its value with
-the path it was read at; a group's members and a route's rules keep the paths of their items.
+stage 3's (`twengine.config.stages.consistency`). Each entry is returned as a `_Placed`, its
+value with the path it was read at; a group's members and a route's rules keep the paths of
+their items.
 """
 
 from __future__ import annotations
@@ -12,21 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twengine.config import defaults
-from twengine.config.fields import (
-    _ABSENT,
-    _as_choice,
-    _as_model,
-    _as_name,
-    _as_text,
-    _at,
-    _entries,
-    _Fields,
-    _is_seq,
-    _kind,
-    _one_or_many,
-    _Placed,
-    _Problems,
-)
 from twengine.config.model import (
     ALL_UPSTREAMS,
     Alias,
@@ -45,6 +31,21 @@ from twengine.config.model import (
     parse_comparison,
 )
 from twengine.config.schema import SECTIONS
+from twengine.config.stages.fields import (
+    _ABSENT,
+    _as_choice,
+    _as_model,
+    _as_name,
+    _as_text,
+    _at,
+    _entries,
+    _Fields,
+    _is_seq,
+    _kind,
+    _one_or_many,
+    _Placed,
+    _Problems,
+)
 from twproto.dialect import Dialect
 from twproto.ir import ReasoningLevel
 

@@ -12,8 +12,8 @@ does not cascade.
 it was read at.
 
 Nothing here is API: these are the shared tools of `build_config`'s stages
-(`twengine.config.sections`, `twengine.config.providers`, `twengine.config.routing`,
-`twengine.config.consistency`), private to `twengine.config`.
+(`sections`, `providers`, `routing` and `consistency` beside this module), private to
+`twengine.config`.
 """
 
 from __future__ import annotations

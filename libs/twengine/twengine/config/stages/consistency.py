@@ -4,8 +4,8 @@ Names that point elsewhere must exist (group members, rule targets and pins, key
 clients), names must be unique within their kind, and some settings depend on others: a key
 limit on the retention its rebuild needs, a gateway key on differing from the control key, an
 upstream's key and headers on the environment they are read from. Each check takes the entries
-as stage 2 placed them (`twengine.config.sections`, `twengine.config.providers`,
-`twengine.config.routing`: value and path), so a problem names the field it is about.
+as stage 2 placed them (`twengine.config.stages.sections`, `twengine.config.stages.providers`,
+`twengine.config.stages.routing`: value and path), so a problem names the field it is about.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from twengine.config.credentials import credential_faults
-from twengine.config.fields import _at, _Placed, _Problems
 from twengine.config.model import (
     Alias,
     Client,
@@ -26,6 +25,7 @@ from twengine.config.model import (
     Rule,
     TargetKind,
 )
+from twengine.config.stages.fields import _at, _Placed, _Problems
 from twengine.config.template import TemplateError, resolve_template
 
 __all__ = ()

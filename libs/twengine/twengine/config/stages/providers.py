@@ -3,8 +3,9 @@ and model specs.
 
 A check that needs only the upstream's own fields is made here (a URL's scheme and host, a
 header the gateway sets itself, a spec's limits); whether its key and headers can be read from
-the environment, and whether its price sheet exists, is stage 3's (`twengine.config.consistency`).
-Each upstream is returned as a `_Placed`, its value with the path it was read at.
+the environment, and whether its price sheet exists, is stage 3's
+(`twengine.config.stages.consistency`). Each upstream is returned as a `_Placed`, its value
+with the path it was read at.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import re
 from collections.abc import Mapping
 
 from twengine.config import defaults
-from twengine.config.fields import (
+from twengine.config.model import (
+    Billing,
+    ModelSpec,
+    Provider,
+    ResponsesTransport,
+)
+from twengine.config.schema import SECTIONS
+from twengine.config.stages.fields import (
     _ABSENT,
     _WILDCARD,
     _as_model,
@@ -27,13 +35,6 @@ from twengine.config.fields import (
     _printable,
     _Problems,
 )
-from twengine.config.model import (
-    Billing,
-    ModelSpec,
-    Provider,
-    ResponsesTransport,
-)
-from twengine.config.schema import SECTIONS
 from twengine.config.template import TemplateError, template_variables
 from twproto.dialect import Dialect
 
