@@ -153,7 +153,7 @@ def test_versions_are_in_step() -> None:
 
 def test_checker_sees_an_undeclared_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import orjson\nfrom anyio.abc import TaskGroup\nfrom . import x\nimport os\n")
+    module.write_text("import orjson\nfrom anyio.abc import TaskGroup\nfrom . import x\nimport os")
     assert top_level_imports([module]) == {"orjson", "anyio", "os"}
     assert requirement_name("psycopg[binary]>=3.2") == "psycopg"
     assert requirement_name("ruamel.yaml>=0.18") == "ruamel-yaml"
