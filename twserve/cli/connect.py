@@ -50,11 +50,11 @@ def _model_line(name: str, model: str | None) -> str:
 
 def _claude_code(t: Target) -> list[str]:
     lines = [
-        "# Claude Code: in the shell that starts `claude` (or under \"env\" in",
+        '# Claude Code: in the shell that starts `claude` (or under "env" in',
         "# ~/.claude/settings.json). The key goes as Authorization: Bearer.",
         _export("ANTHROPIC_BASE_URL", t.url),
         _export("ANTHROPIC_AUTH_TOKEN", t.key),
-        "# ANTHROPIC_API_KEY (sent as x-api-key) works too, but set only one of the two.",
+        "# ANTHROPIC_API_KEY (sent in the API-key header) works too; set only one of the two.",
         "unset ANTHROPIC_API_KEY",
         "# The model, and the models behind the opus / sonnet / haiku slots (background tasks",
         "# use haiku's): names the gateway routes.",
@@ -136,50 +136,45 @@ def _genai(t: Target) -> list[str]:
 
 
 def _curl(t: Target) -> list[str]:
+    from twproto import ClientCall, Dialect, Operation, UpstreamTarget, upstream_request
+
     model = t.model or MODEL_PLACEHOLDER
     user = [{"role": "user", "content": "Hello"}]
+    # Each request as its own SDK writes it: to a client, the gateway is one more upstream of
+    # the client's format (twproto.upstream_request knows the paths and key headers).
     calls = [
         (
             "Anthropic Messages",
-            "/v1/messages",
-            f"x-api-key: {t.key}",
+            Dialect.ANTHROPIC,
             {"model": model, "max_tokens": 256, "stream": True, "messages": user},
         ),
         (
             "OpenAI Chat Completions",
-            "/v1/chat/completions",
-            f"authorization: Bearer {t.key}",
+            Dialect.OPENAI_CHAT,
             {"model": model, "stream": True, "messages": user},
         ),
         (
             "OpenAI Responses",
-            "/v1/responses",
-            f"authorization: Bearer {t.key}",
+            Dialect.OPENAI_RESPONSES,
             {"model": model, "stream": True, "input": "Hello"},
         ),
-        (
-            "Gemini",
-            f"/v1beta/models/{model}:streamGenerateContent?alt=sse",
-            f"x-goog-api-key: {t.key}",
-            {"contents": [{"role": "user", "parts": [{"text": "Hello"}]}]},
-        ),
+        ("Gemini", Dialect.GEMINI, {"contents": [{"role": "user", "parts": [{"text": "Hello"}]}]}),
     ]
     lines = ["# curl: one streamed request in each API format; any model the gateway routes."]
-    for title, path, auth, body in calls:
-        lines += [
-            f"# {title}",
-            " ".join(
-                [
-                    "curl -N",
-                    shlex.quote(t.url + path),
-                    "-H",
-                    shlex.quote(auth),
-                    "-H 'content-type: application/json'",
-                    "-d",
-                    shlex.quote(json.dumps(body, separators=(",", ":"))),
-                ]
-            ),
-        ]
+    for title, dialect, body in calls:
+        openai_sdk = dialect in (Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES)
+        base_url = t.url + "/v1" if openai_sdk else t.url
+        target = UpstreamTarget(dialect=dialect, base_url=base_url, key=t.key, model=model)
+        call = ClientCall(dialect=dialect, operation=Operation.GENERATE, stream=True)
+        raw = json.dumps(body, separators=(",", ":"))
+        built = upstream_request(target, call, raw.encode())
+        words = ["curl", "-N", shlex.quote(built.url)]
+        for name, value in built.headers:
+            if name in (b"content-type", b"accept-encoding"):
+                continue  # curl's own content-type line follows; identity is its default
+            words += ["-H", shlex.quote(f"{name.decode()}: {value.decode()}")]
+        words += ["-H", "'content-type: application/json'", "-d", shlex.quote(raw)]
+        lines += [f"# {title}", " ".join(words)]
     return lines
 
 

@@ -238,7 +238,21 @@ def test_sdks_reach_the_gateway_with_only_the_printed_variables(
     reply = gclient.models.generate_content(model="claude-e2e-1", contents="hi")
     assert reply.text == TEXT
 
+    # The curl lines, as printed, one streamed request per format.
+    assert main(["connect", "curl", "--url", st.url, "--key", KEY, "--model", "claude-e2e-1"]) == 0
+    curls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("curl ")]
+    assert len(curls) == 4
+    for line in curls:
+        out = subprocess.run(
+            [*shlex.split(line), "-sS", "--fail", "--max-time", "20"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, (line, out.stderr)
+        assert "data:" in out.stdout, (line, out.stdout[:300])
+
     # Every request went through the gateway to the one upstream, with the upstream's key.
     received = st.mock("up").received
-    assert len(received) == 3
+    assert len(received) == 7
     assert {r.header("x-api-key") for r in received} == {"upstream-key-up"}
