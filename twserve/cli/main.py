@@ -1,5 +1,5 @@
 """``twserve`` command line: serve, init, check, config, demo, mock-upstream, dryrun, usage,
-prices.
+prices, connect.
 
 Every subcommand is a thin layer over functions that tests call directly.
 """
@@ -501,9 +501,11 @@ def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_dryrun)
 
+    from twserve.cli import connect as cli_connect
     from twserve.cli import usage as cli_usage
 
     cli_usage.add_commands(sub)
+    cli_connect.add_commands(sub)
     return parser
 
 
