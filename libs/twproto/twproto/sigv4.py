@@ -275,7 +275,7 @@ def verify_request(
         return SignatureCheck.MISSING
     m = _AUTHORIZATION.fullmatch(auth[0].decode("latin-1"))
     dates = found.get(b"x-amz-date")
-    if m is None or not dates or len(dates) != 1:
+    if m is None or len(auth) != 1 or not dates or len(dates) != 1:
         return SignatureCheck.MALFORMED
     amz_date = dates[0].decode("latin-1")
     if not _AMZ_DATE.fullmatch(amz_date):
