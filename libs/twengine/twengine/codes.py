@@ -216,6 +216,15 @@ _CODES = {
     "gw.upstream.broken_after_content": (
         "The upstream's stream broke after content reached the client; it ends with an error."
     ),
+    "gw.upstream.eventstream_corrupt": (
+        "An upstream's event stream has a bad checksum, an impossible length or an unreadable "
+        "header; the stream is dropped."
+    ),
+    "gw.upstream.eventstream_too_large": (
+        "An upstream's event-stream message is over the decoder's bound (1 MiB), or its headers "
+        "over 128 KiB."
+    ),
+    "gw.upstream.eventstream_truncated": "An upstream's event stream ended inside a message.",
     "gw.upstream.credentials_missing": (
         "An upstream's key or header needs an environment variable that is not set; "
         "that upstream is skipped."

@@ -11,6 +11,9 @@ unhandled. The subclasses name *whose* input was bad, because that decides the a
   format. The gateway failed, not the client.
 - `SSEError` (502): a stream's framing is broken (twproto decodes streams from upstreams), with
   `SSEEventTooLarge` and `JSONArrayError` below it.
+- `EventStreamError` (502 for what a decoder read, 500 for what cannot be encoded): an AWS event
+  stream's framing is broken, with `EventStreamCorrupt`, `EventStreamTooLarge` and
+  `EventStreamTruncated` below it (`twproto.eventstream`).
 
 `ProtocolError` and `TranslationError` only group the others and cannot be raised themselves.
 """

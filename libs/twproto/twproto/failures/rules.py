@@ -103,6 +103,7 @@ RULES: tuple[Rule, ...] = (
             r"exceeds? the context window",  # OpenAI Responses
             r"input tokens exceed the configured limit",  # OpenAI
             r"(?:input|prompt) is too long for (?:the )?requested model",  # Bedrock
+            r"too many total text bytes",  # Bedrock
             r"too large for model with \d+ maximum context length",  # Mistral
             r"maximum prompt length is \d+",  # xAI
         ),
