@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 
 from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
 from twengine.attempt import AttemptSettings
+from twengine.catalog import TableCatalog
 from twengine.config import Config
 from twengine.model_listing import answer_models
-from twengine.pricing import PriceTable, TableCatalog
+from twengine.pricing import PriceTable
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect

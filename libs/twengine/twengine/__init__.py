@@ -90,6 +90,7 @@ from twengine.balance import (
     take_part,
 )
 from twengine.browser import browser_refusal, host_name, is_json_type
+from twengine.catalog import Catalog, ConfigCatalog, TableCatalog
 from twengine.codes import (
     CODES,
     PREFIXES,
@@ -190,7 +191,6 @@ from twengine.pricing import (
     Pricer,
     PriceTable,
     Rates,
-    TableCatalog,
     Tier,
     cost_of,
 )
@@ -203,8 +203,6 @@ from twengine.retry import (
 )
 from twengine.router import (
     Balance,
-    Catalog,
-    ConfigCatalog,
     MemberBalance,
     RoutePlan,
     Router,
