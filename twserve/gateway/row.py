@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 from twengine.admission import LocalAnswer, Refusal, Routed
 from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send
-from twengine.attempt_ledger import attempt_view
+from twengine.attempt.ledger import attempt_view
 from twengine.config.credentials import CredentialFault
 from twserve.events import EventBus
 from twserve.relay.client import RelayOutcome

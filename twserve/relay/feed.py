@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import assert_never
 
-from twengine.attempt_ledger import AttemptLedger, LedgerAction
+from twengine.attempt.ledger import AttemptLedger, LedgerAction
 from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early

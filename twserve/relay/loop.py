@@ -1,6 +1,6 @@
 """Carrying one request to its upstreams and the answer back: the attempt ledger's verbs.
 
-`twengine.attempt_ledger.AttemptLedger` (the attempt machine with its slot and health
+`twengine.attempt.ledger.AttemptLedger` (the attempt machine with its slot and health
 bookkeeping) decides everything — which upstream next, when to wait, when the client's 200 goes
 out, which slot to take or give back, what to record, how the request ends. This module carries
 its actions out, one `match` arm per verb, and feeds it what happened:
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import anyio
 
 from twengine import attempt as act
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,

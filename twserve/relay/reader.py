@@ -26,10 +26,9 @@ from typing import Protocol
 import anyio
 
 from twengine.attempt import CandidateRef, ResendReason
+from twengine.catalog import ConfigCatalog, TableCatalog
 from twengine.config import AnswerModel, Config, Provider, ResponsesTransport
 from twengine.config.credentials import CredentialFault, resolve_credentials
-from twengine.pricing import TableCatalog
-from twengine.router import ConfigCatalog
 from twengine.rules import Candidate
 from twproto import json_loads
 from twproto.client_errors import request_failure

@@ -68,7 +68,7 @@ from twengine.attempt import (
     State,
     WaitForSlot,
 )
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,
@@ -77,6 +77,13 @@ from twengine.attempt_ledger import (
     RecordSuccess,
     ReleaseSlot,
     attempt_view,
+)
+from twengine.attempt.retry import (
+    HINT_FLOOR_SECS,
+    JITTER,
+    SCHEDULE_SECS,
+    base_backoff,
+    next_backoff,
 )
 from twengine.balance import (
     WEIGHT_SCALE,
@@ -193,13 +200,6 @@ from twengine.pricing import (
     Rates,
     Tier,
     cost_of,
-)
-from twengine.retry import (
-    HINT_FLOOR_SECS,
-    JITTER,
-    SCHEDULE_SECS,
-    base_backoff,
-    next_backoff,
 )
 from twengine.router import (
     Balance,

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from twengine.attempt import AttemptSettings
-from twengine.attempt_ledger import AttemptLedger
+from twengine.attempt.ledger import AttemptLedger
 from twengine.config import build_config
 from twengine.router import Router
 from twproto.dialect import Dialect

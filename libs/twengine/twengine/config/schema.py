@@ -178,13 +178,13 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "providers[].headers": _reads("twengine.config.credentials", "headers"),
         "providers[].models": _reads("twengine.rules", "model_for"),
         "providers[].max_concurrent": _reads("twengine.router", "max_concurrent"),
-        "providers[].billing": _reads("twengine.router", "billing"),
+        "providers[].billing": _reads("twengine.catalog", "billing"),
         "providers[].model_specs": _reads("twengine.model_listing", "model_spec"),
-        "providers[].model_specs.*.context_window": _reads("twengine.router", "context_window"),
+        "providers[].model_specs.*.context_window": _reads("twengine.catalog", "context_window"),
         "providers[].model_specs.*.max_output_tokens": _reads(
             "twengine.model_listing", "max_output_tokens"
         ),
-        "providers[].price_sheet": _reads("twengine.router", "price_sheet"),
+        "providers[].price_sheet": _reads("twengine.catalog", "price_sheet"),
         "providers[].connect_timeout_secs": _reads("twserve.relay.reader", "connect_timeout_secs"),
         "providers[].forward_mock_headers": _reads("twserve.relay.reader", "forward_mock_headers"),
         "providers[].http2": _reads("twserve.relay.reader", "http2"),
@@ -236,11 +236,11 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "answer_model": _reads("twserve.relay.reader", "answer_model"),
         # The cheapest group type orders by input price; costs themselves are not computed yet.
         "pricing": _SECTION,
-        "pricing.sheets": _reads("twengine.router", "price_sheet"),
-        "pricing.sheets[].name": _reads("twengine.router", "price_sheet"),
-        "pricing.sheets[].multiplier": _reads("twengine.router", "multiplier"),
-        "pricing.sheets[].models": _reads("twengine.router", "price"),
-        "pricing.sheets[].models.*.input": _reads("twengine.router", "input"),
+        "pricing.sheets": _reads("twengine.catalog", "price_sheet"),
+        "pricing.sheets[].name": _reads("twengine.catalog", "price_sheet"),
+        "pricing.sheets[].multiplier": _reads("twengine.catalog", "multiplier"),
+        "pricing.sheets[].models": _reads("twengine.catalog", "price"),
+        "pricing.sheets[].models.*.input": _reads("twengine.catalog", "input"),
         "clients[].limits": _reads("twengine.limits", "limits"),
         "clients[].limits[].per": _reads("twengine.limits", "per"),
         "clients[].limits[].requests": _reads("twengine.limits", "measure"),
@@ -273,10 +273,12 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "failover.rate_limit_max_pause_secs": _reads(
             "twengine.health", "rate_limit_max_pause_secs"
         ),
-        "failover.idle_timeout_secs": _reads("twengine.attempt", "idle_timeout_secs"),
-        "failover.wait_secs": _reads("twengine.attempt", "wait_secs"),
-        "failover.next_on_slow_start": _reads("twengine.attempt", "next_on_slow_start"),
-        "failover.stream_start_wait_secs": _reads("twengine.attempt", "stream_start_wait_secs"),
+        "failover.idle_timeout_secs": _reads("twengine.attempt.actions", "idle_timeout_secs"),
+        "failover.wait_secs": _reads("twengine.attempt.actions", "wait_secs"),
+        "failover.next_on_slow_start": _reads("twengine.attempt.actions", "next_on_slow_start"),
+        "failover.stream_start_wait_secs": _reads(
+            "twengine.attempt.actions", "stream_start_wait_secs"
+        ),
     }
 )
 
