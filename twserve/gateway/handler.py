@@ -3,7 +3,7 @@
 The decisions are twengine's: `check_caller` (the client address against ``allow_from`` before the
 key, the path, the gateway key), `admit` (the body, routing, token counts answered here),
 `answer_models` (the listing). This handler carries them out in order — the caller checks
-(twserve.gateway.callers), the destinations and their credentials (twserve.relay.reader), what
+(twserve.gateway.callers), the destinations and their credentials (twengine.destinations), what
 upstreams get of the reasoning (twserve.relay.reasoning), the key's turn (twserve.gateway.key_turn),
 the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
 request refused at any check never reaches an upstream; every request that got as far as a key check
@@ -20,6 +20,7 @@ from twengine.admission import AdmissionRequest, Routed, admit, no_usable_creden
 from twengine.attempt import AttemptSettings
 from twengine.catalog import TableCatalog
 from twengine.config import Config
+from twengine.destinations import destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
 from twengine.router import Router
@@ -48,7 +49,6 @@ from twserve.relay.client import answer, respond_error, transport_error
 from twserve.relay.efforts import Efforts
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
-from twserve.relay.reader import destinations
 from twserve.relay.reasoning import Reasoning
 from twserve.server import http1
 from twserve.server.base import Request, Responder
@@ -222,6 +222,7 @@ class Gateway:
             ),
             body=request.body,
             model=verdict.model,
+            parsed=verdict.body,  # parsed once, by admission
             owner=row.id,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn

@@ -24,15 +24,16 @@ from twproto.client_errors import error_for_failure, error_for_unreadable_answer
 from twproto.dialect import Dialect
 from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import Failure
+from twproto.headers import client_response_headers
 from twproto.paths import guess_client_dialect
 from twproto.stream_translate import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
 from twserve.server.base import Headers, Responder
-from twserve.upstream.client import client_headers
 
 if TYPE_CHECKING:
-    from twserve.relay.reader import Attempt, Destination
+    from twengine.destinations import Destination
+    from twserve.relay.reader import Attempt
 
 __all__ = [
     "MODEL_HEADER",
@@ -172,7 +173,9 @@ class ClientAnswer:
             out.dropped.extend(answer.dropped)
         # Same format: the upstream's bytes, with only the model renamed (translate_response).
         payload = body if answer is None else answer.body
-        kept = client_headers(headers) if same else [(b"content-type", b"application/json")]
+        kept = (
+            client_response_headers(headers) if same else [(b"content-type", b"application/json")]
+        )
         await self.whole(200, kept, payload, provider)
 
     async def finish(

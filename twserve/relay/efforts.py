@@ -16,12 +16,12 @@ from typing import Any
 from twengine.attempt import Outcome, ResendReason
 from twengine.config import Config
 from twengine.config.credentials import CredentialFault, resolve_credentials
+from twengine.destinations import Destination
 from twengine.effort_memory import EffortKey, EffortMemory, upstream_identity
 from twproto.dialect import Dialect
 from twproto.effort import requested_effort, sets_only_budget
 from twproto.ir import ReasoningLevel
 from twserve.relay.client import RelayOutcome
-from twserve.relay.reader import Destination
 
 __all__ = ["Efforts"]
 

@@ -21,10 +21,12 @@ from collections.abc import Callable, Mapping
 from typing import assert_never
 
 from twengine.attempt.ledger import AttemptLedger, LedgerAction
+from twengine.destinations import Destination
 from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early
 from twproto.first_content import FailedBeforeContent, Holding
+from twproto.headers import client_response_headers
 from twproto.resume import ResumableStream
 from twproto.upstream_stream import FirstContent, OpeningOutcome, reported_usage
 from twserve.relay.client import RelayOutcome
@@ -34,14 +36,12 @@ from twserve.relay.reader import (
     AttemptItem,
     Broken,
     Chunk,
-    Destination,
     End,
     ErrorBody,
     Head,
     Whole,
 )
 from twserve.server.base import Headers, Responder
-from twserve.upstream.client import client_headers
 
 __all__ = ["AttemptFeed"]
 
@@ -120,7 +120,12 @@ class AttemptFeed:
             case ErrorBody(body=body):
                 failure = classify_response(live.status, live.headers, body, now=self.wall())
                 dialect = self.dests[live.provider].target.dialect
-                self.errors[live.index] = (live.status, client_headers(live.headers), body, dialect)
+                self.errors[live.index] = (
+                    live.status,
+                    client_response_headers(live.headers),
+                    body,
+                    dialect,
+                )
                 return self._failed(failure, now)
             case AttemptFailed(failure=failure):
                 return self._failed(failure, now)

@@ -38,6 +38,8 @@ from twengine.attempt.ledger import (
     RecordSuccess,
     ReleaseSlot,
 )
+from twengine.attempt.requests import AttemptRequests
+from twengine.destinations import Destination
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream_translate import keepalive_comments
@@ -46,7 +48,7 @@ from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
 from twserve.relay.inbox import Inbox
-from twserve.relay.reader import Attempt, AttemptItem, AttemptRequests, Destination, read_attempt
+from twserve.relay.reader import Attempt, AttemptItem, read_attempt
 from twserve.relay.wake import DeadlineWake, Wake, next_item
 from twserve.server.base import Responder
 from twserve.server.http1 import ClientGone
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     from twproto.upstream_stream import UpstreamStream
     from twserve.upstream.responses_socket import UpstreamSockets
 
-__all__ = ["Destination", "RelayOutcome", "RelayRequest", "relay"]
+__all__ = ["RelayOutcome", "RelayRequest", "relay"]
 
 log = logging.getLogger("twserve.relay.loop")
 
@@ -72,6 +74,9 @@ class RelayRequest:
     call: ClientCall
     body: bytes
     model: str
+    # The body as admission parsed it (twengine.admission.Routed.body), read again for every
+    # upstream instead of parsed again; None: parsed once by the relay, when first needed.
+    parsed: dict[str, Any] | None = None
     owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
@@ -119,7 +124,9 @@ class _Relay:
             takes_slots=call.operation is not Operation.COUNT_TOKENS,
             last_keepalive=req.last_keepalive,
         )
-        self.requests = AttemptRequests(call, req.body, req.model, wall, settings.resume)
+        self.requests = AttemptRequests(
+            call, req.body, req.model, parsed=req.parsed, resume=settings.resume
+        )
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
@@ -269,7 +276,7 @@ class _Relay:
         self.tg.start_soon(read_attempt, live, up, build, post, self.feed, dest, self.sockets)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
-        built = self.requests.build(dest, self.feed.answer)
+        built = self.requests.build(dest, self.feed.answer, now=self.wall())
         self.out.dropped = list(self.requests.dropped)
         return built
 

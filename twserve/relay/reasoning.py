@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from twengine.attempt import ResendReason
+from twengine.destinations import Destination
 from twengine.sealed import SealedReasoning
 from twproto.dialect import Dialect
 from twserve.relay.client import RelayOutcome
 from twserve.relay.efforts import Efforts
-from twserve.relay.reader import Destination
 
 __all__ = ["Reasoning", "ReasoningPlan"]
 

@@ -78,6 +78,7 @@ from twengine.attempt.ledger import (
     ReleaseSlot,
     attempt_view,
 )
+from twengine.attempt.requests import AttemptRequests
 from twengine.attempt.retry import (
     HINT_FLOOR_SECS,
     JITTER,
@@ -147,6 +148,14 @@ from twengine.config import (
     parse_comparison,
     resolve_template,
     template_variables,
+)
+from twengine.destinations import (
+    Destination,
+    Transport,
+    destination,
+    destinations,
+    reasoning_level,
+    transport_of,
 )
 from twengine.dryrun import (
     DryRunCandidate,
@@ -261,6 +270,7 @@ __all__ = (
     "AttemptLedger",
     "AttemptMachine",
     "AttemptRecord",
+    "AttemptRequests",
     "AttemptSettings",
     "AttemptStateError",
     "Backoff",
@@ -284,6 +294,7 @@ __all__ = (
     "Cost",
     "CostState",
     "Decisions",
+    "Destination",
     "DryRunCandidate",
     "DryRunReport",
     "DryRunSkip",
@@ -367,6 +378,7 @@ __all__ = (
     "TemplateError",
     "Ticket",
     "Tier",
+    "Transport",
     "UpstreamHealth",
     "Wait",
     "WaitForSlot",
@@ -382,6 +394,8 @@ __all__ = (
     "configured_models",
     "conversation_key",
     "cost_of",
+    "destination",
+    "destinations",
     "effective_weights",
     "fingerprint",
     "format_text",
@@ -404,6 +418,7 @@ __all__ = (
     "order_members",
     "parse_comparison",
     "period_bounds",
+    "reasoning_level",
     "resolve",
     "resolve_template",
     "resumes",
@@ -414,6 +429,7 @@ __all__ = (
     "swrr_step",
     "take_part",
     "template_variables",
+    "transport_of",
     "upstream_identity",
     "url_test_latency",
     "used_up",
