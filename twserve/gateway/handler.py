@@ -4,7 +4,7 @@ The decisions are twengine's: `check_caller` (the client address against ``allow
 key, the path, the gateway key), `admit` (the body, routing, token counts answered here),
 `answer_models` (the listing). This handler carries them out in order — the caller checks
 (twserve.gateway.callers), the destinations and their credentials (twengine.destinations), what
-upstreams get of the reasoning (twserve.relay.reasoning), the key's turn (twserve.gateway.key_turn),
+upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
 the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
 request refused at any check never reaches an upstream; every request that got as far as a key check
 leaves one row in the request store.
@@ -23,6 +23,7 @@ from twengine.config import Config
 from twengine.destinations import destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
+from twengine.reasoning import EffortMemory, Reasoning, upstream_identities
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
@@ -46,10 +47,8 @@ from twserve.gateway.row import (
     retry_observer,
 )
 from twserve.relay.client import answer, respond_error, transport_error
-from twserve.relay.efforts import Efforts
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
-from twserve.relay.reasoning import Reasoning
 from twserve.server import http1
 from twserve.server.base import Request, Responder
 from twserve.store.sqlite import RequestRow, Store
@@ -93,14 +92,12 @@ class Gateway:
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
         self.rng = random.Random()
-        # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md); the
-        # app loads and persists them (effort-memory.json) through `efforts`.
-        self.efforts = Efforts(lambda: self.config, env, wall)
-        # With the conversations whose sealed reasoning an upstream refused
-        # (twserve.relay.reasoning).
-        self.reasoning = Reasoning(self.efforts, lambda: self.clock())
+        # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md), and
+        # the conversations whose sealed reasoning an upstream refused (twengine.reasoning). The
+        # app loads the effort memory (`use_effort_memory`) and persists it when told.
+        self.reasoning = Reasoning()
+        self.on_efforts_changed: Callable[[], None] | None = None
         self.apply_config(config)
-        self.efforts.use(self.efforts.memory)
 
     def apply_config(self, config: Config) -> None:
         self.config = config
@@ -119,6 +116,16 @@ class Gateway:
         # No body copy (retention.store_bodies), no commit wait (store.commit_before_end).
         store = config.store
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
+
+    def use_effort_memory(self, memory: EffortMemory) -> None:
+        """Take `memory` (effort-memory.json), dropping the choices of upstreams removed or
+        changed since they were made."""
+        if self.reasoning.efforts.use(memory, upstream_identities(self.config, self.env)):
+            self._efforts_changed()
+
+    def _efforts_changed(self) -> None:
+        if self.on_efforts_changed is not None:
+            self.on_efforts_changed()
 
     def check_head(self, request: Request) -> http1.Refusal | None:
         """The refusal a request's head is enough for (address, key), asked by the transport
@@ -206,7 +213,13 @@ class Gateway:
         # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
         fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
-            usable, verdict.body, dialect, verdict.conversation, counting=counting
+            usable,
+            verdict.body,
+            dialect,
+            verdict.conversation,
+            counting=counting,
+            now=self.clock(),
+            wall=self.wall(),
         )
         candidates = reasoning.destinations
         if self.events is not None:
@@ -269,7 +282,15 @@ class Gateway:
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
             fill_row(row, outcome, models, reasoning.efforts)
-            self.reasoning.settle(reasoning, outcome, finished=finished or outcome.delivered)
+            if self.reasoning.settle(
+                reasoning,
+                outcome.attempts,
+                outcome.effort_resent,
+                finished=finished or outcome.delivered,
+                now=self.clock(),
+                wall=self.wall(),
+            ):
+                self._efforts_changed()
             turn.end(row, outcome, models)
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)

@@ -79,7 +79,7 @@ def fill_row(
     efforts: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """`outcome` into `row`; `models` names the model sent to each upstream, `efforts` what
-    became of each one's reasoning level (twserve.relay.efforts)."""
+    became of each one's reasoning level (twengine.reasoning.Efforts)."""
     row.status = outcome.status
     row.provider = outcome.provider
     row.ttfb_ms = outcome.ttfb_ms

@@ -163,13 +163,6 @@ from twengine.dryrun import (
     DryRunSkip,
     format_text,
 )
-from twengine.effort_memory import (
-    EFFORT_MEMORY_TTL_SECS,
-    EffortChoice,
-    EffortKey,
-    EffortMemory,
-    upstream_identity,
-)
 from twengine.groups import (
     URL_TEST_MIN_SAMPLES,
     order_members,
@@ -210,6 +203,20 @@ from twengine.pricing import (
     Tier,
     cost_of,
 )
+from twengine.reasoning import (
+    EFFORT_MEMORY_TTL_SECS,
+    MAX_SEALED_MARKS,
+    SEALED_MARK_TTL_SECS,
+    EffortChoice,
+    EffortKey,
+    EffortMemory,
+    Efforts,
+    Reasoning,
+    ReasoningPlan,
+    SealedReasoning,
+    upstream_identities,
+    upstream_identity,
+)
 from twengine.router import (
     Balance,
     MemberBalance,
@@ -231,7 +238,6 @@ from twengine.rules import (
     route_for,
     when_holds,
 )
-from twengine.sealed import MAX_SEALED_MARKS, SEALED_MARK_TTL_SECS, SealedReasoning
 from twengine.slots import (
     Grant,
     Permit,
@@ -301,6 +307,7 @@ __all__ = (
     "EffortChoice",
     "EffortKey",
     "EffortMemory",
+    "Efforts",
     "EndStreamWithError",
     "Failover",
     "Finish",
@@ -341,6 +348,8 @@ __all__ = (
     "Problem",
     "Provider",
     "Rates",
+    "Reasoning",
+    "ReasoningPlan",
     "RecordFailure",
     "RecordSuccess",
     "Refusal",
@@ -430,6 +439,7 @@ __all__ = (
     "take_part",
     "template_variables",
     "transport_of",
+    "upstream_identities",
     "upstream_identity",
     "url_test_latency",
     "used_up",
