@@ -3,7 +3,7 @@
 The decisions are twengine's: `check_caller` (the client address against ``allow_from`` before the
 key, the path, the gateway key), `admit` (the body, routing, token counts answered here),
 `answer_models` (the listing). This handler carries them out in order — the caller checks
-(twserve.gateway.callers), the destinations and their credentials (twengine.destinations), what
+(twengine.callers), the destinations and their credentials (twengine.destinations), what
 upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
 the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
 request refused at any check never reaches an upstream; every request that got as far as a key check
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
 from twengine.attempt import AttemptSettings
+from twengine.callers import Callers
 from twengine.catalog import TableCatalog
 from twengine.config import Config
 from twengine.destinations import destinations
@@ -29,12 +30,12 @@ from twengine.rules import resumes
 from twproto.dialect import Dialect
 from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
+from twproto.keys import strip_key_param
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
-from twserve.gateway.auth import strip_key_param
 from twserve.gateway.bodies import BodyTaps
-from twserve.gateway.callers import Callers
+from twserve.gateway.callers import head_refusal
 from twserve.gateway.commit_wait import EndsAfterCommit
 from twserve.gateway.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.gateway.key_turn import EarlyHead, key_turn
@@ -130,7 +131,7 @@ class Gateway:
     def check_head(self, request: Request) -> http1.Refusal | None:
         """The refusal a request's head is enough for (address, key), asked by the transport
         before it reads the body; `handle` makes the same checks again."""
-        return self.callers.head_refusal(request)
+        return head_refusal(self.callers, request)
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route, client_name, verdict = self.callers.check(request)

@@ -98,6 +98,13 @@ from twengine.balance import (
     take_part,
 )
 from twengine.browser import browser_refusal, host_name, is_json_type
+from twengine.callers import (
+    AddressFilter,
+    CallerHead,
+    Callers,
+    KeyRing,
+    announces_body,
+)
 from twengine.catalog import Catalog, ConfigCatalog, TableCatalog
 from twengine.codes import (
     CODES,
@@ -162,6 +169,7 @@ from twengine.dryrun import (
     DryRunReport,
     DryRunSkip,
     format_text,
+    report_from_dict,
 )
 from twengine.groups import (
     URL_TEST_MIN_SAMPLES,
@@ -267,6 +275,7 @@ __all__ = (
     "WEIGHT_SCALE",
     "AcquireSlot",
     "Action",
+    "AddressFilter",
     "AdmissionCheck",
     "AdmissionRequest",
     "Admitted",
@@ -283,6 +292,8 @@ __all__ = (
     "Balance",
     "BalanceBy",
     "Billing",
+    "CallerHead",
+    "Callers",
     "CancelAttempt",
     "CancelWait",
     "Candidate",
@@ -323,6 +334,7 @@ __all__ = (
     "Input",
     "KeyLimit",
     "KeyLimits",
+    "KeyRing",
     "LedgerAction",
     "LimitAlert",
     "LimitMeasure",
@@ -393,6 +405,7 @@ __all__ = (
     "WaitForSlot",
     "When",
     "admit",
+    "announces_body",
     "answer_models",
     "attempt_view",
     "balance_factors",
@@ -428,6 +441,7 @@ __all__ = (
     "parse_comparison",
     "period_bounds",
     "reasoning_level",
+    "report_from_dict",
     "resolve",
     "resolve_template",
     "resumes",

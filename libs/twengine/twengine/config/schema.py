@@ -149,7 +149,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "listen.gateway": _SECTION,
         "listen.gateway.bind": _reads("twserve.app.wiring", "bind"),
         "listen.gateway.port": _reads("twserve.app.wiring", "port"),
-        "listen.gateway.allow_from": _reads("twserve.gateway.callers", "allow_from"),
+        "listen.gateway.allow_from": _reads("twengine.callers", "allow_from"),
         "listen.gateway.max_connections": _reads("twserve.app.wiring", "max_connections"),
         "listen.gateway.max_connections_per_address": _reads(
             "twserve.app.wiring", "per_address_cap"
@@ -166,8 +166,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "listen.control.max_body_bytes": _reads("twserve.app.wiring", "max_body_bytes"),
         "listen.control.max_config_bytes": _reads("twserve.control.config_api", "max_config_bytes"),
         "clients": _SECTION,
-        "clients[].name": _reads("twserve.gateway.callers", "name"),
-        "clients[].key": _reads("twserve.gateway.callers", "key"),
+        "clients[].name": _reads("twengine.callers", "name"),
+        "clients[].key": _reads("twengine.callers", "key"),
         "clients[].route": _reads("twengine.router", "route"),
         "clients[].max_concurrent": _reads("twserve.gateway.key_turn", "max_concurrent"),
         "providers": _SECTION,
@@ -232,7 +232,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "routes[].rules[].set.max_tokens": _reads("twengine.destinations", "max_tokens"),
         "routes[].rules[].set.reasoning": _reads("twengine.destinations", "reasoning"),
         "default_route": _reads("twengine.rules", "default_route"),
-        "default_key": _reads("twserve.gateway.callers", "client_for"),
+        "default_key": _reads("twengine.callers", "client_for"),
         "answer_model": _reads("twengine.destinations", "answer_model"),
         # The cheapest group type orders by input price; costs themselves are not computed yet.
         "pricing": _SECTION,
