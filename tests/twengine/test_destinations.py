@@ -20,6 +20,7 @@ from twengine import (
     destination,
     destinations,
     reasoning_level,
+    request_destinations,
     transport_of,
 )
 from twengine.config.credentials import CredentialFault
@@ -118,6 +119,20 @@ def test_credentials_that_do_not_resolve_skip_the_candidate_in_order() -> None:
         ("c", "gw.upstream.credentials_invalid"),
     ]
     assert all(isinstance(f, CredentialFault) and "sk-pasted" not in str(f) for f in faults)
+
+
+@pytest.mark.parametrize("counting", [False, True])
+def test_one_request_is_refused_only_when_every_candidate_is_skipped(counting: bool) -> None:
+    cfg = config(provider("a", key="${UNSET}"), provider("b"), provider("c"))
+    cands = [Candidate(provider=n, model="m") for n in ("a", "b", "c")]
+    usable, faults, refused = request_destinations(cfg, cands, "c", {}, counting=counting)
+    # A token count goes to the first usable upstream only: it is never retried.
+    assert [d.name for d in usable] == (["b"] if counting else ["b", "c"])
+    assert [f.provider for f in faults] == ["a"] and refused is None
+    usable, faults, refused = request_destinations(cfg, cands[:1], None, {}, counting=counting)
+    assert usable == [] and [f.provider for f in faults] == ["a"]
+    assert refused is not None and refused.status == 503
+    assert refused.code == "gw.upstream.credentials_missing" and "UNSET" in refused.message
 
 
 @pytest.mark.parametrize(

@@ -241,6 +241,26 @@ def test_use_drops_the_choices_of_changed_upstreams() -> None:
     assert not efforts.use(memory, identities)
 
 
+def test_the_memory_taken_keeps_only_the_upstreams_configured() -> None:
+    cfg = build_config(
+        {
+            "version": 1,
+            "clients": [{"name": "k", "key": "k-1"}],
+            "providers": [
+                {"name": "a", "base_url": URL, "protocol": "anthropic", "key": "${A_KEY}"}
+            ],
+        },
+        {},
+    )
+    memory = EffortMemory()
+    memory.remember(key_of(), "high", now=0.0, identity=identity_of())
+    reasoning = Reasoning()
+    # The key as the environment gives it now: with another key, "a" is another endpoint.
+    assert not reasoning.use(memory, cfg, {"A_KEY": "sk-a"})
+    assert reasoning.efforts.memory is memory and len(memory) == 1
+    assert reasoning.use(memory, cfg, {"A_KEY": "sk-rotated"}) and len(memory) == 0
+
+
 def test_a_conversation_refused_for_its_sealed_reasoning_leaves_it_out_later() -> None:
     reasoning = Reasoning()
     plan = reasoning.prepare(

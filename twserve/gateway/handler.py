@@ -1,13 +1,12 @@
 """The gateway's request handler: recognise, authenticate, admit, relay, record.
 
-The decisions are twengine's: `check_caller` (the client address against ``allow_from`` before the
-key, the path, the gateway key), `admit` (the body, routing, token counts answered here),
-`answer_models` (the listing). This handler carries them out in order — the caller checks
-(twengine.callers), the destinations and their credentials (twengine.destinations), what
+Every decision is twengine's; this handler carries them out in order: the caller checks
+(twengine.callers), admission (`admit`: the body, routing, token counts answered here) or the
+listing (`answer_models`), the destinations and their credentials (twengine.destinations), what
 upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
-the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
-request refused at any check never reaches an upstream; every request that got as far as a key check
-leaves one row in the request store.
+the relay, and the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
+request refused at any check never reaches an upstream; every request that got as far as a key
+check leaves one row in the request store.
 """
 
 from __future__ import annotations
@@ -16,15 +15,15 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
+from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
 from twengine.callers import Callers
 from twengine.catalog import TableCatalog
 from twengine.config import Config
-from twengine.destinations import destinations
+from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
-from twengine.reasoning import EffortMemory, Reasoning, upstream_identities
+from twengine.reasoning import EffortMemory, Reasoning
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
@@ -37,10 +36,11 @@ from twserve.events import EventBus
 from twserve.gateway.bodies import BodyTaps
 from twserve.gateway.callers import head_refusal
 from twserve.gateway.commit_wait import EndsAfterCommit
-from twserve.gateway.count_tokens import LocalFallbackResponder, answer_locally
+from twserve.gateway.count_tokens import LocalFallbackResponder
 from twserve.gateway.key_turn import EarlyHead, key_turn
 from twserve.gateway.row import (
     fill_row,
+    new_row,
     note_admission,
     note_credential_skips,
     note_local,
@@ -93,11 +93,10 @@ class Gateway:
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
         self.rng = random.Random()
-        # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md), and
-        # the conversations whose sealed reasoning an upstream refused (twengine.reasoning). The
-        # app loads the effort memory (`use_effort_memory`) and persists it when told.
+        # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
+        # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
         self.reasoning = Reasoning()
-        self.on_efforts_changed: Callable[[], None] | None = None
+        self.on_efforts_changed: Callable[[], None] = lambda: None
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -119,18 +118,12 @@ class Gateway:
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def use_effort_memory(self, memory: EffortMemory) -> None:
-        """Take `memory` (effort-memory.json), dropping the choices of upstreams removed or
-        changed since they were made."""
-        if self.reasoning.efforts.use(memory, upstream_identities(self.config, self.env)):
-            self._efforts_changed()
-
-    def _efforts_changed(self) -> None:
-        if self.on_efforts_changed is not None:
+        """Take `memory` (effort-memory.json) for the upstreams configured (`Reasoning.use`)."""
+        if self.reasoning.use(memory, self.config, self.env):
             self.on_efforts_changed()
 
     def check_head(self, request: Request) -> http1.Refusal | None:
-        """The refusal a request's head is enough for (address, key), asked by the transport
-        before it reads the body; `handle` makes the same checks again."""
+        """The refusal a request's head is enough for, asked before the body is read."""
         return head_refusal(self.callers, request)
 
     async def handle(self, request: Request, responder: Responder) -> None:
@@ -168,13 +161,7 @@ class Gateway:
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
         settings = self.settings
-        row = RequestRow(
-            id=request_id,
-            ts=self.wall(),
-            path=request.path,
-            key_name=client_name,
-            format=dialect.value,
-        )
+        row = new_row(request_id, self.wall(), request.path, client_name, dialect)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -196,22 +183,13 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        usable, faults = destinations(
-            self.config, verdict.candidates, plan.sticky, self.env, self.catalog
+        usable, faults, refused = request_destinations(
+            self.config, verdict.candidates, plan.sticky, self.env, self.catalog, counting=counting
         )
         note_credential_skips(row, faults)
-        if faults and not usable:
-            await self._refuse(row, responder, dialect, no_usable_credentials(faults))
+        if refused is not None:
+            await self._refuse(row, responder, dialect, refused)
             return
-        if counting:
-            # The first same-format upstream whose credentials resolve; with none, estimated.
-            usable = usable[:1]
-            if not usable:
-                note_local(row, summary.input_tokens)
-                self.record_row(row)
-                await answer_locally(responder, dialect, summary.input_tokens)
-                return
-        # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
         fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
             usable,
@@ -291,7 +269,7 @@ class Gateway:
                 now=self.clock(),
                 wall=self.wall(),
             ):
-                self._efforts_changed()
+                self.on_efforts_changed()
             turn.end(row, outcome, models)
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)

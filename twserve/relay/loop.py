@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
 
+from twengine import AttemptRequests, Destination
 from twengine import attempt as act
 from twengine.attempt.ledger import (
     AcquireSlot,
@@ -38,8 +39,6 @@ from twengine.attempt.ledger import (
     RecordSuccess,
     ReleaseSlot,
 )
-from twengine.attempt.requests import AttemptRequests
-from twengine.destinations import Destination
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream_translate import keepalive_comments
@@ -74,9 +73,7 @@ class RelayRequest:
     call: ClientCall
     body: bytes
     model: str
-    # The body as admission parsed it (twengine.admission.Routed.body), read again for every
-    # upstream instead of parsed again; None: parsed once by the relay, when first needed.
-    parsed: dict[str, Any] | None = None
+    parsed: dict[str, Any] | None = None  # the body as admission parsed it, never parsed again
     owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
@@ -124,9 +121,7 @@ class _Relay:
             takes_slots=call.operation is not Operation.COUNT_TOKENS,
             last_keepalive=req.last_keepalive,
         )
-        self.requests = AttemptRequests(
-            call, req.body, req.model, parsed=req.parsed, resume=settings.resume
-        )
+        self.requests = AttemptRequests(call, req.body, req.model, req.parsed, settings.resume)
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
@@ -204,6 +199,7 @@ class _Relay:
             # of the final event had been written.
             out.delivered = self.feed.delivered()
         out.attempts = self.ledger.attempts
+        out.effort_resent = self.requests.resent_levels()
         out.attempt_usage = dict(self.feed.attempt_usage)
         if self.sockets is not None:
             out.over_socket = {a.index for a in self.started if a.over_socket}
@@ -226,11 +222,8 @@ class _Relay:
                     self.waited = False
                     await self._send(provider, index)
                 case act.Resend(provider=provider, index=index, reason=reason, failure=failure):
-                    level = self.requests.rewrite(
-                        self.dests[provider], reason, failure.message if failure else ""
-                    )
-                    if level is not None:
-                        self.out.effort_resent[provider] = level
+                    refusal = failure.message if failure else ""
+                    self.requests.rewrite(self.dests[provider], reason, refusal)
                     await self._send(provider, index)
                 case act.Backoff():
                     self.waited = True  # the ledger's deadline wakes the loop

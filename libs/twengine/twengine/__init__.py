@@ -162,6 +162,7 @@ from twengine.destinations import (
     destination,
     destinations,
     reasoning_level,
+    request_destinations,
     transport_of,
 )
 from twengine.dryrun import (
@@ -442,6 +443,7 @@ __all__ = (
     "period_bounds",
     "reasoning_level",
     "report_from_dict",
+    "request_destinations",
     "resolve",
     "resolve_template",
     "resumes",

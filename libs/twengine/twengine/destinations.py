@@ -12,7 +12,9 @@ providers on one base URL may speak differently.
 
 A candidate whose credentials do not resolve (a variable not set, a value no header can carry)
 is a `twengine.config.credentials.CredentialFault`, which never holds the value: it is skipped,
-and reported with the request.
+and reported with the request. `request_destinations` is this step for one admitted request:
+with no candidate usable it is refused (`twengine.admission.no_usable_credentials`), and a token
+count goes to the first usable one only, never retried (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -21,22 +23,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from twengine.admission import no_usable_credentials
 from twengine.attempt.actions import CandidateRef
 from twengine.catalog import Catalog, ConfigCatalog
 from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.config.model import AnswerModel, Config, Provider, ResponsesTransport
 from twengine.rules import Candidate
+from twproto.errors import GatewayError
 from twproto.ir import Effort, ReasoningLevel
 from twproto.upstream_request import UpstreamTarget
 
-__all__ = [
+__all__ = (
     "Destination",
     "Transport",
     "destination",
     "destinations",
     "reasoning_level",
+    "request_destinations",
     "transport_of",
-]
+)
 
 
 class Transport(StrEnum):
@@ -154,6 +159,25 @@ def destinations(
         else:
             usable.append(built)
     return usable, faults
+
+
+def request_destinations(
+    config: Config,
+    candidates: Sequence[Candidate],
+    sticky: str | None,
+    env: Mapping[str, str],
+    catalog: Catalog | None = None,
+    *,
+    counting: bool = False,
+) -> tuple[list[Destination], list[CredentialFault], GatewayError | None]:
+    """`destinations` for one admitted request: the usable ones (for a token count, `counting`,
+    only the first: a count is never retried), the faults of those skipped, and the refusal
+    when every candidate was skipped (None: go on). Admission routes a request only with
+    candidates (`twengine.admission.Routed`; it refuses or answers the others)."""
+    usable, faults = destinations(config, candidates, sticky, env, catalog)
+    if faults and not usable:
+        return usable, faults, no_usable_credentials(faults)
+    return (usable[:1] if counting else usable), faults, None
 
 
 def reasoning_level(effort: Effort | None) -> ReasoningLevel:

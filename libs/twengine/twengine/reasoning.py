@@ -379,6 +379,12 @@ class Reasoning:
         self.efforts = efforts if efforts is not None else Efforts()
         self.sealed = sealed if sealed is not None else SealedReasoning()
 
+    def use(self, memory: EffortMemory, config: Config, env: Mapping[str, str]) -> bool:
+        """Take the effort memory `memory` (as kept across restarts), dropping the choices of
+        upstreams `config` no longer has or whose address, key or protocol changed since (keys
+        read from `env`); whether any was dropped (for the caller to persist)."""
+        return self.efforts.use(memory, upstream_identities(config, env))
+
     def prepare(
         self,
         destinations: Sequence[Destination],

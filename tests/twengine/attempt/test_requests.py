@@ -153,6 +153,16 @@ def test_the_rules_level_is_the_one_asked_when_a_rule_sets_it() -> None:
     assert sent(requests, ruled)["output_config"] == {"effort": "medium"}
 
 
+def test_the_levels_resent_are_kept_per_upstream_for_the_row_and_the_memory() -> None:
+    requests = AttemptRequests(call(), CLAUDE_BYTES, "claude", parsed=dict(CLAUDE))
+    a, b, c = dest("a"), dest("b"), dest("c")
+    requests.rewrite(a, ResendReason.EFFORT_REFUSED, "Supported levels: high, low")
+    requests.rewrite(b, ResendReason.EFFORT_REFUSED, "effort is not supported")
+    requests.rewrite(c, ResendReason.SEALED_REASONING, "invalid signature")
+    # Only effort refusals resend a level; "off" is a resend without one.
+    assert requests.resent_levels() == {"a": "high", "b": "off"}
+
+
 @pytest.mark.parametrize("how", ["refused", "remembered"])
 def test_sealed_reasoning_is_left_out_after_a_refusal_or_up_front(how: str) -> None:
     requests = AttemptRequests(call(), CLAUDE_BYTES, "claude", parsed=dict(CLAUDE))

@@ -70,7 +70,6 @@ class AttemptRequests:
         call: ClientCall,
         body: bytes,
         model: str,
-        *,
         parsed: dict[str, Any] | None = None,
         resume: bool = False,
     ) -> None:
@@ -108,6 +107,11 @@ class AttemptRequests:
         level = level_after_refusal(self._asked_effort(dest), refusal)
         self.effort_after[dest.name] = level
         return reasoning_level(level).value
+
+    def resent_levels(self) -> dict[str, str]:
+        """The level each upstream's refused effort was resent with (``off``: without one), by
+        upstream name, as the request row and `twengine.reasoning.Reasoning.settle` take them."""
+        return {name: reasoning_level(level).value for name, level in self.effort_after.items()}
 
     def _asked_effort(self, dest: Destination) -> Effort | None:
         """The effort level sent to `dest`: its rule's, else the client's own."""
