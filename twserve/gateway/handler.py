@@ -157,10 +157,9 @@ class Gateway:
         client_name: str,
         request_id: str,
     ) -> None:
-        started = self.clock()
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
-        settings = self.settings
+        started, settings = self.clock(), self.settings
         row = new_row(request_id, self.wall(), request.path, client_name, dialect)
         if self.events is not None:
             self.events.request_started(row)
@@ -171,6 +170,7 @@ class Gateway:
                 body=request.body,
                 client=client_name,
                 headers=request.headers,
+                parsed=request.parsed,  # a socket's turn, read from its message
             ),
             router=self.router,
             config=self.config,
