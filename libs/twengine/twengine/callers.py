@@ -31,7 +31,7 @@ from twengine.browser import browser_refusal
 from twengine.config.model import Config
 from twproto import GatewayError, Route, find_key, match_path
 
-__all__ = ["AddressFilter", "CallerHead", "Callers", "KeyRing", "announces_body"]
+__all__ = ("AddressFilter", "CallerHead", "Callers", "KeyRing", "announces_body")
 
 Header = tuple[bytes, bytes]
 

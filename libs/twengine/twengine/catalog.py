@@ -20,7 +20,7 @@ from typing import Protocol
 from twengine.config.model import Billing, Config, ModelSpec
 from twengine.pricing import Pricer, PriceTable
 
-__all__ = ["Catalog", "ConfigCatalog", "TableCatalog"]
+__all__ = ("Catalog", "ConfigCatalog", "TableCatalog")
 
 
 class Catalog(Protocol):

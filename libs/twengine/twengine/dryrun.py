@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text", "report_from_dict"]
+__all__ = ("DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text", "report_from_dict")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,7 +42,7 @@ from twengine.config.model import Config
 from twengine.destinations import Destination
 from twproto import Dialect, ReasoningLevel, requested_effort, sets_only_budget
 
-__all__ = [
+__all__ = (
     "EFFORT_MEMORY_TTL_SECS",
     "MAX_SEALED_MARKS",
     "SEALED_MARK_TTL_SECS",
@@ -55,7 +55,7 @@ __all__ = [
     "SealedReasoning",
     "upstream_identities",
     "upstream_identity",
-]
+)
 
 EFFORT_MEMORY_TTL_SECS = 7 * 24 * 3600.0
 _VERSION = 1

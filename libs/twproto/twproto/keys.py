@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, unquote_plus
 
 from twproto.dialect import Dialect
 
-__all__ = ["KEY_HEADERS", "credential_headers", "find_key", "strip_key_param"]
+__all__ = ("KEY_HEADERS", "credential_headers", "find_key", "strip_key_param")
 
 #: Request headers that carry an API key, in every format.
 KEY_HEADERS: frozenset[bytes] = frozenset({b"x-api-key", b"x-goog-api-key", b"authorization"})

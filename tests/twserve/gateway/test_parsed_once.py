@@ -23,7 +23,7 @@ from tests.twserve.support.stack import Upstream, running_stack
 from twengine import admission
 from twengine.attempt import requests
 from twmock.script import ErrorSpec, MockSettings, Script, parse_script
-from twproto import _json as proto_json
+from twproto import translate
 
 MARKER = "parse-me-once-7f3a"
 
@@ -44,8 +44,9 @@ def count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(admission, "json_loads", counting("admission", admission.json_loads))
     monkeypatch.setattr(requests, "json_loads", counting("requests", requests.json_loads))
-    # twproto.translate parses through the module (`_json.loads`).
-    monkeypatch.setattr(proto_json, "loads", counting("translate", proto_json.loads))
+    # twproto.translate parses through its JSON module (`_json.loads`).
+    parser = translate._json
+    monkeypatch.setattr(parser, "loads", counting("translate", parser.loads))
     return seen
 
 

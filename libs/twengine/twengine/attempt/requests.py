@@ -42,7 +42,7 @@ from twproto import (
     upstream_request,
 )
 
-__all__ = ["AttemptRequests"]
+__all__ = ("AttemptRequests",)
 
 
 class AttemptRequests:
