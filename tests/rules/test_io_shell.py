@@ -8,6 +8,7 @@ and it is moving to its own package) for the tell-tale strings, in code and comm
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,22 @@ def test_the_request_path_stays_small(name: str) -> None:
     lines = (SHELL / name).read_text(encoding="utf-8").count("\n")
     budget = LINE_BUDGET[name]
     assert lines <= budget, f"twserve/{name} has {lines} lines; split what is not its concern"
+
+
+# What an attempt needs travels with it: its destination (twengine.destinations) names the
+# provider and its transport, and a socket turn's upstream sockets ride on its request. Ambient
+# state, or a provider found again by matching a URL against the configured base URLs (the first
+# match won, whatever the second provider on that URL was set to), hides who decided.
+AMBIENT = re.compile(
+    r"\bContextVar\b|\bcontextvars\b|startswith\([^)\n]*base_url|base_url\S*\.startswith"
+)
+
+
+@pytest.mark.parametrize("path", _shell_sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_ambient_route_and_no_provider_found_again_by_url(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    found = [
+        f"{m.group(0)!r} on line {text.count(chr(10), 0, m.start()) + 1}"
+        for m in AMBIENT.finditer(text)
+    ]
+    assert not found, f"{path.relative_to(ROOT)}: {', '.join(found)}"

@@ -23,8 +23,8 @@ MAX_LINES = 850
 
 # Modules longer than MAX_LINES, each waiting for its split.
 LONG_MODULES: dict[str, str] = {
-    # The attempt machine becomes a package: events apart from the machine.
-    "libs/twengine/twengine/attempt.py": "attempt/ package",
+    # The attempt machine: its docstring is the state diagram; the table could stand apart.
+    "libs/twengine/twengine/attempt/machine.py": "transition table apart",
 }
 
 # Folders of more than MAX_MODULES modules, each waiting for its subfolders.

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from twengine import admission
 from twengine.admission import (
     AdmissionRequest,
     LocalAnswer,
@@ -88,6 +91,15 @@ def test_an_admitted_request_carries_its_plan_and_row_view() -> None:
     assert [c.provider for c in result.candidates] == ["a", "b"]
     assert result.view.model == "m" and result.view.stream is True
     assert result.view.routing is not None and result.view.routing["skipped"] == []
+
+
+def test_a_body_already_parsed_is_taken_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(data: bytes) -> Any:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(admission, "json_loads", refuse)
+    result = run(request(GOOD, parsed=dict(GOOD)))
+    assert isinstance(result, Routed) and result.body == GOOD and result.model == "m"
 
 
 def test_gemini_takes_model_and_stream_from_the_path() -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from twengine.config import Config, build_config
-from twengine.dryrun import DryRunCandidate, DryRunReport, format_text
+from twengine.dryrun import DryRunCandidate, DryRunReport, format_text, report_from_dict
 from twengine.router import Router
 from twengine.rules import RequestFacts
 from twproto.dialect import Dialect
@@ -119,6 +119,24 @@ def test_to_dict_is_json() -> None:
     assert [c["provider"] for c in data["candidates"]] == ["relay", "official"]
     assert data["candidates"][0]["first_content_ms"] == 500
     assert data["skipped"] == [{"provider": "narrow", "model": "m", "reason": "model_not_offered"}]
+
+
+def test_a_report_reads_back_from_its_json() -> None:
+    # What the CLI does with a running gateway's answer: the same report, and the same text.
+    router = busy_router()
+    router.plan(facts(), now=0.0, conversation="c")
+    router.record_answer("c", "official", cached_tokens=0, now=0.0)
+    router.record_failure("relay", NO_BALANCE, now=0.0)
+    for report in (
+        busy_router().dryrun(facts(), now=10.0),
+        router.dryrun(facts(), now=100.0, conversation="c", new_turn=False),
+        router.dryrun(facts("banned-x"), now=100.0),
+    ):
+        data = json.loads(json.dumps(report.to_dict()))
+        data["request"] = {"model": report.model}  # what the control plane adds is left out
+        back = report_from_dict(data)
+        assert back == report
+        assert format_text(back) == format_text(report)
 
 
 def test_format_text() -> None:

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twengine.attempt import CandidateRef
+from twengine.catalog import ConfigCatalog
 from twengine.config import Config, build_config
-from twengine.router import ConfigCatalog, Router, health_settings
+from twengine.router import Router, health_settings
 from twengine.rules import RequestFacts
 from twproto.dialect import Dialect
 from twproto.failures import Failure, FailureKind, PauseRule, stream_ended_early

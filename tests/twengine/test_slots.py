@@ -1,7 +1,7 @@
 """Slots and key permits: counting, FIFO grants, expiry, key limits.
 
 Which candidate a request takes, skips or waits for is the attempt machine's rule
-(tests/twengine/test_attempt.py); `Slots` only counts, queues and grants."""
+(tests/twengine/attempt/test_machine.py); `Slots` only counts, queues and grants."""
 
 from __future__ import annotations
 

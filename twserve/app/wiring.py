@@ -154,8 +154,8 @@ class GatewayApp:
             usage=self.usage,
         )
         gw = self.gateway
-        gw.efforts.changed = lambda: save_effort_memory(data_dir, gw.efforts.memory)
-        gw.efforts.use(load_effort_memory(data_dir))
+        gw.on_efforts_changed = lambda: save_effort_memory(data_dir, gw.reasoning.efforts.memory)
+        gw.use_effort_memory(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
         self.metrics = Metrics(lambda: gw.router, clock=gw.clock, table=lambda: gw.usage.table)
         self.events.listeners.append(self.metrics.on_event)

@@ -355,14 +355,13 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from twengine.dryrun import format_text
+    from twengine.dryrun import format_text, report_from_dict
     from twengine.router import Router
     from twserve.control.plane import (
         ControlRequestError,
         control_key_of,
         dryrun_facts,
         fetch_dryrun,
-        report_from_dict,
     )
 
     path = _config_path(args)

@@ -43,9 +43,9 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent
 
 from twengine.attempt import AttemptSettings
+from twengine.callers import AddressFilter, KeyRing
 from twengine.config import Config, ConfigError, Problem, build_config
 from twengine.router import Router
-from twserve.gateway.auth import AddressFilter, KeyRing
 
 __all__ = [
     "MAX_DEPTH",

@@ -1,6 +1,6 @@
 """``effort-memory.json`` in the data directory: the effort memory kept across restarts.
 
-The memory itself is `twengine.effort_memory.EffortMemory`; this module only reads and writes
+The memory itself is `twengine.reasoning.EffortMemory`; this module only reads and writes
 its file. A missing or unreadable file starts an empty memory (the memory is an optimisation,
 never a reason not to start); writes replace the file atomically, readable by the owner only.
 """
@@ -11,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from twengine.effort_memory import EffortMemory
+from twengine.reasoning import EffortMemory
 from twproto import json_dumps, json_loads
 from twserve.config.files import write_private
 

@@ -37,7 +37,6 @@ from urllib.parse import parse_qs, urlencode
 import anyio
 
 from twengine.config import Config, Problem, TemplateError, resolve_template
-from twengine.dryrun import DryRunCandidate, DryRunReport, DryRunSkip
 from twengine.rules import RequestFacts
 from twengine.slots import SlotScope
 from twproto import json_dumps, json_loads
@@ -58,7 +57,6 @@ __all__ = [
     "dryrun_facts",
     "fetch_dryrun",
     "mask_secret",
-    "report_from_dict",
 ]
 
 CONTROL_API_VERSION = 5
@@ -170,24 +168,6 @@ def dryrun_facts(
         thinking=thinking,
         stream=stream,
     )
-
-
-def report_from_dict(data: Mapping[str, Any]) -> DryRunReport:
-    """A `DryRunReport` back from its JSON form (`DryRunReport.to_dict`), for the CLI."""
-    candidates = []
-    for c in data.get("candidates") or ():
-        fields = {k: v for k, v in c.items() if k in DryRunCandidate.__dataclass_fields__}
-        candidates.append(DryRunCandidate(**fields))
-    skipped = tuple(
-        DryRunSkip(provider=s["provider"], model=s["model"], reason=s["reason"])
-        for s in data.get("skipped") or ()
-    )
-    top = {
-        k: v
-        for k, v in data.items()
-        if k in DryRunReport.__dataclass_fields__ and k not in ("candidates", "skipped")
-    }
-    return DryRunReport(**top, candidates=tuple(candidates), skipped=skipped)
 
 
 def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str | None:

@@ -1,13 +1,12 @@
 """The gateway's request handler: recognise, authenticate, admit, relay, record.
 
-The decisions are twengine's: `check_caller` (the client address against ``allow_from`` before the
-key, the path, the gateway key), `admit` (the body, routing, token counts answered here),
-`answer_models` (the listing). This handler carries them out in order — the caller checks
-(twserve.gateway.callers), the destinations and their credentials (twserve.relay.reader), what
-upstreams get of the reasoning (twserve.relay.reasoning), the key's turn (twserve.gateway.key_turn),
-the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
-request refused at any check never reaches an upstream; every request that got as far as a key check
-leaves one row in the request store.
+Every decision is twengine's; this handler carries them out in order: the caller checks
+(twengine.callers), admission (`admit`: the body, routing, token counts answered here) or the
+listing (`answer_models`), the destinations and their credentials (twengine.destinations), what
+upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
+the relay, and the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
+request refused at any check never reaches an upstream; every request that got as far as a key
+check leaves one row in the request store.
 """
 
 from __future__ import annotations
@@ -16,27 +15,32 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from twengine.admission import AdmissionRequest, Routed, admit, no_usable_credentials
+from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
+from twengine.callers import Callers
+from twengine.catalog import TableCatalog
 from twengine.config import Config
+from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
-from twengine.pricing import PriceTable, TableCatalog
+from twengine.pricing import PriceTable
+from twengine.reasoning import EffortMemory, Reasoning
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
 from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
+from twproto.keys import strip_key_param
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
-from twserve.gateway.auth import strip_key_param
 from twserve.gateway.bodies import BodyTaps
-from twserve.gateway.callers import Callers
+from twserve.gateway.callers import head_refusal
 from twserve.gateway.commit_wait import EndsAfterCommit
-from twserve.gateway.count_tokens import LocalFallbackResponder, answer_locally
+from twserve.gateway.count_tokens import LocalFallbackResponder
 from twserve.gateway.key_turn import EarlyHead, key_turn
 from twserve.gateway.row import (
     fill_row,
+    new_row,
     note_admission,
     note_credential_skips,
     note_local,
@@ -44,11 +48,8 @@ from twserve.gateway.row import (
     retry_observer,
 )
 from twserve.relay.client import answer, respond_error, transport_error
-from twserve.relay.efforts import Efforts
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
-from twserve.relay.reader import destinations
-from twserve.relay.reasoning import Reasoning
 from twserve.server.base import HeadRefusal, Request, Responder
 from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
@@ -91,14 +92,11 @@ class Gateway:
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
         self.rng = random.Random()
-        # Reasoning levels upstreams accepted in place of refused ones (docs/operations.md); the
-        # app loads and persists them (effort-memory.json) through `efforts`.
-        self.efforts = Efforts(lambda: self.config, env, wall)
-        # With the conversations whose sealed reasoning an upstream refused
-        # (twserve.relay.reasoning).
-        self.reasoning = Reasoning(self.efforts, lambda: self.clock())
+        # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
+        # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
+        self.reasoning = Reasoning()
+        self.on_efforts_changed: Callable[[], None] = lambda: None
         self.apply_config(config)
-        self.efforts.use(self.efforts.memory)
 
     def apply_config(self, config: Config) -> None:
         self.config = config
@@ -118,10 +116,14 @@ class Gateway:
         store = config.store
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
+    def use_effort_memory(self, memory: EffortMemory) -> None:
+        """Take `memory` (effort-memory.json) for the upstreams configured (`Reasoning.use`)."""
+        if self.reasoning.use(memory, self.config, self.env):
+            self.on_efforts_changed()
+
     def check_head(self, request: Request) -> HeadRefusal | None:
-        """The refusal a request's head is enough for (address, key), asked by the transport
-        before it reads the body; `handle` makes the same checks again."""
-        return self.callers.head_refusal(request)
+        """The refusal a request's head is enough for, asked before the body is read."""
+        return head_refusal(self.callers, request)
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route, client_name, verdict = self.callers.check(request)
@@ -154,17 +156,10 @@ class Gateway:
         client_name: str,
         request_id: str,
     ) -> None:
-        started = self.clock()
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
-        settings = self.settings
-        row = RequestRow(
-            id=request_id,
-            ts=self.wall(),
-            path=request.path,
-            key_name=client_name,
-            format=dialect.value,
-        )
+        started, settings = self.clock(), self.settings
+        row = new_row(request_id, self.wall(), request.path, client_name, dialect)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -174,6 +169,7 @@ class Gateway:
                 body=request.body,
                 client=client_name,
                 headers=request.headers,
+                parsed=request.parsed,  # a socket's turn, read from its message
             ),
             router=self.router,
             config=self.config,
@@ -186,25 +182,22 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        usable, faults = destinations(
-            self.config, verdict.candidates, plan.sticky, self.env, self.catalog
+        usable, faults, refused = request_destinations(
+            self.config, verdict.candidates, plan.sticky, self.env, self.catalog, counting=counting
         )
         note_credential_skips(row, faults)
-        if faults and not usable:
-            await self._refuse(row, responder, dialect, no_usable_credentials(faults))
+        if refused is not None:
+            await self._refuse(row, responder, dialect, refused)
             return
-        if counting:
-            # The first same-format upstream whose credentials resolve; with none, estimated.
-            usable = usable[:1]
-            if not usable:
-                note_local(row, summary.input_tokens)
-                self.record_row(row)
-                await answer_locally(responder, dialect, summary.input_tokens)
-                return
-        # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
         fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
-            usable, verdict.body, dialect, verdict.conversation, counting=counting
+            usable,
+            verdict.body,
+            dialect,
+            verdict.conversation,
+            counting=counting,
+            now=self.clock(),
+            wall=self.wall(),
         )
         candidates = reasoning.destinations
         if self.events is not None:
@@ -220,6 +213,7 @@ class Gateway:
             ),
             body=request.body,
             model=verdict.model,
+            parsed=verdict.body,  # parsed once, by admission
             owner=row.id,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn
@@ -266,7 +260,15 @@ class Gateway:
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
             fill_row(row, outcome, models, reasoning.efforts)
-            self.reasoning.settle(reasoning, outcome, finished=finished or outcome.delivered)
+            if self.reasoning.settle(
+                reasoning,
+                outcome.attempts,
+                outcome.effort_resent,
+                finished=finished or outcome.delivered,
+                now=self.clock(),
+                wall=self.wall(),
+            ):
+                self.on_efforts_changed()
             turn.end(row, outcome, models)
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)

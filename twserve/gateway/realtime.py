@@ -75,6 +75,7 @@ from wsproto.utilities import RemoteProtocolError
 
 from twengine.admission import model_name_refusal, shown_model
 from twengine.attempt import AttemptRecord, Outcome
+from twengine.destinations import Destination, destinations
 from twengine.rules import RequestFacts
 from twengine.slots import Permit
 from twproto.dialect import Dialect
@@ -95,7 +96,6 @@ from twproto.sockets.realtime import (
 from twserve.gateway.key_turn import KeyTurn, key_turn
 from twserve.gateway.row import fill_row
 from twserve.relay.client import RelayOutcome
-from twserve.relay.reader import Destination, destinations
 from twserve.server.backpressure import Intake, Outflow
 from twserve.server.base import LINGER_SECS, ClientGone, Handoff, HeadRefusal, Request, Switch
 from twserve.server.websocket import WebSocketLimits, limits_reader

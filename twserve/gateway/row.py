@@ -1,8 +1,9 @@
 """The request row and the retry events of a relayed request, from what the relay reports.
 
-`note_admission` records what admission saw of the request, `note_local` a request answered
-here, `note_credential_skips` the upstreams skipped for their credentials; `fill_row` copies a
-`RelayOutcome` into its `RequestRow` (docs/operations.md, "The request row");
+`new_row` starts a generation's row, `note_admission` records what admission saw of the
+request, `note_local` a request answered here, `note_credential_skips` the upstreams skipped for
+their credentials; `fill_row` copies a `RelayOutcome` into its `RequestRow` (docs/operations.md,
+"The request row");
 `retry_observer` publishes ``RequestRetrying`` / ``RequestDequeued`` for the relay's backoffs
 and slot waits (docs/control-plane.md, "Events").
 """
@@ -16,8 +17,9 @@ from typing import Any, assert_never
 
 from twengine.admission import LocalAnswer, Refusal, Routed
 from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send
-from twengine.attempt_ledger import attempt_view
+from twengine.attempt.ledger import attempt_view
 from twengine.config.credentials import CredentialFault
+from twproto.dialect import Dialect
 from twserve.events import EventBus
 from twserve.relay.client import RelayOutcome
 from twserve.store.sqlite import RequestRow
@@ -25,6 +27,7 @@ from twserve.store.sqlite import RequestRow
 __all__ = [
     "credential_skip_view",
     "fill_row",
+    "new_row",
     "note_admission",
     "note_credential_skips",
     "note_local",
@@ -38,6 +41,12 @@ def request_ids() -> Callable[[], str]:
     urandom call in all)."""
     prefix, counter = uuid.uuid4().hex[:12], itertools.count(1)
     return lambda: f"{prefix}{next(counter):012x}"
+
+
+def new_row(request_id: str, ts: float, path: str, client: str, dialect: Dialect) -> RequestRow:
+    """The row of a generation request by `client` in `dialect`'s format, started at `ts` (the
+    wall clock)."""
+    return RequestRow(id=request_id, ts=ts, path=path, key_name=client, format=dialect.value)
 
 
 def note_admission(row: RequestRow, verdict: Refusal | LocalAnswer | Routed) -> None:
@@ -79,7 +88,7 @@ def fill_row(
     efforts: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """`outcome` into `row`; `models` names the model sent to each upstream, `efforts` what
-    became of each one's reasoning level (twserve.relay.efforts)."""
+    became of each one's reasoning level (twengine.reasoning.Efforts)."""
     row.status = outcome.status
     row.provider = outcome.provider
     row.ttfb_ms = outcome.ttfb_ms

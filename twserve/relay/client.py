@@ -31,15 +31,16 @@ from twproto.errors import (
     error_headers,
 )
 from twproto.failures import Failure
+from twproto.headers import client_response_headers
 from twproto.paths import guess_client_dialect
 from twproto.stream.translators import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
 from twserve.server.base import Headers, Responder
-from twserve.upstream.client import client_headers
 
 if TYPE_CHECKING:
-    from twserve.relay.reader import Attempt, Destination
+    from twengine.destinations import Destination
+    from twserve.relay.reader import Attempt
 
 __all__ = [
     "MODEL_HEADER",
@@ -179,7 +180,9 @@ class ClientAnswer:
             out.dropped.extend(answer.dropped)
         # Same format: the upstream's bytes, with only the model renamed (translate_response).
         payload = body if answer is None else answer.body
-        kept = client_headers(headers) if same else [(b"content-type", b"application/json")]
+        kept = (
+            client_response_headers(headers) if same else [(b"content-type", b"application/json")]
+        )
         await self.whole(200, kept, payload, provider)
 
     async def finish(

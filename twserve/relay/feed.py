@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import assert_never
 
-from twengine.attempt_ledger import AttemptLedger, LedgerAction
+from twengine.attempt.ledger import AttemptLedger, LedgerAction
+from twengine.destinations import Destination
 from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early
+from twproto.headers import client_response_headers
 from twproto.stream.hold import FailedBeforeContent, Holding
 from twproto.stream.resume import ResumableStream
 from twproto.stream.upstream import FirstContent, OpeningOutcome, reported_usage
@@ -34,14 +36,12 @@ from twserve.relay.reader import (
     AttemptItem,
     Broken,
     Chunk,
-    Destination,
     End,
     ErrorBody,
     Head,
     Whole,
 )
 from twserve.server.base import Headers, Responder
-from twserve.upstream.client import client_headers
 
 __all__ = ["AttemptFeed"]
 
@@ -120,7 +120,12 @@ class AttemptFeed:
             case ErrorBody(body=body):
                 failure = classify_response(live.status, live.headers, body, now=self.wall())
                 dialect = self.dests[live.provider].target.dialect
-                self.errors[live.index] = (live.status, client_headers(live.headers), body, dialect)
+                self.errors[live.index] = (
+                    live.status,
+                    client_response_headers(live.headers),
+                    body,
+                    dialect,
+                )
                 return self._failed(failure, now)
             case AttemptFailed(failure=failure):
                 return self._failed(failure, now)

@@ -26,7 +26,7 @@ from typing import Protocol, assert_never
 import anyio
 
 from twengine.attempt import WaitForSlot
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     CancelWait,
     RecordFailure,

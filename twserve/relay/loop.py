@@ -1,6 +1,6 @@
 """Carrying one request to its upstreams and the answer back: the attempt ledger's verbs.
 
-`twengine.attempt_ledger.AttemptLedger` (the attempt machine with its slot and health
+`twengine.attempt.ledger.AttemptLedger` (the attempt machine with its slot and health
 bookkeeping) decides everything — which upstream next, when to wait, when the client's 200 goes
 out, which slot to take or give back, what to record, how the request ends. This module carries
 its actions out, one `match` arm per verb, and feeds it what happened:
@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
 
+from twengine import AttemptRequests, Destination
 from twengine import attempt as act
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,
@@ -46,7 +47,7 @@ from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
 from twserve.relay.inbox import Inbox
-from twserve.relay.reader import Attempt, AttemptItem, AttemptRequests, Destination, read_attempt
+from twserve.relay.reader import Attempt, AttemptItem, read_attempt
 from twserve.relay.wake import DeadlineWake, Wake, next_item
 from twserve.server.base import ClientGone, Responder
 from twserve.upstream.client import Upstream
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from twproto.upstream_request import UpstreamRequest
     from twserve.upstream.responses_socket import UpstreamSockets
 
-__all__ = ["Destination", "RelayOutcome", "RelayRequest", "relay"]
+__all__ = ["RelayOutcome", "RelayRequest", "relay"]
 
 log = logging.getLogger("twserve.relay.loop")
 
@@ -71,6 +72,7 @@ class RelayRequest:
     call: ClientCall
     body: bytes
     model: str
+    parsed: dict[str, Any] | None = None  # the body as admission parsed it, never parsed again
     owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
@@ -118,7 +120,7 @@ class _Relay:
             takes_slots=call.operation is not Operation.COUNT_TOKENS,
             last_keepalive=req.last_keepalive,
         )
-        self.requests = AttemptRequests(call, req.body, req.model, wall, settings.resume)
+        self.requests = AttemptRequests(call, req.body, req.model, req.parsed, settings.resume)
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
@@ -196,6 +198,7 @@ class _Relay:
             # of the final event had been written.
             out.delivered = self.feed.delivered()
         out.attempts = self.ledger.attempts
+        out.effort_resent = self.requests.resent_levels()
         out.attempt_usage = dict(self.feed.attempt_usage)
         if self.sockets is not None:
             out.over_socket = {a.index for a in self.started if a.over_socket}
@@ -218,11 +221,8 @@ class _Relay:
                     self.waited = False
                     await self._send(provider, index)
                 case act.Resend(provider=provider, index=index, reason=reason, failure=failure):
-                    level = self.requests.rewrite(
-                        self.dests[provider], reason, failure.message if failure else ""
-                    )
-                    if level is not None:
-                        self.out.effort_resent[provider] = level
+                    refusal = failure.message if failure else ""
+                    self.requests.rewrite(self.dests[provider], reason, refusal)
                     await self._send(provider, index)
                 case act.Backoff():
                     self.waited = True  # the ledger's deadline wakes the loop
@@ -268,7 +268,7 @@ class _Relay:
         self.tg.start_soon(read_attempt, live, up, build, post, self.feed, dest, self.sockets)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
-        built = self.requests.build(dest, self.feed.answer)
+        built = self.requests.build(dest, self.feed.answer, now=self.wall())
         self.out.dropped = list(self.requests.dropped)
         return built
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -71,6 +71,9 @@ class Request:
     # A turn of a client's Responses WebSocket: the upstream sockets that client socket keeps
     # (twserve/upstream/responses_socket.py). None for every other request.
     upstream_sockets: UpstreamSockets | None = None
+    # The body already parsed where the server had to read it anyway (a Responses WebSocket
+    # turn comes as a JSON message): admission takes it instead of parsing `body` again.
+    parsed: dict[str, Any] | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header `name` (lower-case), or None."""

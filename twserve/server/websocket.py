@@ -705,6 +705,7 @@ class _Session:
             client=self.upgrade.client,
             http_version=self.upgrade.http_version,
             upstream_sockets=self.upstreams,
+            parsed=event.parsed,  # the body as the message was read: not parsed again
         )
         turn = Turn(request=request, stream_id=event.stream_id, model=event.model, reserved=held)
         try:

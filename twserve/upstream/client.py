@@ -5,12 +5,12 @@ built without IO) and reads it chunk by chunk as it arrives; nothing buffers a w
 `UpstreamClient` holds the shared pools: HTTP/1.1 upstreams go through the gateway's own pool
 (twserve/upstream/h1_pool.py), upstreams with ``http2: true`` through httpcore's
 (twserve/upstream/h2_pool.py). Which one an attempt takes is its `Transport`, carried with the
-attempt from its destination (built from its provider's config in twserve/relay/reader.py),
-never found again from the URL; tests can put `twserve.upstream.memory.MemoryUpstream` in its
-place. Failures are mapped at the boundary to two errors named by when they happened
+attempt from its destination (`twengine.destinations.Destination`, built from its provider's
+config), never found again from the URL; tests can put `twserve.upstream.memory.MemoryUpstream`
+in its place. Failures are mapped at the boundary to two errors named by when they happened
 (twserve/upstream/errors.py): `UpstreamUnreachable` (no response head: refused, reset, TLS,
-timeout — carries the `TransportFault` the failure classifier takes) and `UpstreamBroken`
-(the body broke off after the head). Cancelling the caller's anyio scope closes the upstream
+timeout — carries the `TransportFault` the failure classifier takes) and `UpstreamBroken` (the
+body broke off after the head). Cancelling the caller's anyio scope closes the upstream
 connection, which is how a client that leaves stops the upstream's work too.
 """
 
@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from twproto.headers import client_response_headers
+from twengine.destinations import Transport
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
 from twserve.upstream.h1_pool import H1Pool
@@ -30,34 +29,15 @@ if TYPE_CHECKING:
     from twserve.upstream.h2_pool import H2Pools
 
 __all__ = [
-    "Transport",
     "Upstream",
     "UpstreamAnswer",
     "UpstreamBroken",
     "UpstreamClient",
     "UpstreamUnreachable",
-    "client_headers",
     "read_prefix",
 ]
 
 Headers = list[tuple[bytes, bytes]]
-
-
-class Transport(StrEnum):
-    """How an attempt reaches its upstream, as its provider is configured: HTTP/1.1, HTTP/2
-    (``http2: true``), or — for a client Responses WebSocket's turns to a provider with
-    ``responses_transport: websocket`` — that upstream's own Responses socket
-    (twserve/upstream/responses_socket.py)."""
-
-    HTTP1 = "http1"
-    HTTP2 = "http2"
-    RESPONSES_SOCKET = "responses_socket"
-
-
-def client_headers(upstream: Headers) -> Headers:
-    """The upstream's response headers a client may see when the answer is passed on as is:
-    an allow-list, compared without regard to case (`twproto.headers`)."""
-    return client_response_headers(upstream)
 
 
 class UpstreamAnswer(Protocol):

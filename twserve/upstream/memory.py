@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import anyio
 
+from twengine.destinations import Transport
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.client import (
     Headers,
-    Transport,
     UpstreamAnswer,
     UpstreamBroken,
     UpstreamUnreachable,

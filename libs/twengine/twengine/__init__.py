@@ -68,7 +68,7 @@ from twengine.attempt import (
     State,
     WaitForSlot,
 )
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,
@@ -77,6 +77,14 @@ from twengine.attempt_ledger import (
     RecordSuccess,
     ReleaseSlot,
     attempt_view,
+)
+from twengine.attempt.requests import AttemptRequests
+from twengine.attempt.retry import (
+    HINT_FLOOR_SECS,
+    JITTER,
+    SCHEDULE_SECS,
+    base_backoff,
+    next_backoff,
 )
 from twengine.balance import (
     WEIGHT_SCALE,
@@ -90,6 +98,14 @@ from twengine.balance import (
     take_part,
 )
 from twengine.browser import browser_refusal, host_name, is_json_type
+from twengine.callers import (
+    AddressFilter,
+    CallerHead,
+    Callers,
+    KeyRing,
+    announces_body,
+)
+from twengine.catalog import Catalog, ConfigCatalog, TableCatalog
 from twengine.codes import (
     CODES,
     PREFIXES,
@@ -143,18 +159,21 @@ from twengine.config import (
     resolve_template,
     template_variables,
 )
+from twengine.destinations import (
+    Destination,
+    Transport,
+    destination,
+    destinations,
+    reasoning_level,
+    request_destinations,
+    transport_of,
+)
 from twengine.dryrun import (
     DryRunCandidate,
     DryRunReport,
     DryRunSkip,
     format_text,
-)
-from twengine.effort_memory import (
-    EFFORT_MEMORY_TTL_SECS,
-    EffortChoice,
-    EffortKey,
-    EffortMemory,
-    upstream_identity,
+    report_from_dict,
 )
 from twengine.groups import (
     URL_TEST_MIN_SAMPLES,
@@ -193,21 +212,25 @@ from twengine.pricing import (
     Pricer,
     PriceTable,
     Rates,
-    TableCatalog,
     Tier,
     cost_of,
 )
-from twengine.retry import (
-    HINT_FLOOR_SECS,
-    JITTER,
-    SCHEDULE_SECS,
-    base_backoff,
-    next_backoff,
+from twengine.reasoning import (
+    EFFORT_MEMORY_TTL_SECS,
+    MAX_SEALED_MARKS,
+    SEALED_MARK_TTL_SECS,
+    EffortChoice,
+    EffortKey,
+    EffortMemory,
+    Efforts,
+    Reasoning,
+    ReasoningPlan,
+    SealedReasoning,
+    upstream_identities,
+    upstream_identity,
 )
 from twengine.router import (
     Balance,
-    Catalog,
-    ConfigCatalog,
     MemberBalance,
     RoutePlan,
     Router,
@@ -227,7 +250,6 @@ from twengine.rules import (
     route_for,
     when_holds,
 )
-from twengine.sealed import MAX_SEALED_MARKS, SEALED_MARK_TTL_SECS, SealedReasoning
 from twengine.slots import (
     Grant,
     Permit,
@@ -257,6 +279,7 @@ __all__ = (
     "WEIGHT_SCALE",
     "AcquireSlot",
     "Action",
+    "AddressFilter",
     "AdmissionCheck",
     "AdmissionRequest",
     "Admitted",
@@ -266,12 +289,15 @@ __all__ = (
     "AttemptLedger",
     "AttemptMachine",
     "AttemptRecord",
+    "AttemptRequests",
     "AttemptSettings",
     "AttemptStateError",
     "Backoff",
     "Balance",
     "BalanceBy",
     "Billing",
+    "CallerHead",
+    "Callers",
     "CancelAttempt",
     "CancelWait",
     "Candidate",
@@ -289,12 +315,14 @@ __all__ = (
     "Cost",
     "CostState",
     "Decisions",
+    "Destination",
     "DryRunCandidate",
     "DryRunReport",
     "DryRunSkip",
     "EffortChoice",
     "EffortKey",
     "EffortMemory",
+    "Efforts",
     "EndStreamWithError",
     "Failover",
     "Finish",
@@ -312,6 +340,7 @@ __all__ = (
     "Input",
     "KeyLimit",
     "KeyLimits",
+    "KeyRing",
     "LedgerAction",
     "LimitAlert",
     "LimitMeasure",
@@ -337,6 +366,8 @@ __all__ = (
     "Problem",
     "Provider",
     "Rates",
+    "Reasoning",
+    "ReasoningPlan",
     "RecordFailure",
     "RecordSuccess",
     "Refusal",
@@ -374,12 +405,14 @@ __all__ = (
     "TemplateError",
     "Ticket",
     "Tier",
+    "Transport",
     "UpstreamHealth",
     "Wait",
     "WaitForSlot",
     "WebSocketListen",
     "When",
     "admit",
+    "announces_body",
     "answer_models",
     "attempt_view",
     "balance_factors",
@@ -390,6 +423,8 @@ __all__ = (
     "configured_models",
     "conversation_key",
     "cost_of",
+    "destination",
+    "destinations",
     "effective_weights",
     "fingerprint",
     "format_text",
@@ -412,6 +447,9 @@ __all__ = (
     "order_members",
     "parse_comparison",
     "period_bounds",
+    "reasoning_level",
+    "report_from_dict",
+    "request_destinations",
     "resolve",
     "resolve_template",
     "resumes",
@@ -422,6 +460,8 @@ __all__ = (
     "swrr_step",
     "take_part",
     "template_variables",
+    "transport_of",
+    "upstream_identities",
     "upstream_identity",
     "url_test_latency",
     "used_up",

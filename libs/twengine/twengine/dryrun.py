@@ -11,8 +11,9 @@ is the upstream the next real request with the same facts will be sent to first.
 The report carries what an operator needs to see why: the route and rule that decided, the
 group and its ``balance_by``, and per candidate, in the order they would be asked, its weight,
 median time to first content, success rate, balance factor, effective weight, pause and slot
-use. `DryRunReport.to_dict` gives the control plane's JSON; `format_text` the CLI's table
-(``twserve dryrun --model M [--key K]``).
+use. `DryRunReport.to_dict` gives the control plane's JSON, and `report_from_dict` reads it back
+(the CLI asking a running gateway); `format_text` the CLI's table (``twserve dryrun --model M
+[--key K]``).
 
 Times in a report are on the gateway's monotonic clock (`DryRunReport.now` says where that
 clock stood); a pause is also given as the seconds left, which mean the same to anyone.
@@ -20,10 +21,11 @@ clock stood); a pause is also given as the seconds left, which mean the same to 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ("DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text")
+__all__ = ("DryRunCandidate", "DryRunReport", "DryRunSkip", "format_text", "report_from_dict")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +151,25 @@ class DryRunReport:
             "skipped": [s.to_dict() for s in self.skipped],
             "now": self.now,
         }
+
+
+def report_from_dict(data: Mapping[str, Any]) -> DryRunReport:
+    """A `DryRunReport` back from its JSON form (`DryRunReport.to_dict`); fields the form adds
+    (``pause_left_secs``) or does not know are left out."""
+    candidates = []
+    for c in data.get("candidates") or ():
+        fields = {k: v for k, v in c.items() if k in DryRunCandidate.__dataclass_fields__}
+        candidates.append(DryRunCandidate(**fields))
+    skipped = tuple(
+        DryRunSkip(provider=s["provider"], model=s["model"], reason=s["reason"])
+        for s in data.get("skipped") or ()
+    )
+    top = {
+        k: v
+        for k, v in data.items()
+        if k in DryRunReport.__dataclass_fields__ and k not in ("candidates", "skipped")
+    }
+    return DryRunReport(**top, candidates=tuple(candidates), skipped=skipped)
 
 
 _COLUMNS = ("#", "upstream", "model", "weight", "factor", "effective", "first", "success", "slots")

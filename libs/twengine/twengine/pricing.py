@@ -54,7 +54,6 @@ __all__ = (
     "PriceTable",
     "Pricer",
     "Rates",
-    "TableCatalog",
     "Tier",
     "cost_of",
 )
@@ -410,46 +409,3 @@ class Pricer:
         """The output limit the price table gives for `model` (model_specs outrank it)."""
         pricing = self._resolve(provider, model)[0]
         return pricing.max_output_tokens if pricing is not None else None
-
-
-class TableCatalog:
-    """The router's `twengine.router.Catalog` over the config and a price table.
-
-    Context windows and output limits: ``providers[].model_specs`` first, then the table.
-    Input prices: 0 for ``billing: free``, else as `Pricer` prices (sheet, then table, times
-    the sheet's multiplier), None when unpriced — what the ``cheapest`` group orders by.
-    """
-
-    __slots__ = ("_config", "_pricer", "table")
-
-    def __init__(self, table: PriceTable) -> None:
-        self.table = table
-        self._config: Config | None = None
-        self._pricer: Pricer | None = None
-
-    def _pricing(self, config: Config) -> Pricer:
-        # One pricer per config in force; a reload brings a new config object.
-        if self._pricer is None or self._config is not config:
-            self._config, self._pricer = config, Pricer(config, self.table)
-        return self._pricer
-
-    def context_window(self, config: Config, provider: str, model: str) -> int | None:
-        spec = (
-            config.provider(provider).model_spec(model) if config.has_provider(provider) else None
-        )
-        if spec is not None and spec.context_window is not None:
-            return spec.context_window
-        pricing = self._pricing(config).pricing(provider, model)
-        return pricing.context_window if pricing is not None else None
-
-    def input_price(self, config: Config, provider: str, model: str) -> float | None:
-        return self._pricing(config).input_price(provider, model)
-
-    def max_output_tokens(self, config: Config, provider: str, model: str) -> int | None:
-        """The output limit a conversion to Anthropic fills in when the request has none."""
-        spec = (
-            config.provider(provider).model_spec(model) if config.has_provider(provider) else None
-        )
-        if spec is not None and spec.max_output_tokens is not None:
-            return spec.max_output_tokens
-        return self._pricing(config).max_output_tokens(provider, model)

@@ -50,14 +50,14 @@ upstreams still configured carry over; slots keep their holders under the new li
 limit may grant waiting requests, which `configure` returns).
 
 Figures the config does not hold — the shipped price table, context windows beyond
-``model_specs`` — come through a `Catalog`; `ConfigCatalog` reads only the config.
+``model_specs`` — come through a `twengine.catalog.Catalog`; `ConfigCatalog` reads only the
+config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from twengine.affinity import Affinity
 from twengine.attempt import CandidateRef
@@ -67,9 +67,9 @@ from twengine.balance import (
     effective_weights,
     take_part,
 )
+from twengine.catalog import Catalog, ConfigCatalog
 from twengine.config.model import (
     BalanceBy,
-    Billing,
     Config,
     Failover,
     GroupMember,
@@ -84,50 +84,11 @@ from twproto.failures import Failure
 
 __all__ = (
     "Balance",
-    "Catalog",
-    "ConfigCatalog",
     "MemberBalance",
     "RoutePlan",
     "Router",
     "health_settings",
 )
-
-
-class Catalog(Protocol):
-    """Model figures the router needs beyond routing: context windows and input prices."""
-
-    def context_window(self, config: Config, provider: str, model: str) -> int | None:
-        """The context window of `model` at `provider`, in tokens (None: unknown)."""
-        ...
-
-    def input_price(self, config: Config, provider: str, model: str) -> float | None:
-        """USD per million input tokens of `model` at `provider` (0: free; None: unpriced)."""
-        ...
-
-
-class ConfigCatalog:
-    """A `Catalog` that reads only the config.
-
-    Context windows come from ``providers[].model_specs``. An upstream billed ``free`` costs 0;
-    one with a ``price_sheet`` costs the sheet's input price times its multiplier; any other is
-    unpriced. twserve passes a catalog that adds the shipped price table.
-    """
-
-    __slots__ = ()
-
-    def context_window(self, config: Config, provider: str, model: str) -> int | None:
-        spec = config.provider(provider).model_spec(model)
-        return spec.context_window if spec is not None else None
-
-    def input_price(self, config: Config, provider: str, model: str) -> float | None:
-        upstream = config.provider(provider)
-        if upstream.billing is Billing.FREE:
-            return 0.0
-        if upstream.price_sheet is None:
-            return None
-        sheet = config.price_sheet(upstream.price_sheet)
-        price = sheet.price(model)
-        return None if price is None else price.input * sheet.multiplier
 
 
 def health_settings(failover: Failover) -> HealthSettings:

@@ -24,7 +24,7 @@ come and returns them; `next_deadline` tells the caller when to call it.
 
 Which upstream a request takes, skips because it is full, or waits for is not decided here but
 by the attempt machine (`twengine.attempt`, docs/failover.md): it reads `full` as a snapshot and
-asks, through `twengine.attempt_ledger`'s actions, for `try_acquire`, `wait` and `release`.
+asks, through `twengine.attempt.ledger`'s actions, for `try_acquire`, `wait` and `release`.
 
 Releasing is idempotent (a stream's end and the client's disconnect may both release the same
 permit); a permit released twice frees its slot once.

@@ -146,6 +146,7 @@ from twproto.keys import (
     KEY_HEADERS,
     credential_headers,
     find_key,
+    strip_key_param,
 )
 from twproto.model_listing import (
     ModelInfo,
@@ -485,6 +486,7 @@ __all__ = (
     "split_target",
     "stream_ended_early",
     "stream_error_event",
+    "strip_key_param",
     "summarize",
     "translate_request",
     "translate_response",

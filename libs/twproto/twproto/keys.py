@@ -8,19 +8,20 @@ own key in the header of its API (`credential_headers`); the client's key header
 forwarded (`KEY_HEADERS`).
 
 Keys are read as UTF-8 bytes; bytes that are not UTF-8 ride along as surrogate escapes, so they
-compare as themselves (twserve.gateway.auth compares them). The query is read as
-``application/x-www-form-urlencoded``, so a name spelt with escapes (``%6Bey=``) is the ``key``
-parameter too.
+compare as themselves (twengine.callers compares them). The query is read as
+``application/x-www-form-urlencoded``, the way clients write it, so a name spelt with escapes
+(``%6Bey=``) is the ``key`` parameter both when the key is looked for (`find_key`) and when it
+is taken out before the request goes upstream (`strip_key_param`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_plus
 
 from twproto.dialect import Dialect
 
-__all__ = ("KEY_HEADERS", "credential_headers", "find_key")
+__all__ = ("KEY_HEADERS", "credential_headers", "find_key", "strip_key_param")
 
 #: Request headers that carry an API key, in every format.
 KEY_HEADERS: frozenset[bytes] = frozenset({b"x-api-key", b"x-goog-api-key", b"authorization"})
@@ -48,6 +49,17 @@ def find_key(headers: Sequence[tuple[bytes, bytes]], query: str) -> str | None:
             if qname == "key" and qvalue:
                 return qvalue
     return None
+
+
+def strip_key_param(query: str) -> str:
+    """The query string without the ``key`` parameter (however its name is escaped), so the
+    gateway key never travels upstream. Every other parameter is kept exactly as written."""
+    kept = [
+        part
+        for part in query.split("&")
+        if part and unquote_plus(part.partition("=")[0], errors="surrogateescape") != "key"
+    ]
+    return "&".join(kept)
 
 
 def credential_headers(dialect: Dialect, key: str) -> list[tuple[bytes, bytes]]:

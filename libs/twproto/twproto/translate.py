@@ -199,6 +199,7 @@ def translate_request(
     drop_sealed_reasoning: bool = False,
     continuation: str | None = None,
     prefill: bool = True,
+    parsed: dict[str, Any] | None = None,
 ) -> TranslatedRequest:
     """Convert a client's request body in `source` format to `target` format.
 
@@ -214,9 +215,12 @@ def translate_request(
     an answer that broke off, for the upstream to continue
     (`twproto.stream.resume.continued_request`; `prefill` False: with an instruction instead of a
     trailing assistant message).
+    `parsed` is `body` already parsed (the gateway parses a request once, to admit it): it is
+    read, never changed, so one parse serves every upstream; a same-format body still goes out
+    as `body`'s own bytes.
     Raises `ClientTranslationError` (400) for a body that is not a JSON object.
     """
-    obj = _parse_object(body, ClientTranslationError)
+    obj = _parse_object(body, ClientTranslationError) if parsed is None else parsed
     rewrite = (
         max_tokens is not None
         or reasoning is not None

@@ -56,6 +56,8 @@ def test_a_create_is_the_request_body_streamed_without_its_envelope() -> None:
         "stream": True,
         "tools": [],
     }
+    # The body as it was read, for the gateway to take instead of parsing `body` again.
+    assert event.parsed == json.loads(event.body)
 
 
 def test_a_create_without_a_lane() -> None:

@@ -14,10 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.twserve.support.stack import CONTROL_KEY, KEY, Stack, Upstream, running_stack
+from twengine.dryrun import report_from_dict
 from twmock.script import MockSettings, parse_script
 from twproto.sse import SSEDecoder, SSEEvent
 from twserve.cli.main import build_parser
-from twserve.control.plane import CONTROL_API_VERSION, mask_secret, report_from_dict
+from twserve.control.plane import CONTROL_API_VERSION, mask_secret
 from twserve.events import (
     Dropped,
     EventBus,

@@ -18,8 +18,9 @@ import anyio
 import pytest
 
 from twengine.attempt import AttemptSettings
-from twengine.attempt_ledger import AttemptLedger
+from twengine.attempt.ledger import AttemptLedger
 from twengine.config import build_config
+from twengine.destinations import Destination
 from twengine.router import Router
 from twproto.dialect import Dialect
 from twproto.failures import TransportFault
@@ -29,7 +30,6 @@ from twserve.relay.client import ClientAnswer
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import RouterHooks, SlotHolds
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
-from twserve.relay.reader import Destination
 from twserve.server.base import ClientGone
 from twserve.upstream.memory import MemoryAnswer, MemoryUpstream
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpcore
 
 from tests.twserve.support.stack import KEY, Upstream, running_stack
-from twengine.effort_memory import EffortKey
+from twengine.reasoning import EffortKey
 from twmock.script import ErrorSpec, MockSettings, Script
 from twserve.config.effort_store import load_effort_memory
 

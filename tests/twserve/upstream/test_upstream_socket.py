@@ -23,8 +23,6 @@ from tests.twserve.support.stack import Stack, Upstream
 from tests.twserve.support.tls_front import certificates, tls_front
 from twengine.config import ConfigError, build_config
 from twmock.script import MockSettings, parse_script
-from twserve.relay.reader import transport_of
-from twserve.upstream.client import Transport
 
 pytestmark = pytest.mark.anyio
 
@@ -285,24 +283,6 @@ def test_websocket_transport_needs_the_responses_protocol() -> None:
             {**base, "providers": [{**provider, "responses_transport": "carrier-pigeon"}]}, {}
         )
     assert "config.invalid_choice" in str(bad.value)
-
-
-def test_the_transport_is_read_from_the_providers_own_config() -> None:
-    base = {"version": 1, "clients": [{"name": "k", "key": "k-1"}]}
-    url = "http://127.0.0.1:9/v1"
-    providers = [
-        {"name": "ws", "base_url": url, "protocol": "openai-responses", **WS},
-        {"name": "ws2", "base_url": url, "protocol": "openai-responses", "http2": True, **WS},
-        {"name": "h2", "base_url": url, "protocol": "openai-responses", "http2": True},
-        {"name": "h1", "base_url": url, "protocol": "openai-responses"},
-    ]
-    config = build_config({**base, "providers": providers}, {})
-    # The socket is for a client socket's turns only; what goes over HTTP all the same keeps
-    # the provider's http2.
-    ways = [transport_of(p) for p in config.providers]
-    over_http = [transport_of(p, http=True) for p in config.providers]
-    assert ways == [Transport.RESPONSES_SOCKET] * 2 + [Transport.HTTP2, Transport.HTTP1]
-    assert over_http == [Transport.HTTP1, Transport.HTTP2, Transport.HTTP2, Transport.HTTP1]
 
 
 @pytest.mark.sdk

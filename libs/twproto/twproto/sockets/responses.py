@@ -33,7 +33,7 @@ Text in, values and text out: no IO.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,11 +84,14 @@ class TurnRequested:
     """A ``response.create``: `body` is the JSON body of the Responses request it stands for
     (``stream`` set to true: answers on this socket are always streamed); `stream_id` is the
     lane the client named, echoed on every event of the turn; `model` the model it asks for
-    (empty when it names none), which a refusal's failed response names."""
+    (empty when it names none), which a refusal's failed response names. `parsed` is `body`
+    as read from the message, so that the gateway need not parse the body it was written from
+    again (it is read, never changed)."""
 
     body: bytes
     stream_id: str | None = None
     model: str = ""
+    parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,7 +134,10 @@ def read_ws_client_event(text: str | bytes) -> WsClientEvent:
         body["stream"] = True
         model = body.get("model")
         return TurnRequested(
-            body=dumps(body), stream_id=lane, model=model if isinstance(model, str) else ""
+            body=dumps(body),
+            stream_id=lane,
+            model=model if isinstance(model, str) else "",
+            parsed=body,
         )
     if kind == "response.steer":
         previous = event.get("previous_response_id")

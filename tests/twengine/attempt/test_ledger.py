@@ -17,7 +17,7 @@ from twengine.attempt import (
     Send,
     WaitForSlot,
 )
-from twengine.attempt_ledger import (
+from twengine.attempt.ledger import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,

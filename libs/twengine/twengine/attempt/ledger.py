@@ -1,7 +1,7 @@
 """What one request holds and reports while the attempt machine runs: slots and health records.
 
-`twengine.attempt.AttemptMachine` decides where a request goes; it does not take slots or tell
-the health bookkeeping how an upstream did. `AttemptLedger` wraps it, input for input, and adds
+`twengine.attempt.machine.AttemptMachine` decides where a request goes; it does not take slots or
+tell the health bookkeeping how an upstream did. `AttemptLedger` wraps it, input for input, and adds
 to its actions the bookkeeping they imply, as actions too, so the IO layer only carries out a
 list (docs/failover.md, "The attempt machine"; docs/balancing.md for slots and health):
 
@@ -28,10 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from twengine.attempt import (
+from twengine.attempt.actions import (
     TERMINAL_ACTIONS,
     Action,
-    AttemptMachine,
     AttemptRecord,
     AttemptSettings,
     CancelAttempt,
@@ -39,8 +38,8 @@ from twengine.attempt import (
     Finish,
     Resend,
     Send,
-    State,
 )
+from twengine.attempt.machine import AttemptMachine, State
 from twproto.failures import Failure, FailureKind
 
 __all__ = (

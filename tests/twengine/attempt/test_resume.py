@@ -3,7 +3,17 @@
 
 from __future__ import annotations
 
-from tests.twengine.test_attempt import ALL, K, answer, fail, failure, make, only, start, timer
+from tests.twengine.attempt.test_machine import (
+    ALL,
+    K,
+    answer,
+    fail,
+    failure,
+    make,
+    only,
+    start,
+    timer,
+)
 from twengine.attempt import (
     AttemptSettings,
     CancelAttempt,
@@ -17,7 +27,7 @@ from twengine.attempt import (
     Send,
     State,
 )
-from twengine.attempt_ledger import AcquireSlot, AttemptLedger, ReleaseSlot
+from twengine.attempt.ledger import AcquireSlot, AttemptLedger, ReleaseSlot
 from twproto.failures import Failure, classify_response
 
 PREFILL_400 = (

@@ -39,7 +39,7 @@ from twproto.errors import ErrorCategory
 from twproto.failures import KIND_POLICY, Failure, FailureKind, classify_response
 
 K = FailureKind
-FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "errors"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "errors"
 
 # The status each kind typically arrives with (None: a transport fault or an in-stream error).
 STATUS: dict[FailureKind, int | None] = {
