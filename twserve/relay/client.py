@@ -221,24 +221,17 @@ class ClientAnswer:
         if send_headers:
             await self.start_stream(live.provider if live is not None else None)
         if live is not None:
-            live.committed = True
-            if live.pending:
-                # Given up only once written: a write cut short has not delivered it.
-                await self.responder.send(live.pending)
-                live.pending = b""
-            live.direct = live.queued == 0 and live.translator is not None
+            await live.stream.commit()  # its held bytes, then maybe the reader's own writes
 
     async def finish_stream(self, live: Attempt) -> None:
         """`live`'s stream ended cleanly: its last bytes, then the end."""
-        translator = live.translator
+        translator = live.stream.translator
         assert translator is not None
         out = self.out
         out.provider, out.status = live.provider, 200
         out.usage = translator.usage
         out.dropped.extend(translator.dropped)
-        if live.pending:
-            await self.responder.send(live.pending)
-            live.pending = b""
+        await live.stream.flush()
         await self.responder.end()
 
     async def end_stream_with_error(
@@ -253,9 +246,9 @@ class ClientAnswer:
         and could not be continued, and the upstream it last came from."""
         self.out.error_code = err.code
         self.out.status = 200 if self.started else err.status
-        if live is not None and live.committed:
+        if live is not None and live.stream.committed:
             self.out.provider = live.provider  # it answered, then broke off
-        translator = live.translator if live is not None else None
+        translator = live.stream.translator if live is not None else None
         if resumed is not None:
             translator, self.out.provider = resumed
         if translator is None:

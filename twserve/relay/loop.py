@@ -199,7 +199,7 @@ class _Relay:
         out.attempts = self.ledger.attempts
         out.attempt_usage = dict(self.feed.attempt_usage)
         if self.sockets is not None:
-            out.over_socket = {a.index for a in self.started if a.over_socket}
+            out.over_socket = {a.index for a in self.started if a.reader.over_socket}
         self.slots.close()  # a grant posted but never read, a wait cut short
         self.wake.cancel()
         self.inbox.close()
@@ -258,15 +258,13 @@ class _Relay:
                 log.exception("relay observer failed")
 
     async def _send(self, provider: str, index: int) -> None:
-        live = Attempt(index=index, provider=provider, scope=anyio.CancelScope(), sent_at=0.0)
-        live.sent_at = self.clock()
-        self.feed.live = live
+        live = self.feed.begin(index, provider)
         self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
         dest, up, post = self.dests[provider], self.up, self.inbox.send
         build = partial(self._build, dest)
-        self.tg.start_soon(read_attempt, live, up, build, post, self.feed, dest, self.sockets)
+        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
         built = self.requests.build(dest, self.feed.answer)
