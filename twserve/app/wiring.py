@@ -152,7 +152,13 @@ class GatewayApp:
         gw.efforts.changed = lambda: save_effort_memory(data_dir, gw.efforts.memory)
         gw.efforts.use(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
-        self.metrics = Metrics(lambda: gw.router, clock=gw.clock, table=lambda: gw.usage.table)
+        store = self.store
+        self.metrics = Metrics(
+            lambda: gw.router,
+            clock=gw.clock,
+            table=lambda: gw.usage.table,
+            set_aside=lambda: store.rejected,
+        )
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
