@@ -7,7 +7,7 @@ its actions out, one `match` arm per verb, and feeds it what happened:
 
 * Each `Send` starts a reader task (`twserve.relay.reader`) that posts what the upstream sends
   into the request's inbox. The loop takes one inbox item at a time, or wakes at the ledger's
-  `next_deadline()` (a timer, `twserve.relay.wake`) and calls `on_timer`.
+  `next_deadline()` (a timer, `twserve.relay.wait`) and calls `on_timer`.
 * A stream is held by `twproto.upstream_stream.UpstreamStream` until first content; its verdict
   becomes `first_content` or `failed`, and its translator writes the rest to the client.
 * The bookkeeping verbs (slots, slot waits, health records) go to
@@ -45,9 +45,8 @@ from twproto.upstream_request import ClientCall
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
-from twserve.relay.inbox import Inbox
 from twserve.relay.reader import Attempt, AttemptItem, AttemptRequests, Destination, read_attempt
-from twserve.relay.wake import DeadlineWake, Wake, next_item
+from twserve.relay.wait import DeadlineWake, Inbox, Wake, next_item
 from twserve.server.base import Responder
 from twserve.server.http1 import ClientGone
 from twserve.upstream.client import Upstream
@@ -123,7 +122,7 @@ class _Relay:
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
-        self.inbox: Inbox[_Item] = Inbox(INBOX_SIZE)  # twserve.relay.inbox
+        self.inbox: Inbox[_Item] = Inbox(INBOX_SIZE)  # twserve.relay.wait
         # Callbacks that are not bound methods of this relay: no reference cycle through it.
         deliver = grant_poster(self.inbox.send_nowait)
         self.slots = SlotHolds(hooks, req.owner, deliver=deliver, clock=clock)
@@ -133,7 +132,7 @@ class _Relay:
         )
         self.tg: anyio.abc.TaskGroup | None = None
         self.started: list[Attempt] = []  # every attempt whose reader was started
-        # The ledger's deadline wakes the loop through the inbox (twserve.relay.wake).
+        # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
         self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
 

@@ -2,7 +2,7 @@
 
 The relay starts one reader task per attempt. The reader opens the upstream request and posts
 what arrives — head, error body, whole answer, chunks, end, break, a failure — into the
-request's inbox, a small bounded queue (`twserve.relay.inbox`), so a slow client slows the
+request's inbox, a small bounded queue (`twserve.relay.wait`), so a slow client slows the
 upstream read instead of growing a buffer. Cancelling the attempt's scope closes the upstream
 request.
 
