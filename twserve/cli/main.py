@@ -357,13 +357,8 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
 
     from twengine.dryrun import format_text
     from twengine.router import Router
-    from twserve.control.plane import (
-        ControlRequestError,
-        control_key_of,
-        dryrun_facts,
-        fetch_dryrun,
-        report_from_dict,
-    )
+    from twserve.control.client import fetch_dryrun, report_from_dict
+    from twserve.control.plane import ControlRequestError, control_key_of, dryrun_facts
 
     path = _config_path(args)
     try:

@@ -18,7 +18,8 @@ from tests.twserve.support.stack import CONTROL_KEY, KEY, Stack, Upstream, runni
 from twmock.script import MockSettings, parse_script
 from twproto.sse import SSEDecoder, SSEEvent
 from twserve.cli.main import build_parser
-from twserve.control.plane import CONTROL_API_VERSION, mask_secret, report_from_dict
+from twserve.control.client import report_from_dict
+from twserve.control.plane import CONTROL_API_VERSION, mask_secret
 from twserve.events import (
     Dropped,
     EventBus,
