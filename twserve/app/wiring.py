@@ -49,33 +49,9 @@ if TYPE_CHECKING:
     from twserve.app.sharing import Sharing
     from twserve.store.postgres import StoreBack, StoreLost
 
-__all__ = ["FD_RESERVE", "GatewayApp", "open_store", "raise_fd_limit"]
+__all__ = ["GatewayApp", "open_store"]
 
 log = logging.getLogger("twserve")
-
-# Descriptors kept back from listen.gateway.max_connections: upstream connections, the store,
-# the control plane, the event loop's own.
-FD_RESERVE = 64
-
-
-def raise_fd_limit(wanted: int = 1 << 20) -> int:
-    """Raise the soft limit on open files as far as the hard limit allows (up to `wanted`);
-    the soft limit in force afterwards. A gateway's connections are file descriptors, and the
-    default soft limit (often 1024) is far below what the hard limit permits."""
-    try:
-        import resource
-    except ImportError:  # not on this platform
-        return -1
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    if soft == resource.RLIM_INFINITY or soft >= target:
-        return soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
-        return soft
-    return target
 
 
 @dataclass(slots=True)
