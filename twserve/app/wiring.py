@@ -37,7 +37,8 @@ from twserve.control import plane as control
 from twserve.control.metrics import Metrics
 from twserve.events import EventBus
 from twserve.gateway import realtime
-from twserve.gateway.handler import Gateway, transport_error
+from twserve.gateway.answers import transport_error
+from twserve.gateway.handler import Gateway
 from twserve.server import http1, http2, websocket
 from twserve.server.base import Request
 from twserve.store.sqlite import RequestStore, Store

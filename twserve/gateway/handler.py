@@ -5,9 +5,9 @@ key, the path, the gateway key), `admit` (the body, routing, token counts answer
 `answer_models` (the listing). This handler carries them out in order — the caller checks
 (twserve.gateway.callers), the destinations and their credentials (twserve.relay.reader), what
 upstreams get of the reasoning (twserve.relay.reasoning), the key's turn (twserve.gateway.key_turn),
-the relay — and records the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
-request refused at any check never reaches an upstream; every request that got as far as a key check
-leaves one row in the request store.
+the relay — and records the row (twserve.gateway.row, twserve.gateway.responders;
+docs/operations.md). A request refused at any check never reaches an upstream; every request that
+got as far as a key check leaves one row in the request store.
 """
 
 from __future__ import annotations
@@ -29,12 +29,16 @@ from twproto.errors import GatewayError
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
+from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.auth import strip_key_param
-from twserve.gateway.bodies import BodyTaps
 from twserve.gateway.callers import Callers
-from twserve.gateway.commit_wait import EndsAfterCommit
-from twserve.gateway.count_tokens import LocalFallbackResponder, answer_locally
 from twserve.gateway.key_turn import EarlyHead, key_turn
+from twserve.gateway.responders import (
+    BodyTaps,
+    EndsAfterCommit,
+    LocalFallbackResponder,
+    answer_locally,
+)
 from twserve.gateway.row import (
     fill_row,
     note_admission,
@@ -43,7 +47,6 @@ from twserve.gateway.row import (
     request_ids,
     retry_observer,
 )
-from twserve.relay.client import answer, respond_error, transport_error
 from twserve.relay.efforts import Efforts
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
@@ -55,7 +58,7 @@ from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
 
-__all__ = ["Gateway", "transport_error"]
+__all__ = ["Gateway"]
 
 
 class Gateway:

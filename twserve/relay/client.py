@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any
 
-from twengine.admission import LocalAnswer, Refusal
 from twengine.attempt import AttemptRecord
 from twproto import ir
 from twproto.client_errors import error_for_failure, error_for_unreadable_answer
 from twproto.dialect import Dialect
 from twproto.errors import ERROR_HEADER, ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import Failure
-from twproto.paths import guess_client_dialect
 from twproto.stream_translate import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
@@ -39,11 +37,7 @@ __all__ = [
     "PROVIDER_HEADER",
     "ClientAnswer",
     "RelayOutcome",
-    "answer",
-    "respond_bytes",
-    "respond_error",
     "stream_head",
-    "transport_error",
 ]
 
 
@@ -263,50 +257,3 @@ class ClientAnswer:
         await self.start_stream(provider)
         await self.responder.send(translator.fail(err))
         await self.responder.end()
-
-
-async def respond_error(responder: Responder, dialect: Dialect, err: GatewayError) -> None:
-    body = error_body(dialect, err)
-    await responder.start(
-        err.status, [*error_headers(err), (b"content-length", str(len(body)).encode())]
-    )
-    await responder.send(body)
-    await responder.end()
-
-
-async def answer(responder: Responder, dialect: Dialect, verdict: Refusal | LocalAnswer) -> None:
-    """A refusal in the client's format, or an answer made here."""
-    match verdict:
-        case Refusal(error=err):
-            await respond_error(responder, dialect, err)
-        case LocalAnswer(status=status, headers=headers, body=body):
-            await respond_bytes(responder, status, body, headers=headers)
-        case _:
-            assert_never(verdict)
-
-
-async def respond_bytes(
-    responder: Responder,
-    status: int,
-    body: bytes,
-    content_type: bytes = b"application/json",
-    *,
-    headers: tuple[tuple[bytes, bytes], ...] | None = None,
-) -> None:
-    head = list(headers) if headers is not None else [(b"content-type", content_type)]
-    await responder.start(status, [*head, (b"content-length", str(len(body)).encode())])
-    await responder.send(body)
-    await responder.end()
-
-
-def transport_error(
-    path: str | None, status: int, code: str, message: str
-) -> tuple[Headers, bytes]:
-    """Errors the HTTP layer answers itself (bad HTTP, limits), in the client's format."""
-    category = ErrorCategory.TIMEOUT if status == 408 else ErrorCategory.REQUEST
-    if status >= 500:
-        category = ErrorCategory.UPSTREAM
-    if status == 503:  # the transport sheds load (request bodies): the client should back off
-        category = ErrorCategory.RATE_LIMITED
-    err = GatewayError(status=status, category=category, code=code, message=message)
-    return error_headers(err), error_body(guess_client_dialect(path), err)

@@ -11,7 +11,7 @@ thread gives up and retakes the GIL once per statement, not once per row. Each r
 row once, when it ends. On shutdown the writer drains the queue before the connection closes: no
 finished row is lost on a clean stop. `record_committed` queues a row the same way and hands back a
 `Commit` the writer settles after the row's transaction (``store.commit_before_end``: the answer's
-end waits for it, twserve.gateway.commit_wait); rows that end together share that commit.
+end waits for it, twserve.gateway.responders); rows that end together share that commit.
 
 **A row that cannot be written** (a value SQLite refuses: a count past 64 bits an upstream
 reported, a lone surrogate a client's JSON escaped into a model name) fails its batch's
