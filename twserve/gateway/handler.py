@@ -29,16 +29,11 @@ from twproto.errors import GatewayError
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
+from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.auth import strip_key_param
 from twserve.gateway.callers import Callers
 from twserve.gateway.key_turn import EarlyHead, key_turn
-from twserve.gateway.responders import (
-    BodyTaps,
-    EndsAfterCommit,
-    LocalFallbackResponder,
-    answer_locally,
-)
 from twserve.gateway.row import (
     fill_row,
     note_admission,
@@ -84,7 +79,7 @@ class Gateway:
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
         # Body copies of requests in progress, by request id (retention.store_bodies); answers
         # whose end waits for their row (store.commit_before_end).
-        self.taps, self.ends = BodyTaps(), EndsAfterCommit()
+        self.taps, self.ends = responders.BodyTaps(), responders.EndsAfterCommit()
         self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
         # Called with every stored row, after `on_finished` (metrics, the control plane).
@@ -203,10 +198,10 @@ class Gateway:
             if not usable:
                 note_local(row, summary.input_tokens)
                 self.record_row(row)
-                await answer_locally(responder, dialect, summary.input_tokens)
+                await responders.answer_locally(responder, dialect, summary.input_tokens)
                 return
         # Never retried (docs/operations.md); an upstream without the endpoint is estimated.
-        fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
+        fallback = responders.LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
             usable, verdict.body, dialect, verdict.conversation, counting=counting
         )
