@@ -36,7 +36,7 @@ DISTRIBUTIONS: dict[str, tuple[Path, tuple[str, ...]]] = {
 RUNTIME_ONLY: dict[str, tuple[str | None, str]] = {
     # zoneinfo reads the IANA database from the tzdata package where the system has none.
     "tzdata": ("zoneinfo", "zoneinfo's IANA database on systems without one"),
-    # twserve.app.eventloop finds it with importlib.util.find_spec; anyio loads it.
+    # twserve.app.process finds it with importlib.util.find_spec; anyio loads it.
     "uvloop": (None, "the event loop of `twserve serve`, loaded by anyio"),
 }
 

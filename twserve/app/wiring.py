@@ -37,7 +37,8 @@ from twserve.control import plane as control
 from twserve.control.metrics import Metrics
 from twserve.events import EventBus
 from twserve.gateway import realtime
-from twserve.gateway.handler import Gateway, transport_error
+from twserve.gateway.answers import transport_error
+from twserve.gateway.handler import Gateway
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
@@ -50,33 +51,9 @@ if TYPE_CHECKING:
     from twserve.app.sharing import Sharing
     from twserve.store.postgres import StoreBack, StoreLost
 
-__all__ = ["FD_RESERVE", "GatewayApp", "open_store", "raise_fd_limit"]
+__all__ = ["GatewayApp", "open_store"]
 
 log = logging.getLogger("twserve")
-
-# Descriptors kept back from listen.gateway.max_connections: upstream connections, the store,
-# the control plane, the event loop's own.
-FD_RESERVE = 64
-
-
-def raise_fd_limit(wanted: int = 1 << 20) -> int:
-    """Raise the soft limit on open files as far as the hard limit allows (up to `wanted`);
-    the soft limit in force afterwards. A gateway's connections are file descriptors, and the
-    default soft limit (often 1024) is far below what the hard limit permits."""
-    try:
-        import resource
-    except ImportError:  # not on this platform
-        return -1
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    if soft == resource.RLIM_INFINITY or soft >= target:
-        return soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
-        return soft
-    return target
 
 
 @dataclass(slots=True)
@@ -157,7 +134,13 @@ class GatewayApp:
         gw.on_efforts_changed = lambda: save_effort_memory(data_dir, gw.reasoning.efforts.memory)
         gw.use_effort_memory(load_effort_memory(data_dir))
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
-        self.metrics = Metrics(lambda: gw.router, clock=gw.clock, table=lambda: gw.usage.table)
+        store = self.store
+        self.metrics = Metrics(
+            lambda: gw.router,
+            clock=gw.clock,
+            table=lambda: gw.usage.table,
+            set_aside=lambda: store.rejected,
+        )
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)

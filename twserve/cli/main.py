@@ -19,8 +19,9 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, ConfigError
-from twserve.app import cyclegc, eventloop
-from twserve.app.wiring import FD_RESERVE, GatewayApp, raise_fd_limit
+from twserve.app import process
+from twserve.app.process import FD_RESERVE, raise_fd_limit
+from twserve.app.wiring import GatewayApp
 from twserve.config.files import (
     data_dir,
     load_config,
@@ -153,7 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with anyio.open_signal_receiver(*sigs_wanted) as sigs:
             async with anyio.create_task_group() as tg:
                 bound = await tg.start(app.run)
-                cyclegc.settle()  # what startup built is not walked again (twserve.app.cyclegc)
+                process.settle_heap()  # what startup built is not walked again
                 if bound.gateway_port is not None:
                     print(
                         f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True
@@ -176,7 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     failed: list[ListenError] = []
     try:
         try:
-            eventloop.run(main)
+            process.run(main)
         except* ListenError as group:
             failed.extend(_leaves(group, ListenError))
     except KeyboardInterrupt:
@@ -357,12 +358,8 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
 
     from twengine.dryrun import format_text, report_from_dict
     from twengine.router import Router
-    from twserve.control.plane import (
-        ControlRequestError,
-        control_key_of,
-        dryrun_facts,
-        fetch_dryrun,
-    )
+    from twserve.control.client import fetch_dryrun
+    from twserve.control.plane import ControlRequestError, control_key_of, dryrun_facts
 
     path = _config_path(args)
     try:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -81,6 +81,23 @@ class _LiveState(Collector):
         yield paused
 
 
+class _StoreRows(Collector):
+    """Rows the request store set aside (they could not be written), read from the store's
+    own count at scrape time."""
+
+    NAME = "gateway_store_rows_set_aside"
+    HELP = "Request rows the store could not write and set aside (gw.store.row_set_aside)"
+
+    def __init__(self, set_aside: Callable[[], int]) -> None:
+        self._set_aside = set_aside
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.NAME, self.HELP)
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.NAME, self.HELP, value=float(self._set_aside()))
+
+
 class _ModelLabels:
     """The ``model`` label's value for a model name: the name when the config (as it is now)
     writes it or `table` lists it, else ``other``; ``none`` for no name."""
@@ -105,7 +122,8 @@ class _ModelLabels:
 
 class Metrics:
     """One gateway's metrics (see the module docstring). `table` is the price table whose
-    model names, with the config's, may label series."""
+    model names, with the config's, may label series; `set_aside` counts the request rows the
+    store could not write."""
 
     def __init__(
         self,
@@ -113,6 +131,7 @@ class Metrics:
         *,
         clock: Callable[[], float] = time.monotonic,
         table: Callable[[], PriceTable | None] = lambda: None,
+        set_aside: Callable[[], int] = lambda: 0,
     ) -> None:
         self._router = router
         self._model_label = _ModelLabels(table)
@@ -183,6 +202,7 @@ class Metrics:
         )
         self.in_flight.set_function(lambda: float(len(self._open)))
         reg.register(_LiveState(router, clock))
+        reg.register(_StoreRows(set_aside))
         self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
         self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
         self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)

@@ -32,14 +32,14 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 import anyio
 
 from twengine.config import Config, Problem, TemplateError, resolve_template
 from twengine.rules import RequestFacts
 from twengine.slots import SlotScope
-from twproto import json_dumps, json_loads
+from twproto import json_dumps
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
 from twserve.control.metrics import CONTENT_TYPE, Metrics
@@ -55,7 +55,6 @@ __all__ = [
     "ControlRequestError",
     "control_key_of",
     "dryrun_facts",
-    "fetch_dryrun",
     "mask_secret",
 ]
 
@@ -179,52 +178,6 @@ def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str 
         return resolve_template(key, dict(os.environ) if env is None else env)
     except TemplateError:
         return None
-
-
-def fetch_dryrun(
-    base_url: str,
-    control_key: str,
-    *,
-    model: str,
-    key_name: str | None = None,
-    dialect: str | None = None,
-    stream: bool = False,
-    timeout: float = 10.0,
-) -> dict[str, Any]:
-    """Ask a running gateway's control plane for a dry-run (the CLI's ``--control``).
-
-    Raises `ControlRequestError` with the server's code when it refuses, and `ConnectionError`
-    when it cannot be reached or does not answer as a control plane.
-    """
-    params = {"model": model, "stream": "1" if stream else "0"}
-    if key_name:
-        params["key"] = key_name
-    if dialect:
-        params["dialect"] = dialect
-    url = base_url.rstrip("/") + "/dryrun?" + urlencode(params)
-    import httpcore  # the command line's, not the gateway's: loaded only here
-
-    try:
-        response = httpcore.request(
-            "GET",
-            url,
-            headers=[(b"authorization", b"Bearer " + control_key.encode())],
-            extensions={"timeout": {"connect": timeout, "read": timeout, "pool": timeout}},
-        )
-    except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.UnsupportedProtocol) as exc:
-        raise ConnectionError(f"{base_url}: {exc or type(exc).__name__}") from None
-    try:
-        data = json_loads(response.content)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConnectionError(f"{base_url} answered {response.status} without control-plane JSON")
-    if response.status != 200:
-        error = data.get("error") or {}
-        raise ControlRequestError(
-            response.status, str(error.get("code")), str(error.get("message"))
-        )
-    return data
 
 
 def _query(request: Request) -> dict[str, str]:

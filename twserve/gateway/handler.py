@@ -4,7 +4,7 @@ Every decision is twengine's; this handler carries them out in order: the caller
 (twengine.callers), admission (`admit`: the body, routing, token counts answered here) or the
 listing (`answer_models`), the destinations and their credentials (twengine.destinations), what
 upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
-the relay, and the row (twserve.gateway.row, twserve.gateway.bodies; docs/operations.md). A
+the relay, and the row (twserve.gateway.row, twserve.gateway.responders; docs/operations.md). A
 request refused at any check never reaches an upstream; every request that got as far as a key
 check leaves one row in the request store.
 """
@@ -33,10 +33,9 @@ from twproto.keys import strip_key_param
 from twproto.paths import Operation, Route, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
-from twserve.gateway.bodies import BodyTaps
+from twserve.gateway import responders
+from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
-from twserve.gateway.commit_wait import EndsAfterCommit
-from twserve.gateway.count_tokens import LocalFallbackResponder
 from twserve.gateway.key_turn import EarlyHead, key_turn
 from twserve.gateway.row import (
     fill_row,
@@ -47,7 +46,6 @@ from twserve.gateway.row import (
     request_ids,
     retry_observer,
 )
-from twserve.relay.client import answer, respond_error, transport_error
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.server.base import HeadRefusal, Request, Responder
@@ -55,7 +53,7 @@ from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
 
-__all__ = ["Gateway", "transport_error"]
+__all__ = ["Gateway"]
 
 
 class Gateway:
@@ -81,7 +79,7 @@ class Gateway:
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
         # Body copies of requests in progress, by request id (retention.store_bodies); answers
         # whose end waits for their row (store.commit_before_end).
-        self.taps, self.ends = BodyTaps(), EndsAfterCommit()
+        self.taps, self.ends = responders.BodyTaps(), responders.EndsAfterCommit()
         self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
         # Called with every stored row, after `on_finished` (metrics, the control plane).
@@ -189,7 +187,7 @@ class Gateway:
         if refused is not None:
             await self._refuse(row, responder, dialect, refused)
             return
-        fallback = LocalFallbackResponder(responder, dialect, summary.input_tokens)
+        fallback = responders.LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
             usable,
             verdict.body,

@@ -27,7 +27,8 @@ from twproto.errors import GatewayError
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream.translators import keepalive_comments
-from twserve.relay.client import ClientAnswer, RelayOutcome, respond_error, stream_head
+from twserve.gateway.answers import respond_error
+from twserve.relay.client import ClientAnswer, RelayOutcome, stream_head
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayRequest
 from twserve.server.base import ClientGone, Responder

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any
 
-from twengine.admission import LocalAnswer, Refusal
 from twengine.attempt import AttemptRecord
 from twproto import ir
 from twproto.dialect import Dialect
@@ -32,7 +31,6 @@ from twproto.errors import (
 )
 from twproto.failures import Failure
 from twproto.headers import client_response_headers
-from twproto.paths import guess_client_dialect
 from twproto.stream.translators import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
@@ -47,11 +45,7 @@ __all__ = [
     "PROVIDER_HEADER",
     "ClientAnswer",
     "RelayOutcome",
-    "answer",
-    "respond_bytes",
-    "respond_error",
     "stream_head",
-    "transport_error",
 ]
 
 
@@ -231,24 +225,17 @@ class ClientAnswer:
         if send_headers:
             await self.start_stream(live.provider if live is not None else None)
         if live is not None:
-            live.committed = True
-            if live.pending:
-                # Given up only once written: a write cut short has not delivered it.
-                await self.responder.send(live.pending)
-                live.pending = b""
-            live.direct = live.queued == 0 and live.translator is not None
+            await live.stream.commit()  # its held bytes, then maybe the reader's own writes
 
     async def finish_stream(self, live: Attempt) -> None:
         """`live`'s stream ended cleanly: its last bytes, then the end."""
-        translator = live.translator
+        translator = live.stream.translator
         assert translator is not None
         out = self.out
         out.provider, out.status = live.provider, 200
         out.usage = translator.usage
         out.dropped.extend(translator.dropped)
-        if live.pending:
-            await self.responder.send(live.pending)
-            live.pending = b""
+        await live.stream.flush()
         await self.responder.end()
 
     async def end_stream_with_error(
@@ -263,9 +250,9 @@ class ClientAnswer:
         and could not be continued, and the upstream it last came from."""
         self.out.error_code = err.code
         self.out.status = 200 if self.started else err.status
-        if live is not None and live.committed:
+        if live is not None and live.stream.committed:
             self.out.provider = live.provider  # it answered, then broke off
-        translator = live.translator if live is not None else None
+        translator = live.stream.translator if live is not None else None
         if resumed is not None:
             translator, self.out.provider = resumed
         if translator is None:
@@ -280,50 +267,3 @@ class ClientAnswer:
         await self.start_stream(provider)
         await self.responder.send(translator.fail(err))
         await self.responder.end()
-
-
-async def respond_error(responder: Responder, dialect: Dialect, err: GatewayError) -> None:
-    body = error_body(dialect, err)
-    await responder.start(
-        err.status, [*error_headers(err), (b"content-length", str(len(body)).encode())]
-    )
-    await responder.send(body)
-    await responder.end()
-
-
-async def answer(responder: Responder, dialect: Dialect, verdict: Refusal | LocalAnswer) -> None:
-    """A refusal in the client's format, or an answer made here."""
-    match verdict:
-        case Refusal(error=err):
-            await respond_error(responder, dialect, err)
-        case LocalAnswer(status=status, headers=headers, body=body):
-            await respond_bytes(responder, status, body, headers=headers)
-        case _:
-            assert_never(verdict)
-
-
-async def respond_bytes(
-    responder: Responder,
-    status: int,
-    body: bytes,
-    content_type: bytes = b"application/json",
-    *,
-    headers: tuple[tuple[bytes, bytes], ...] | None = None,
-) -> None:
-    head = list(headers) if headers is not None else [(b"content-type", content_type)]
-    await responder.start(status, [*head, (b"content-length", str(len(body)).encode())])
-    await responder.send(body)
-    await responder.end()
-
-
-def transport_error(
-    path: str | None, status: int, code: str, message: str
-) -> tuple[Headers, bytes]:
-    """Errors the HTTP layer answers itself (bad HTTP, limits), in the client's format."""
-    category = ErrorCategory.TIMEOUT if status == 408 else ErrorCategory.REQUEST
-    if status >= 500:
-        category = ErrorCategory.UPSTREAM
-    if status == 503:  # the transport sheds load (request bodies): the client should back off
-        category = ErrorCategory.RATE_LIMITED
-    err = GatewayError(status=status, category=category, code=code, message=message)
-    return error_headers(err), error_body(guess_client_dialect(path), err)

@@ -4,10 +4,12 @@ The relay's loop hands each item a reader posted (`twserve.relay.reader`) to `At
 which turns it into the ledger's input — a response head, a failure classified by
 `twproto.failures`, the opening hold's verdict (`twproto.stream.upstream`), content, the end —
 and returns the actions that input led to, for the relay to carry out. Items of an attempt that
-was already given up are dropped. A committed stream's chunks are translated and written here
-(or by the reader itself, `write_direct`, or in the upstream connection's callback,
-`sink_for`); the ledger hears of content the reader wrote when the loop next wakes
-(`report_content`), which keeps it off the per-chunk path.
+was already given up are dropped. Each attempt's `AttemptStream` (twserve.relay.stream) writes
+its chunks to the client, by whichever of its three paths; this module gives it the loop's
+inputs (the commit, each chunk the loop takes, the end of the attempt) and tells the ledger of
+content the reader or the upstream connection's callback wrote when the loop next wakes
+(`report_content`), which keeps it off the per-chunk path. The `Attempt` record is written here
+and nowhere else.
 
 With resuming on (docs/failover.md, "Resuming a broken stream") the committed answer is a
 `twproto.ResumableStream` (`answer`): at a break or an idle timeout the ledger hears how
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import assert_never
+
+import anyio
 
 from twengine.attempt.ledger import AttemptLedger, LedgerAction
 from twengine.destinations import Destination
@@ -41,6 +45,7 @@ from twserve.relay.reader import (
     Head,
     Whole,
 )
+from twserve.relay.stream import AttemptStream
 from twserve.server.base import Headers, Responder
 
 __all__ = ["AttemptFeed"]
@@ -80,18 +85,33 @@ class AttemptFeed:
         self.answer: ResumableStream | None = None
         self.answered_by: str | None = None
 
+    def begin(self, index: int, provider: str) -> Attempt:
+        """Attempt `index` to `provider` is sent now: it is the one in flight from here on (the
+        stream of any before it is closed)."""
+        if self.live is not None:
+            self.live.stream.close()
+        live = Attempt(
+            index=index,
+            provider=provider,
+            scope=anyio.CancelScope(),
+            sent_at=self.clock(),
+            stream=AttemptStream(self.responder, self.clock),
+        )
+        self.live = live
+        return live
+
     def ending(self) -> tuple[Attempt | None, tuple[ResumableStream, str | None] | None]:
         """What an error ending writes after: the attempt in flight, and the answer being
         resumed while no upstream carries it."""
         live = self.live
-        if self.answer is None or (live is not None and live.translator is not None):
+        if self.answer is None or (live is not None and live.stream.translator is not None):
             return live, None
         return live, (self.answer, self.answered_by)
 
     def resume_point(self) -> int | None:
         """Text characters the client has, when the committed answer may be continued."""
         live = self.live
-        if self.answer is None or live is None or live.translator is not self.answer:
+        if self.answer is None or live is None or live.stream.translator is not self.answer:
             return None
         return self.answer.resume_point
 
@@ -102,10 +122,8 @@ class AttemptFeed:
     def report_content(self) -> list[LedgerAction]:
         """Tell the ledger about content the reader wrote itself since it last heard."""
         live = self.live
-        if live is None or live.content_at <= live.reported_at:
-            return []
-        live.reported_at = live.content_at
-        return self.ledger.content(live.content_at)
+        at = live.stream.unreported() if live is not None else None
+        return [] if at is None else self.ledger.content(at)
 
     async def on_item(self, item: AttemptItem, now: float) -> list[LedgerAction]:
         """What `item` means for the ledger: its input for this attempt's news."""
@@ -134,30 +152,25 @@ class AttemptFeed:
                 self.ttfb_ms = int((now - live.sent_at) * 1000)
                 return self.ledger.first_content(now) + self.ledger.ended(now, clean=True)
             case Chunk(data=data):
-                live.queued -= 1
-                if live.translator is None:
-                    assert live.opening is not None
-                    live.opening_bytes.append(data)
-                    return self._opening(live, live.opening.feed(data, now=self.wall()), now)
-                follow: list[LedgerAction] = []
-                sent = live.translator.feed(data)
-                if sent:
-                    live.writing = True
-                    await self.responder.send(sent)
-                    live.writing = False
-                    live.reported_at = now
-                    follow = self.ledger.content(now)
-                # Only after our own write is done may the reader write (one writer at a time).
-                live.direct = live.committed and live.queued == 0
-                return follow
+                stream = live.stream
+                if stream.translator is not None:
+                    return self.ledger.content(now) if await stream.take(data, now) else []
+                stream.take_held()
+                opening = live.reader.opening
+                assert opening is not None
+                live.opening_bytes.append(data)
+                return self._opening(live, opening.feed(data, now=self.wall()), now)
             case End():
-                if live.translator is not None:
+                if live.stream.translator is not None:
                     return self._ended(live, now)
-                assert live.opening is not None
-                opened = self._opening(live, live.opening.end(now=self.wall()), now)
-                return opened if live.translator is None else opened + self._ended(live, now)
+                opening = live.reader.opening
+                assert opening is not None
+                opened = self._opening(live, opening.end(now=self.wall()), now)
+                if live.stream.translator is None:
+                    return opened
+                return opened + self._ended(live, now)
             case Broken():
-                if live.translator is None:
+                if live.stream.translator is None:
                     return self._failed(stream_ended_early(), now)
                 return self._broke(now)
             case _:
@@ -170,7 +183,7 @@ class AttemptFeed:
             case FailedBeforeContent(failure=failure):
                 return self._failed(failure, now)
             case FirstContent(data=data, translator=translator):
-                live.translator, live.pending = translator, data
+                live.stream.hold(translator, data)
                 if self.answer is None:  # a resumed answer keeps its first leg's
                     self.ttfb_ms = int((now - live.sent_at) * 1000)
                 if isinstance(translator, ResumableStream):
@@ -184,14 +197,14 @@ class AttemptFeed:
         return self.ledger.failed(failure, now, **self.snapshot(now))
 
     def _ended(self, live: Attempt, now: float) -> list[LedgerAction]:
-        translator = live.translator
+        translator = live.stream.translator
         assert translator is not None
         # end() flushes a last event that came without its blank line, so `finished` is only
         # known after it. The closing bytes go out with what is pending (the commit or the end).
         tail = translator.end()
         clean = translator.finished
         if tail and clean:
-            live.pending += tail
+            live.stream.hold_tail(tail)
         return self.ledger.ended(now, clean=True) if clean else self._broke(now)
 
     def _broke(self, now: float) -> list[LedgerAction]:
@@ -202,10 +215,9 @@ class AttemptFeed:
         live = self.live
         if not self.ledger.done and live is not None:
             # Resumed: this upstream's part is over. It stays `live` until the next attempt
-            # replaces it, so that a commit among `actions` still writes what it held; the
-            # ledger hears of no more content from it.
+            # replaces it, so that a commit among `actions` still writes what it held; its
+            # stream is closed, so the ledger hears of no more content from it.
             self._close(live)
-            live.reported_at = live.content_at
         return actions
 
     def end_attempt(self) -> None:
@@ -216,6 +228,7 @@ class AttemptFeed:
             self.live = None
 
     def _close(self, live: Attempt) -> None:
+        live.stream.close()
         if live.running():  # (a cancel costs something even when it has nothing to stop)
             live.scope.cancel()
         usage = self._billed_usage(live)
@@ -227,12 +240,13 @@ class AttemptFeed:
         live = self.live
         if live is None or live.index != index:
             return
-        if live.committed:
+        stream = live.stream
+        if stream.committed:
             # It answered before it went quiet (idle timeout after content): the row names it,
             # with the usage seen so far.
             out.provider = live.provider
-            if live.translator is not None:
-                out.usage = live.translator.usage
+            if stream.translator is not None:
+                out.usage = stream.translator.usage
         self.end_attempt()
 
     def client_left(self, out: RelayOutcome, answer_started: bool) -> bool:
@@ -242,65 +256,29 @@ class AttemptFeed:
         # A client that leaves right after the answer's final event (its SDK is done) has the
         # whole answer: that is not a cancelled request, even if the upstream's own end had not
         # arrived yet.
-        delivered = live is not None and live.delivered()
+        delivered = live is not None and live.stream.delivered()
         out.cancelled, out.delivered = not delivered, delivered
         if live is not None:
             # What the client had already received came from this upstream.
-            if live.committed:
+            stream = live.stream
+            if stream.committed:
                 out.provider = live.provider
                 out.status = 200 if answer_started else None
-            if live.translator is not None:
-                out.usage = live.translator.usage
+            if stream.translator is not None:
+                out.usage = stream.translator.usage
                 if delivered:
-                    out.dropped.extend(live.translator.dropped)
+                    out.dropped.extend(stream.translator.dropped)
         return delivered
 
     def delivered(self) -> bool:
         """The attempt in flight (if any) has written the whole answer to the client."""
         live = self.live
-        return live is not None and live.delivered()
+        return live is not None and live.stream.delivered()
 
     def _billed_usage(self, live: Attempt) -> ir.Usage | None:
-        if live.translator is not None:
-            return live.translator.usage
+        if live.stream.translator is not None:
+            return live.stream.translator.usage
         if not live.opening_bytes:
             return None
         dialect = self.dests[live.provider].target.dialect
-        return reported_usage(dialect, b"".join(live.opening_bytes), sse=live.upstream_sse)
-
-    async def write_direct(self, live: Attempt, chunk: bytes) -> None:
-        """A committed answer's chunk, from the reader straight to the client."""
-        translator = live.translator
-        assert translator is not None
-        data = translator.feed(chunk)
-        if data:
-            # The sink leaves what arrives meanwhile for this reader. Not cleared when the write
-            # is cut short: the answer's last bytes did not go out (`Attempt.delivered`).
-            live.writing = True
-            await self.responder.send(data)
-            live.writing = False
-            # The idle clock only needs to know that content keeps coming: the loop reads this
-            # when it wakes, which keeps the ledger off the per-chunk path.
-            live.content_at = self.clock()
-
-    def sink_for(self, live: Attempt) -> Callable[[bytes], bool]:
-        """What `write_direct` does, done in the upstream connection's callback
-        (`twserve.upstream.h1_connection`): True once `chunk` is translated and written, False
-        (nothing done) when it has to wait — the client is behind, the reader is writing, the
-        attempt is over — and is left for the reader."""
-        translator = live.translator
-        assert translator is not None
-        responder, clock = self.responder, self.clock
-
-        def sink(chunk: bytes) -> bool:
-            if live.writing or self.live is not live or live.scope.cancel_called:
-                return False
-            if not responder.ready():
-                return False
-            data = translator.feed(chunk)
-            if data:
-                responder.send_now(data)
-                live.content_at = clock()
-            return True
-
-        return sink
+        return reported_usage(dialect, b"".join(live.opening_bytes), sse=live.reader.upstream_sse)

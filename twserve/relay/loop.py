@@ -7,7 +7,7 @@ its actions out, one `match` arm per verb, and feeds it what happened:
 
 * Each `Send` starts a reader task (`twserve.relay.reader`) that posts what the upstream sends
   into the request's inbox. The loop takes one inbox item at a time, or wakes at the ledger's
-  `next_deadline()` (a timer, `twserve.relay.wake`) and calls `on_timer`.
+  `next_deadline()` (a timer, `twserve.relay.wait`) and calls `on_timer`.
 * A stream is held by `twproto.stream.upstream.UpstreamStream` until first content; its verdict
   becomes `first_content` or `failed`, and its translator writes the rest to the client.
 * The bookkeeping verbs (slots, slot waits, health records) go to
@@ -46,9 +46,8 @@ from twproto.upstream_request import ClientCall
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
-from twserve.relay.inbox import Inbox
 from twserve.relay.reader import Attempt, AttemptItem, read_attempt
-from twserve.relay.wake import DeadlineWake, Wake, next_item
+from twserve.relay.wait import DeadlineWake, Inbox, Wake, next_item
 from twserve.server.base import ClientGone, Responder
 from twserve.upstream.client import Upstream
 
@@ -124,7 +123,7 @@ class _Relay:
         self.client = ClientAnswer(
             responder, call, req.model, out, wall, req.last_keepalive, self.dests
         )
-        self.inbox: Inbox[_Item] = Inbox(INBOX_SIZE)  # twserve.relay.inbox
+        self.inbox: Inbox[_Item] = Inbox(INBOX_SIZE)  # twserve.relay.wait
         # Callbacks that are not bound methods of this relay: no reference cycle through it.
         deliver = grant_poster(self.inbox.send_nowait)
         self.slots = SlotHolds(hooks, req.owner, deliver=deliver, clock=clock)
@@ -134,7 +133,7 @@ class _Relay:
         )
         self.tg: anyio.abc.TaskGroup | None = None
         self.started: list[Attempt] = []  # every attempt whose reader was started
-        # The ledger's deadline wakes the loop through the inbox (twserve.relay.wake).
+        # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
         self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
 
@@ -201,7 +200,7 @@ class _Relay:
         out.effort_resent = self.requests.resent_levels()
         out.attempt_usage = dict(self.feed.attempt_usage)
         if self.sockets is not None:
-            out.over_socket = {a.index for a in self.started if a.over_socket}
+            out.over_socket = {a.index for a in self.started if a.reader.over_socket}
         self.slots.close()  # a grant posted but never read, a wait cut short
         self.wake.cancel()
         self.inbox.close()
@@ -257,15 +256,13 @@ class _Relay:
                 log.exception("relay observer failed")
 
     async def _send(self, provider: str, index: int) -> None:
-        live = Attempt(index=index, provider=provider, scope=anyio.CancelScope(), sent_at=0.0)
-        live.sent_at = self.clock()
-        self.feed.live = live
+        live = self.feed.begin(index, provider)
         self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
         dest, up, post = self.dests[provider], self.up, self.inbox.send
         build = partial(self._build, dest)
-        self.tg.start_soon(read_attempt, live, up, build, post, self.feed, dest, self.sockets)
+        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
         built = self.requests.build(dest, self.feed.answer, now=self.wall())

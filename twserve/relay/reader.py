@@ -2,18 +2,16 @@
 
 The relay starts one reader task per attempt. The reader opens the upstream request and posts
 what arrives — head, error body, whole answer, chunks, end, break, a failure — into the
-request's inbox, a small bounded queue (`twserve.relay.inbox`), so a slow client slows the
+request's inbox, a small bounded queue (`twserve.relay.wait`), so a slow client slows the
 upstream read instead of growing a buffer. Cancelling the attempt's scope closes the upstream
 request.
 
 Once the answer is committed and no chunk of it waits in the inbox, the reader writes to the
-client itself (`Attempt.direct`): each chunk then skips the hop through the request's loop.
-After its first such write it hands the upstream connection a sink
-(`AttemptFeed.sink_for`), so that where the connection is an asyncio protocol
-(`twserve.upstream.h1_connection`) a chunk is translated and written to the client in the callback
-that read it, with no task woken; the reader then only wakes for what the sink could not
-take (a client that is behind), the end or a break. The loop still hears that content keeps
-coming, from `Attempt.content_at`.
+client itself, and after its first such write it hands the upstream connection a sink, so that
+where the connection is an asyncio protocol (`twserve.upstream.h1_connection`) a chunk is
+translated and written to the client in the callback that read it, with no task woken. Which
+of these paths a chunk takes is the attempt's `AttemptStream`'s to say (twserve.relay.stream);
+the reader only reads its mode.
 """
 
 from __future__ import annotations
@@ -21,17 +19,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import anyio
 
 from twengine.destinations import Destination, Transport
 from twproto.errors import request_failure
 from twproto.failures import Failure, classify_transport
-from twproto.stream.translators import StreamTranslator
 from twproto.stream.upstream import UpstreamStream
 from twproto.translate import ClientTranslationError
 from twproto.upstream_request import UpstreamRequest
+from twserve.relay.stream import READER_WRITES, AttemptStream
 from twserve.server.base import ClientGone
 from twserve.upstream.client import (
     Headers,
@@ -52,6 +49,7 @@ __all__ = [
     "End",
     "ErrorBody",
     "Head",
+    "ReaderState",
     "Whole",
     "read_attempt",
 ]
@@ -106,70 +104,41 @@ AttemptItem = Head | ErrorBody | Chunk | Whole | End | Broken | AttemptFailed
 
 
 @dataclass(slots=True)
+class ReaderState:
+    """What an attempt's reader set up and how far it got; written by the reader alone."""
+
+    opening: UpstreamStream | None = None  # the stream's opening hold (streams only)
+    upstream_sse: bool = True
+    # It went over its upstream's own Responses socket (`Transport.RESPONSES_SOCKET`), not HTTP.
+    over_socket: bool = False
+    done: bool = False  # the reader has returned
+
+
+@dataclass(slots=True)
 class Attempt:
-    """The attempt in flight, as the relay and its reader share it."""
+    """The attempt in flight. Its fields are what the relay's loop learned from the reader's
+    items (written in twserve.relay.feed alone); `reader` is the reader's own record, and
+    `stream` (twserve.relay.stream) the one owner of how its chunks reach the client."""
 
     index: int
     provider: str
     scope: anyio.CancelScope
     sent_at: float
+    stream: AttemptStream
+    reader: ReaderState = field(default_factory=ReaderState)
     status: int = 0
     headers: Headers = field(default_factory=list)
-    opening: UpstreamStream | None = None  # until first content (streams only)
-    translator: StreamTranslator | None = None  # after it
-    pending: bytes = b""  # the client's bytes for what was held, sent at the commit
     whole: bytes | None = None
-    # Chunks of this attempt still in the inbox; once the answer is committed and none are
-    # left, the reader writes to the client itself (`direct`).
-    queued: int = 0
-    committed: bool = False
-    direct: bool = False
-    # A write of the client's bytes is under way: set before it and cleared only once it
-    # returned, so a write cut short (the client left) leaves it set. The sink leaves what
-    # arrives meanwhile for the writer.
-    writing: bool = False
     # The opening's bytes as they came (streams), read for usage if the attempt ends before
     # content.
     opening_bytes: list[bytes] = field(default_factory=list)
-    upstream_sse: bool = True
-    content_at: float = 0.0  # when the reader last wrote content itself
-    # It went over its upstream's own Responses socket (`Transport.RESPONSES_SOCKET`), not HTTP.
-    over_socket: bool = False
-    done: bool = False  # the reader has returned
     # The loop took the reader's last item (end, whole answer, error, break): all the reader
     # still does is close the upstream request, which it is left to finish.
     last_taken: bool = False
 
     def running(self) -> bool:
         """The reader has work left that cancelling its scope would cut short."""
-        return not (self.done or self.last_taken or self.scope.cancel_called)
-
-    def delivered(self) -> bool:
-        """The client has the whole answer: the stream's final event was translated and every
-        byte of it handed to the connection (nothing held, no write cut short). What the
-        client does next does not change that (docs/operations.md, "A client that leaves")."""
-        translator = self.translator
-        return (
-            self.committed
-            and translator is not None
-            and translator.finished
-            and not self.pending
-            and not self.writing
-        )
-
-    reported_at: float = 0.0  # the latest content time the attempt machine has heard
-
-
-class DirectWriter(Protocol):
-    """Who writes a committed stream's chunks to the client (`twserve.relay.feed`)."""
-
-    async def write_direct(self, attempt: Attempt, chunk: bytes) -> None:
-        """Translate and write `chunk` (the reader's own write)."""
-        ...
-
-    def sink_for(self, attempt: Attempt) -> Callable[[bytes], bool]:
-        """The same, done in the event loop's callback where possible (False: not now)."""
-        ...
+        return not (self.reader.done or self.last_taken or self.scope.cancel_called)
 
 
 def _open(
@@ -186,7 +155,7 @@ def _open(
     if dest.transport is Transport.RESPONSES_SOCKET and sockets is not None:
         event = sockets.takes(request)
         if event is not None:
-            attempt.over_socket = True
+            attempt.reader.over_socket = True
             return sockets.open(request, event, connect_timeout=timeout)
     return up.open(request, connect_timeout=timeout, transport=dest.http_transport)
 
@@ -196,22 +165,22 @@ async def read_attempt(
     up: Upstream,
     build: Callable[[], tuple[UpstreamRequest, UpstreamStream | None]],
     post: Callable[[AttemptItem], Awaitable[None]],
-    direct: DirectWriter,
     dest: Destination,
     sockets: UpstreamSockets | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
     through `up` — or over `sockets`, a client socket's own upstream sockets, for a `dest`
-    reached by its Responses socket — and `post` what arrives. A committed stream's chunks are
-    written by `direct`, and once one has been, handed to its sink as they arrive where the
-    upstream connection can (`UpstreamAnswer.divert`)."""
+    reached by its Responses socket — and `post` what arrives. A committed stream's chunks go
+    the way its `AttemptStream` says: posted to the loop, or written here, or handed to the
+    upstream connection's sink as they arrive (twserve.relay.stream)."""
     index = attempt.index
+    reader = attempt.reader
     try:
         with attempt.scope:
             try:
-                request, attempt.opening = build()
-                attempt.upstream_sse = request.sse
-                stream = attempt.opening is not None
+                request, reader.opening = build()
+                reader.upstream_sse = request.sse
+                stream = reader.opening is not None
             except ClientTranslationError as exc:
                 # The request cannot be written for this upstream: the client's to fix.
                 await post(
@@ -241,14 +210,12 @@ async def read_attempt(
                         else:
                             await post(Whole(index, b"".join(parts)))
                         return
-                    diverted = False
+                    client = attempt.stream
                     async for chunk in answer.chunks():
-                        if attempt.direct:
-                            await direct.write_direct(attempt, chunk)
-                            if not diverted:
-                                diverted = answer.divert(direct.sink_for(attempt))
+                        if client.mode in READER_WRITES:
+                            await client.write(chunk, answer)
                         else:
-                            attempt.queued += 1
+                            client.queue()
                             await post(Chunk(index, chunk))
                     await post(End(index))
             except UpstreamUnreachable as exc:
@@ -258,4 +225,4 @@ async def read_attempt(
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, ClientGone):
         pass  # the request is over; nobody reads this attempt any more
     finally:
-        attempt.done = True
+        reader.done = True

@@ -18,9 +18,13 @@ directory with the SQLite store's schema (`JOURNAL_FILE`). When a write succeeds
 held in memory go first, then the journal is replayed in batches, each batch deleted from the
 journal once PostgreSQL committed it; when nothing is held any more the listeners hear
 `StoreBack`. A journal left by an earlier run is replayed at startup the same way. Only a
-failed connection counts as the database being away: a batch PostgreSQL refuses for its data is
-written row by row, and a row it still refuses is kept in the journal's ``rejected`` table
-rather than holding every later row back.
+failed connection counts as the database being away: a batch PostgreSQL refuses for its data (or
+whose values cannot even be sent: a lone surrogate in a text) is written row by row, and a row it
+still refuses is set aside rather than holding every later row back: kept in the journal's
+``rejected`` table, logged as ``gw.store.row_set_aside`` and counted (``rejected``, the
+``gateway_store_rows_set_aside_total`` metric). The journal itself sets aside the same way a row
+SQLite refuses (a count past 64 bits), and so does the writer a row whose values it cannot
+list.
 
 **Stopping.** `close` ends the queue; the writer makes one last attempt to write what it holds
 and puts whatever PostgreSQL did not take into the journal, so a graceful stop loses no row
@@ -67,6 +71,10 @@ from twserve.store.sqlite import (
     _connect,
     _decode,
     _migrate,
+    keep_rejected,
+    log_set_aside,
+    refusal_reason,
+    row_json,
     usage_rows,
 )
 
@@ -163,6 +171,9 @@ _PG_GROUPS = {**USAGE_GROUPS, "day": f"floor(ts / {_QUARTER})::bigint"}
 
 _T = TypeVar("_T")
 
+# What a failed write means the database is away (not that it refused a row's data).
+_AWAY = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+
 # Where a row's key, `counted`, `settled_ts` and its three limit figures sit in its columns.
 _KEY = _COLUMNS.index("key_name")
 _COUNTED = _COLUMNS.index("counted")
@@ -208,6 +219,10 @@ def _text(value: Any) -> Any:
 
 def _as_json(params: tuple[Any, ...]) -> str:
     return json.dumps(dict(zip(_COLUMNS, params, strict=True)), default=repr)
+
+
+def _refusal(item: _Item, exc: BaseException) -> tuple[str, str, str]:
+    return str(item[0][0]), refusal_reason(exc), _as_json(item[0])
 
 
 def _item(row: RequestRow) -> _Item:
@@ -258,7 +273,29 @@ class _Journal:
     def _open_count(self) -> int:
         return int(self._db().execute("SELECT COUNT(*) FROM requests").fetchone()[0])
 
-    def add(self, items: Sequence[_Item]) -> None:
+    def add(self, items: Sequence[_Item]) -> list[tuple[str, str, str]]:
+        """Keep `items` for PostgreSQL. When SQLite refuses the batch, each row goes in alone;
+        those it still refuses are set aside in the ``rejected`` table and returned, ``(id,
+        reason, row as JSON)``."""
+        try:
+            self._add(items)
+            return []
+        except Exception as exc:
+            refused = []
+            if len(items) == 1:
+                refused.append(_refusal(items[0], exc))
+            else:
+                for item in items:
+                    try:
+                        self._add([item])
+                    except Exception as one:
+                        refused.append(_refusal(item, one))
+            keep_rejected(self._db(), refused)
+            return refused
+        finally:
+            self.count = self._open_count()
+
+    def _add(self, items: Sequence[_Item]) -> None:
         db = self._db()
         marks = ",".join("?" for _ in _COLUMNS)
         db.execute("BEGIN")
@@ -275,7 +312,6 @@ class _Journal:
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        self.count = self._open_count()
 
     def take(self, limit: int) -> list[_Item]:
         db = self._db()
@@ -290,14 +326,9 @@ class _Journal:
         }
         return [(tuple(r), bodies.get(r[0])) for r in rows]
 
-    def reject(self, refused: Sequence[tuple[_Item, str]]) -> None:
-        """Keep rows PostgreSQL refused, as JSON with the reason; they are not replayed."""
-        db = self._db()
-        db.execute("CREATE TABLE IF NOT EXISTS rejected (id TEXT, ts REAL, reason TEXT, row TEXT)")
-        db.executemany(
-            "INSERT INTO rejected (id, ts, reason, row) VALUES (?, ?, ?, ?)",
-            [(str(p[0]), time.time(), reason, _as_json(p)) for (p, _), reason in refused],
-        )
+    def reject(self, refused: Sequence[tuple[str, str, str]]) -> None:
+        """Keep rows set aside, ``(id, reason, row as JSON)``; they are not replayed."""
+        keep_rejected(self._db(), refused)
 
     def params(self) -> list[tuple[Any, ...]]:
         """Every row's columns, bodies left out, read on a connection of its own (the writer
@@ -356,8 +387,11 @@ class PostgresStore:
         # Rows committed to PostgreSQL, and rows put in the journal, by this process.
         self.written = 0
         self.journaled = 0
-        # Rows PostgreSQL refused (their data, not the connection): kept in the journal file.
+        # Rows set aside (PostgreSQL or the journal refused their data, not the connection):
+        # kept in the journal file's rejected table.
         self.rejected = 0
+        # Rows whose values could not be listed, to set aside on the writer's next turn.
+        self._unlisted: list[tuple[str, str, str]] = []
         # Rows whose answer's end waits for them (store.commit_before_end).
         self.commits = Commits()
 
@@ -411,14 +445,13 @@ class PostgresStore:
                 closing = False
                 while not closing:
                     closing = await self._gather()
+                    if self._unlisted:
+                        await self._set_aside_unlisted()
                     if self._held or self.journal.count:
                         await self._flush()
                 if self._held:
                     count = len(self._held)
-                    await anyio.to_thread.run_sync(self.journal.add, self._held)
-                    self.journaled += count
-                    self.commits.settle(p[0] for p, _ in self._held)
-                    self._held.clear()
+                    await self._journal_held()
                     log.warning(
                         "gw.store.unavailable: %d rows kept in %s for the next start",
                         count,
@@ -449,7 +482,29 @@ class PostgresStore:
             return True
 
     def _hold(self, row: RequestRow) -> None:
-        self._held.append(_item(row))
+        try:
+            self._held.append(_item(row))
+        except Exception as exc:  # its values cannot be listed: set aside, the rest goes on
+            self._unlisted.append((row.id, refusal_reason(exc), row_json(row)))
+
+    async def _set_aside_unlisted(self) -> None:
+        refused, self._unlisted = self._unlisted, []
+        await anyio.to_thread.run_sync(self.journal.reject, refused)
+        self._set_aside(refused)
+        self.commits.settle(row_id for row_id, _, _ in refused)
+
+    def _set_aside(self, refused: Sequence[tuple[str, str, str]]) -> None:
+        self.rejected += len(refused)
+        for row_id, reason, _ in refused:
+            log_set_aside(row_id, reason, self.journal.path)
+
+    async def _journal_held(self) -> None:
+        """Move every held row to the journal (a row SQLite refuses is set aside there)."""
+        held, self._held = self._held, []
+        refused = await anyio.to_thread.run_sync(self.journal.add, held)
+        self._set_aside(refused)
+        self.journaled += len(held) - len(refused)
+        self.commits.settle(p[0] for p, _ in held)
 
     def _hold_ready(self) -> None:
         """Hold every row queued now (a closed, empty queue raises EndOfStream)."""
@@ -468,10 +523,7 @@ class PostgresStore:
             return
         count = len(self._held)
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.journal.add, self._held)
-        self.journaled += count
-        self.commits.settle(p[0] for p, _ in self._held)
-        self._held.clear()
+            await self._journal_held()
         log.warning("PostgreSQL is away: %d rows moved to %s", count, self.journal.path)
 
     async def _flush(self) -> None:
@@ -489,7 +541,7 @@ class PostgresStore:
                     break
                 await self._write(conn, batch)
                 await anyio.to_thread.run_sync(self.journal.remove, [p[0] for p, _ in batch])
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+        except _AWAY as exc:
             await self._lost(exc)
             await self._spill_if_full()
             return
@@ -506,28 +558,26 @@ class PostgresStore:
             self._tell(StoreBack(rows=rows, down_secs=round(down, 3)))
 
     async def _write(self, conn: psycopg.AsyncConnection[Any], batch: Sequence[_Item]) -> None:
-        """Write `batch`. When PostgreSQL refuses its data (not its connection), the rows are
-        written one by one and each one it still refuses goes to the journal's ``rejected``
-        table with the reason, instead of holding every later row back."""
+        """Write `batch`. When PostgreSQL refuses its data (not its connection), or a value
+        cannot be sent, the rows are written one by one and each one that still fails is set
+        aside in the journal's ``rejected`` table with the reason, instead of holding every
+        later row back."""
         try:
             await self._copy(conn, batch)
-        except psycopg.DatabaseError as exc:
-            if isinstance(exc, psycopg.OperationalError) or conn.closed:
+        except Exception as exc:
+            if isinstance(exc, _AWAY) or conn.closed:
                 raise
-            refused: list[tuple[_Item, str]] = []
+            refused: list[tuple[str, str, str]] = []
             for item in batch:
                 try:
                     await self._copy(conn, [item])
-                except psycopg.DatabaseError as one:
-                    if isinstance(one, psycopg.OperationalError) or conn.closed:
+                except Exception as one:
+                    if isinstance(one, _AWAY) or conn.closed:
                         raise
-                    refused.append((item, str(one).strip()))
+                    refused.append(_refusal(item, one))
             if refused:
                 await anyio.to_thread.run_sync(self.journal.reject, refused)
-                self.rejected += len(refused)
-                for item, reason in refused:
-                    log.error("PostgreSQL refused row %s (%s); kept in %s, table rejected",
-                              item[0][0], reason, self.journal.path)  # fmt: skip
+                self._set_aside(refused)
             self._wrote(len(batch) - len(refused))
             return
         self._wrote(len(batch))

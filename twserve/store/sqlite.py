@@ -11,7 +11,14 @@ thread gives up and retakes the GIL once per statement, not once per row. Each r
 row once, when it ends. On shutdown the writer drains the queue before the connection closes: no
 finished row is lost on a clean stop. `record_committed` queues a row the same way and hands back a
 `Commit` the writer settles after the row's transaction (``store.commit_before_end``: the answer's
-end waits for it, twserve.gateway.commit_wait); rows that end together share that commit.
+end waits for it, twserve.gateway.responders); rows that end together share that commit.
+
+**A row that cannot be written** (a value SQLite refuses: a count past 64 bits an upstream
+reported, a lone surrogate a client's JSON escaped into a model name) fails its batch's
+transaction. The batch is then written again one row at a time, in the same trip to the worker
+thread; a row that fails alone is set aside (`ROW_SET_ASIDE` is logged with its id and the
+reason, the row kept as JSON in the ``rejected`` table, counted in `rejected` and the
+``gateway_store_rows_set_aside_total`` metric) and the writer carries on with every other row.
 
 The database runs in WAL mode so that readers (the control plane, tests, limit rebuilds) never
 block the writer. `PRAGMA user_version` carries the schema version; `_MIGRATIONS` upgrades an
@@ -27,6 +34,7 @@ import logging
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from twproto import json_dumps
 
 __all__ = [
+    "ROW_SET_ASIDE",
     "USAGE_GROUPS",
     "Commit",
     "Commits",
@@ -53,6 +62,9 @@ __all__ = [
 
 # How long the writer lets rows gather after a write before it takes the next batch.
 BATCH_WINDOW = 0.02
+
+# Logged for each row a store could not write and set aside (docs/codes.md).
+ROW_SET_ASIDE = "gw.store.row_set_aside"
 
 # `GET /usage?by=…` and `twserve usage --by …`: the column each grouping reads.
 USAGE_GROUPS = {
@@ -321,6 +333,7 @@ class Store(Protocol):
     """
 
     written: int
+    rejected: int  # rows set aside: they could not be written
 
     def record(self, row: RequestRow) -> None: ...
 
@@ -401,6 +414,92 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.executescript(f"BEGIN; {script} PRAGMA user_version = {number}; COMMIT;")
 
 
+def refusal_reason(exc: BaseException) -> str:
+    """What a refused write's error says, on one line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def row_json(row: RequestRow) -> str:
+    """`row` as JSON, whatever its values: what is kept of a row that could not be written."""
+    fields = {name: getattr(row, name) for name in _COLUMNS}
+    return json.dumps(fields, default=repr)
+
+
+def keep_rejected(db: sqlite3.Connection, refused: Sequence[tuple[str, str, str]]) -> None:
+    """Keep rows set aside, ``(id, reason, row as JSON)``, in `db`'s ``rejected`` table (made
+    on first use); they are never written to ``requests``."""
+    db.execute("CREATE TABLE IF NOT EXISTS rejected (id TEXT, ts REAL, reason TEXT, row TEXT)")
+    now = time.time()
+    db.executemany(
+        "INSERT INTO rejected (id, ts, reason, row) VALUES (?, ?, ?, ?)",
+        [(row_id, now, reason, row) for row_id, reason, row in refused],
+    )
+
+
+def log_set_aside(row_id: str, reason: str, kept_in: Path | None) -> None:
+    where = f"kept in {kept_in}, table rejected" if kept_in is not None else "not kept"
+    log.error("%s: row %s could not be written (%s); %s", ROW_SET_ASIDE, row_id, reason, where)
+
+
+def _write_rows(
+    conn: sqlite3.Connection,
+    params: Sequence[tuple[Any, ...]],
+    bodies: Sequence[tuple[Any, ...]],
+) -> None:
+    """Write `params` (rows as `RequestRow.as_params` gives them) and `bodies` in one
+    transaction; on any error nothing of them is written."""
+    inserts = _inserts(params)
+    if len(inserts) == 1 and not bodies:
+        # One statement is its own transaction: no BEGIN and COMMIT round trips.
+        conn.execute(*inserts[0])
+        return
+    conn.execute("BEGIN")
+    try:
+        for insert in inserts:
+            conn.execute(*insert)
+        if bodies:
+            conn.executemany(
+                "INSERT OR REPLACE INTO bodies (id, ts, request, answer, truncated) "
+                "VALUES (?, ?, ?, ?, ?)",
+                bodies,
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _write_isolated(
+    conn: sqlite3.Connection,
+    rows: Sequence[RequestRow],
+    params: Sequence[tuple[Any, ...]] | None,
+    bodies: Sequence[tuple[Any, ...]],
+) -> list[tuple[str, str, str]]:
+    """Write `rows` in one transaction (`params` and `bodies` are theirs; None: a row's values
+    could not be listed). When that fails, each row is written alone: those that still fail
+    are returned, ``(id, reason, row as JSON)``, and every other row is written."""
+    if params is not None:
+        try:
+            _write_rows(conn, params, bodies)
+            return []
+        except Exception as exc:
+            if len(rows) == 1:  # it was alone already
+                return [(rows[0].id, refusal_reason(exc), row_json(rows[0]))]
+    refused = []
+    for row in rows:
+        try:
+            _write_rows(conn, [row.as_params()], _body_of(row))
+        except Exception as exc:
+            refused.append((row.id, refusal_reason(exc), row_json(row)))
+    return refused
+
+
+def _body_of(row: RequestRow) -> list[tuple[Any, ...]]:
+    b = row.body
+    return [] if b is None else [(row.id, row.ts, b.request, b.answer, int(b.truncated))]
+
+
 class RequestStore:
     """SQLite request store with a background batch writer (see module docs)."""
 
@@ -417,6 +516,7 @@ class RequestStore:
         self._receive: MemoryObjectReceiveStream[RequestRow] = receive
         self._lock = anyio.Lock()
         self.written = 0
+        self.rejected = 0  # rows set aside: they could not be written (see the module docs)
         self.commits = Commits()
         # Set when a row whose commit is awaited is queued; made by the writer in its loop.
         self._urgent: anyio.Event | None = None
@@ -454,38 +554,32 @@ class RequestStore:
                         await urgent.wait()
 
     async def _write(self, rows: Sequence[RequestRow]) -> None:
-        params = [r.as_params() for r in rows]
-        bodies = [
-            (r.id, r.ts, r.body.request, r.body.answer, int(r.body.truncated))
-            for r in rows
-            if r.body is not None
-        ]
-        inserts = _inserts(params)
         conn = self._conn
+        try:
+            params: list[tuple[Any, ...]] | None = [r.as_params() for r in rows]
+        except Exception:
+            params = None  # a row's values cannot even be listed: each is tried alone below
+        bodies = [body for r in rows for body in _body_of(r)]
 
-        def write() -> None:
-            if len(inserts) == 1 and not bodies:
-                # One statement is its own transaction: no BEGIN and COMMIT round trips.
-                conn.execute(*inserts[0])
-                return
-            conn.execute("BEGIN")
+        def write() -> tuple[list[tuple[str, str, str]], bool]:
+            """The rows set aside, and whether the rejected table kept them."""
+            refused = _write_isolated(conn, rows, params, bodies)
+            if not refused:
+                return refused, True
             try:
-                for insert in inserts:
-                    conn.execute(*insert)
-                if bodies:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO bodies (id, ts, request, answer, truncated) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        bodies,
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+                keep_rejected(conn, refused)
+            except Exception as exc:  # the file itself refuses (a full disk): the log is all
+                log.error("%s: the rejected table cannot be written (%s)", ROW_SET_ASIDE, exc)
+                return refused, False
+            return refused, True
 
         async with self._lock:
-            await anyio.to_thread.run_sync(write)
-        self.written += len(rows)
+            refused, kept = await anyio.to_thread.run_sync(write)
+        for row_id, reason, _ in refused:
+            log_set_aside(row_id, reason, self.path if kept else None)
+        self.rejected += len(refused)
+        self.written += len(rows) - len(refused)
+        # A row set aside settles too: the writer is done with it (logged, kept if it could be).
         self.commits.settle(r.id for r in rows)
 
     def close(self) -> None:
@@ -498,6 +592,7 @@ class RequestStore:
             "backend": "sqlite",
             "path": str(self.path),
             "written": self.written,
+            "rejected": self.rejected,
             "commit_waits_late": self.commits.late,
         }
 

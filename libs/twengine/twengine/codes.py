@@ -171,6 +171,11 @@ _CODES = {
     "gw.store.recovered": (
         "PostgreSQL (store.postgres_dsn) answers again; the rows kept were written."
     ),
+    "gw.store.row_set_aside": (
+        "A request row could not be written (a value the database refuses); it is kept as "
+        "JSON in the `rejected` table and the writer goes on "
+        "(log, `gateway_store_rows_set_aside_total`)."
+    ),
     "gw.store.commit_late": (
         "An answer's end waited store.commit_wait_secs for its row's commit and went anyway (log)."
     ),

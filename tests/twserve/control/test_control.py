@@ -4,6 +4,7 @@ event stream, metrics, and ``twserve dryrun``; plus the event bus's drop account
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from twserve.events import (
     RequestStarted,
     event_json,
 )
+from twserve.store.sqlite import RequestRow
 
 LIMITED_KEY = "limited-client-secret-key-0987654321"
 TIMEOUT = {"timeout": {"connect": 5.0, "read": 10.0, "write": 5.0, "pool": 5.0}}
@@ -178,6 +180,7 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
         "backend": "sqlite",
         "path": str(stack.data_dir / "requests.sqlite3"),
         "written": 1,
+        "rejected": 0,
         "commit_waits_late": 0,
     }
 
@@ -419,6 +422,22 @@ def test_metrics_count_requests(stack: Stack) -> None:
     assert samples[("gateway_requests_total", no_upstream)] == 1
     ttfb = sum(v for (name, _), v in samples.items() if name == "gateway_ttfb_seconds_count")
     assert ttfb == 3
+
+
+def test_a_row_the_store_cannot_write_is_counted_and_later_rows_are_stored(stack: Stack) -> None:
+    # A row SQLite cannot take (a count past 64 bits), handed to the gateway's own store as a
+    # row listener would: it is set aside and counted, and the requests after it are stored.
+    assert metric_samples(stack)[("gateway_store_rows_set_aside_total", ())] == 0
+    odd = RequestRow(id="odd", ts=time.time(), path="/v1/messages", input_tokens=2**70)
+    stack.portal.call(lambda: stack.app.store.record(odd))
+    deadline = time.monotonic() + 20
+    while stack.app.store.rejected < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert chat(stack, "after it").status == 200
+    (row,) = stack.wait_rows(1)
+    assert row["status"] == 200
+    assert metric_samples(stack)[("gateway_store_rows_set_aside_total", ())] == 1
+    assert view(stack, "/status")["store"]["rejected"] == 1
 
 
 # --- the CLI ------------------------------------------------------------------------------------

@@ -213,9 +213,9 @@ def test_a_client_that_falls_behind_gets_a_long_stream_whole_and_in_order(
     stack: StackFactory, frozen_mock_clock: None
 ) -> None:
     # A committed stream is written from the upstream connection's callback while the client
-    # keeps up, and by the attempt's reader while it is behind (twserve/relay/feed.py,
-    # sink_for). Here the upstream pauses between events (so the callback path takes over),
-    # and the client, with a small receive buffer, stops reading for a while, then reads in
+    # keeps up, and by the attempt's reader while it is behind (twserve/relay/stream.py,
+    # AttemptStream.sink). Here the upstream pauses between events (so the callback path takes
+    # over), and the client, with a small receive buffer, stops reading for a while, then reads in
     # sips: the answer switches between the two paths many times. What the client gets must
     # still be the upstream's stream, byte for byte.
     script = {"chunks": 400, "chunk_size": 8192, "chunk_delay": 0.001}

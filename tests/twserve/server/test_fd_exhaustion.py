@@ -132,7 +132,7 @@ def test_serve_raises_the_soft_descriptor_limit_to_the_hard_one() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 512))
 
     probe = (
-        "import resource; from twserve.app.wiring import raise_fd_limit; raise_fd_limit(); "
+        "import resource; from twserve.app.process import raise_fd_limit; raise_fd_limit(); "
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
     )
     out = subprocess.run(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import stat
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from twserve.store.sqlite import RequestRow, RequestStore, StoredBody
+from twserve.store.sqlite import RequestRow, RequestStore, StoredBody, _write_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -131,9 +133,57 @@ async def test_a_batch_larger_than_one_insert_is_one_transaction(tmp_path: Path)
     broken = [RequestRow(id=f"z{i}", ts=1.0, path="/p") for i in range(300)]
     broken[-1].path = None  # type: ignore[assignment]  # NOT NULL
     with pytest.raises(sqlite3.IntegrityError):
-        await store._write(broken)
+        await anyio.to_thread.run_sync(
+            _write_rows, store._conn, [r.as_params() for r in broken], []
+        )
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT output_tokens FROM requests WHERE id = 'b7'").fetchone() == (70,)
         assert db.execute("SELECT COUNT(*) FROM requests WHERE id LIKE 'z%'").fetchone() == (0,)
         assert db.execute("SELECT COUNT(*) FROM requests").fetchone() == (453,)
+    # The writer then writes that batch row by row: only the row SQLite refuses is set aside.
+    await store._write(broken)
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT COUNT(*) FROM requests WHERE id LIKE 'z%'").fetchone() == (299,)
+        assert db.execute("SELECT id FROM rejected").fetchall() == [("z299",)]
+    assert store.rejected == 1
+    store.close_db()
+
+
+def _rejected(path: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    with closing(sqlite3.connect(path)) as db:
+        found = db.execute("SELECT id, reason, row FROM rejected").fetchall()
+    return {row_id: (reason, json.loads(row)) for row_id, reason, row in found}
+
+
+async def test_a_row_sqlite_refuses_is_set_aside_and_the_writer_carries_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A count past 64 bits (an upstream's usage) and a lone surrogate (a client's JSON may
+    # escape one into a model name): SQLite cannot take either. Each fails its batch; the
+    # writer writes the batch again one row at a time, sets those two aside, and goes on.
+    path = tmp_path / "r.sqlite3"
+    store = RequestStore(path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await store._lock.acquire()  # the four rows make one batch
+        store.record(RequestRow(id="a", ts=1.0, path="/p", input_tokens=5))
+        store.record(RequestRow(id="huge", ts=2.0, path="/p", input_tokens=2**70))
+        lone = store.record_committed(RequestRow(id="lone", ts=3.0, path="/p", model="m\ud800"))
+        store.record(
+            RequestRow(id="b", ts=4.0, path="/p", body=StoredBody(request=b"q", answer=b"a"))
+        )
+        store._lock.release()
+        assert await lone.wait(600) is True  # the writer is done with it: it does not hang
+        # The writer is still there: a later row is written, and its commit settles.
+        assert await store.record_committed(RequestRow(id="c", ts=5.0, path="/p")).wait(600)
+        assert _ids(path) == {"a", "b", "c"}
+        store.close()
+    assert (store.written, store.rejected) == (3, 2)
+    assert store.status()["rejected"] == 2
+    assert await store.body("b") is not None
+    kept = _rejected(path)
+    assert kept["huge"][1]["input_tokens"] == 2**70 and "too large" in kept["huge"][0]
+    assert kept["lone"][1]["model"] == "m\ud800" and "surrogate" in kept["lone"][0]
+    logged = [r.getMessage() for r in caplog.records if "gw.store.row_set_aside" in r.getMessage()]
+    assert len(logged) == 2 and "huge" in logged[0] and "table rejected" in logged[0]
     store.close_db()

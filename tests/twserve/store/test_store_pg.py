@@ -353,6 +353,47 @@ async def test_a_row_postgres_refuses_is_kept_aside_and_holds_nothing_back(
     assert json.loads(row)["input_tokens"] == 2**70
 
 
+async def test_a_row_that_cannot_be_sent_is_set_aside_and_the_writer_carries_on(
+    make_store: Callable[[], Store],
+) -> None:
+    # A lone surrogate, as a client's JSON may escape one into a model name: neither SQLite
+    # nor PostgreSQL's client encoding can take it. The row is set aside; the rows around it,
+    # and every later one, are written.
+    async with writing(make_store()) as store:
+        store.record(sample(1))
+        store.record(RequestRow(id="lone", ts=T0, path="/v1/messages", model="m\ud800"))
+        store.record(sample(2))
+        await wait_for(lambda: store.written + store.rejected == 3)
+        assert await store.record_committed(sample(3)).wait(600) is True
+    assert {r["id"] for r in await store.recent()} == {"r0001", "r0002", "r0003"}
+    assert (store.written, store.rejected) == (3, 1)
+    assert store.status()["rejected"] == 1
+
+
+async def test_a_row_the_journal_refuses_is_set_aside_and_the_rest_journaled(
+    tmp_path: Path,
+) -> None:
+    # PostgreSQL is away at the stop, so the held rows go to the SQLite journal, which cannot
+    # take a count past 64 bits: that row is set aside in the journal, the others kept.
+    journal = tmp_path / "journal.sqlite3"
+    with start_postgres() as server:
+        await anyio.to_thread.run_sync(server.stop)
+        store = PostgresStore(server.dsn, journal=journal)
+        try:
+            async with writing(store):
+                store.record(sample(1))
+                store.record(RequestRow(id="huge", ts=T0, path="/v1/messages", input_tokens=2**70))
+                store.record(sample(2))
+        finally:
+            store.close_db()
+    assert (store.journaled, store.rejected) == (2, 1)
+    with closing(sqlite3.connect(journal)) as db:
+        assert {r[0] for r in db.execute("SELECT id FROM requests")} == {"r0001", "r0002"}
+        ((request_id, reason, row),) = db.execute("SELECT id, reason, row FROM rejected")
+    assert request_id == "huge" and "too large" in reason
+    assert json.loads(row)["input_tokens"] == 2**70
+
+
 async def test_an_awaited_commit_settles_once_the_row_can_be_read_on_both_backends(
     make_store: Callable[[], Store],
 ) -> None:

@@ -22,7 +22,7 @@ from twengine.config import build_config
 from twmock.script import MockSettings
 from twmock.serve.handler import MockHandler, make_handler
 from twmock.serve.server import mock_switches
-from twserve.app import eventloop
+from twserve.app import process
 from twserve.app.wiring import GatewayApp
 from twserve.server import base, http2, listener
 from twserve.server.base import Handler
@@ -103,7 +103,7 @@ def running_stack(
     local time zone of calendar limits; `uvloop` runs it on uvloop, as ``twserve serve`` does
     (asyncio's own loop otherwise)."""
     with start_blocking_portal(
-        backend_options=eventloop.backend_options() if uvloop else None
+        backend_options=process.backend_options() if uvloop else None
     ) as portal:
         futures = []
         mocks: dict[str, tuple[MockHandler, int]] = {}

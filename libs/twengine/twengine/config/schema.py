@@ -264,7 +264,9 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "retention": _SECTION,
         **{
             f"retention.{name}": _reads(
-                "twserve.app.maintenance" if name.endswith("_days") else "twserve.gateway.bodies",
+                "twserve.app.maintenance"
+                if name.endswith("_days")
+                else "twserve.gateway.responders",
                 name,
             )
             for name in (*defaults.RETENTION, "store_bodies")
@@ -276,8 +278,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "state.redis_url": _reads("twserve.shared.redis", "redis_url"),
         "store": _SECTION,
         "store.postgres_dsn": _reads("twserve.app.wiring", "postgres_dsn"),
-        "store.commit_before_end": _reads("twserve.gateway.commit_wait", "commit_before_end"),
-        "store.commit_wait_secs": _reads("twserve.gateway.commit_wait", "commit_wait_secs"),
+        "store.commit_before_end": _reads("twserve.gateway.responders", "commit_before_end"),
+        "store.commit_wait_secs": _reads("twserve.gateway.responders", "commit_wait_secs"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

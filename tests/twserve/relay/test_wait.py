@@ -1,4 +1,4 @@
-"""The relay's inbox (twserve.relay.inbox): bounded, in order, a full inbox holds its senders
+"""The relay's inbox (twserve.relay.wait): bounded, in order, a full inbox holds its senders
 back, closing it turns them away, and a cancel scope cuts a wait short."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from twserve.relay.inbox import Inbox
+from twserve.relay.wait import Inbox
 
 pytestmark = pytest.mark.anyio
 
