@@ -83,7 +83,8 @@ _CODES = {
     "config.failover_pause_order": "failover.max_pause_secs is below failover.pause_secs.",
     "config.listen_limits_conflict": (
         "Two transport limits under listen disagree (a body budget below one body, a hard "
-        "header cap below the advertised one)."
+        "header cap below the advertised one, listen.control.max_config_bytes above "
+        "listen.control.max_body_bytes)."
     ),
     "config.slow_start_too_short": (
         "failover.stream_start_wait_secs is under 5 while next_on_slow_start is on."

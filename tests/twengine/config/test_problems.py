@@ -515,6 +515,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "listen.http.body_budget_bytes",
     ),
     (
+        "config limit above the control body limit",
+        with_(listen={"control": {"key": "c", "max_body_bytes": 65536, "max_config_bytes": 131072}}),
+        "config.listen_limits_conflict",
+        "listen.control.max_config_bytes",
+    ),
+    (
         "slow start too short",
         with_(failover={"next_on_slow_start": True, "stream_start_wait_secs": 4}),
         "config.slow_start_too_short",
@@ -870,3 +876,8 @@ def test_non_text_field_name() -> None:
         data: dict[Any, Any] = {**base(), 1: "x"}
         build_config(data)
     assert [p.code for p in info.value.problems] == ["config.wrong_type"]
+
+
+def test_a_config_limit_left_at_its_default_follows_a_lower_body_limit() -> None:
+    config = build_config(with_(listen={"control": {"key": "c", "max_body_bytes": 4096}}))
+    assert config.listen.control.max_config_bytes == 4096

@@ -191,6 +191,18 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             max_config_bytes=cf.integer("max_config_bytes", defaults.CONTROL_MAX_CONFIG_BYTES)
             or ControlListen().max_config_bytes,
         )
+        if control.max_config_bytes > control.max_body_bytes and not cf.has("max_config_bytes"):
+            # Left at its default, the config limit follows a lower body limit.
+            control = replace(control, max_config_bytes=control.max_body_bytes)
+        elif control.max_config_bytes > control.max_body_bytes:
+            # The control listener refuses a body over max_body_bytes before PUT /config reads
+            # it: a larger config limit set by hand could never be reached.
+            out.add(
+                "config.listen_limits_conflict",
+                cf.at("max_config_bytes"),
+                f"max_config_bytes ({control.max_config_bytes}) is above max_body_bytes "
+                f"({control.max_body_bytes}): no config that large could ever arrive",
+            )
         same_host = control.bind == gateway.bind or bool(
             {control.bind, gateway.bind} & set(_WILDCARD_BINDS)
         )
