@@ -368,7 +368,11 @@ def main() -> None:
         if label:
             gw_env["PYTHONPATH"] = baseline_path(Path(root))
             gw_env.update(item.split("=", 1) for item in args.baseline_env)
-        gw_cmd = [*args.gateway_wrap.split(), py, "-m", "twserve.cli.main", "serve"]
+        # The command line's module: twserve/cli/main.py, or twserve/cli.py in a checkout from
+        # before twserve had folders.
+        flat_cli = label and (Path(root) / "twserve" / "cli.py").exists()
+        cli = "twserve.cli" if flat_cli else "twserve.cli.main"
+        gw_cmd = [*args.gateway_wrap.split(), py, "-m", cli, "serve"]
         gw_cmd += ["--config", str(home / "config.yaml"), "--data-dir", str(home)]
         procs["gateway" + label] = subprocess.Popen(gw_cmd, env=gw_env, stdout=quiet, cwd=root)
     load_before = os.getloadavg()
