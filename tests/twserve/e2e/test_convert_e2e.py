@@ -318,6 +318,10 @@ def _ask_chat(
 class ResponseFailed(Exception):
     """A Responses stream ended with ``response.failed`` (the SDK hands it over as an event)."""
 
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
 
 def _responses_stream(c: openai.OpenAI, kwargs: dict[str, Any]) -> Any:
     """The final response of a Responses stream, however it ended."""
@@ -888,7 +892,9 @@ def _stream_until_error(clients: SdkClients, client: str, model: str, sink: list
                 with pytest.raises(RuntimeError, match=r"response\.completed"):
                     events.get_final_response()
                 error = last.response.error
-                raise ResponseFailed(error.message if error else "response.failed")
+                raise ResponseFailed(
+                    error.message if error else "response.failed", error.code if error else ""
+                )
     else:
         for chunk in clients.genai.models.generate_content_stream(model=model, contents=PROMPT):
             sink.append(chunk.text or "")
@@ -918,3 +924,60 @@ def test_error_after_content_reaches_the_sdk(
     row = row_of(gateway, asked(upstream, "error"), client)
     assert row["provider"] == provider(upstream, "error")
     assert row["error_code"] == "gw.upstream.broken_after_content"
+
+
+# The error types each API documents for an error inside a stream (Anthropic's errors page and
+# SDK `ErrorType`; the Responses reference's `ResponseError.code`, plus the `insufficient_quota`
+# the real API sends; google.rpc canonical codes with their HTTP status).
+ANTHROPIC_TYPES = {
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "timeout_error",
+    "overloaded_error",
+}
+GEMINI_CODES = {"INTERNAL": 500, "UNAVAILABLE": 503, "RESOURCE_EXHAUSTED": 429}
+
+
+def _error_words(client: str, error: Exception) -> tuple[str, ...]:
+    """What the client's SDK says the error was: its type, code or status."""
+    if client == "anthropic":
+        assert isinstance(error, anthropic.APIStatusError)
+        body = error.body
+        assert isinstance(body, dict) and body["type"] == "error"
+        return (body["error"]["type"],)
+    if client == "openai-chat":
+        assert isinstance(error, openai.APIError)
+        return (str(error.type),)
+    if client == "openai-responses":
+        if isinstance(error, ResponseFailed):
+            return (error.code,)
+        assert isinstance(error, openai.APIError)
+        return (str(error.code),)
+    assert isinstance(error, genai_errors.APIError)
+    return (str(error.status), str(error.code))
+
+
+@pytest.mark.parametrize("upstream", FORMATS)
+@pytest.mark.parametrize("client", FORMATS)
+def test_overload_after_content_in_the_clients_words(
+    gateway: Stack, clients: SdkClients, client: str, upstream: str
+) -> None:
+    # Every mock's mid-stream error is its API's own overload (Anthropic overloaded_error, Chat
+    # server_error "The server is overloaded…", Responses server_error, Gemini UNAVAILABLE).
+    with pytest.raises(ERRORS[client]) as caught:
+        _stream_until_error(clients, client, asked(upstream, "error"), [])
+    words = _error_words(client, caught.value)
+    if client == "anthropic":
+        assert words == ("overloaded_error",)
+        assert words[0] in ANTHROPIC_TYPES
+    elif client == "openai-chat" or client == "openai-responses":
+        assert words == ("server_error",)
+    else:
+        assert words == ("UNAVAILABLE", "503")
+        assert GEMINI_CODES[words[0]] == int(words[1])
