@@ -77,6 +77,11 @@ SCRIPTS: dict[str, dict[str, Any]] = {
     "reasoning": {"reasoning": REASONING, "text": ANSWER},
     "length": {"text": CUT, "finish": "length"},
     "error": {"text": PARTIAL, "stream_error_after": 2},
+    "thinks": {
+        "reasoning": REASONING,
+        "text": ANSWER,
+        "usage": {**USAGE, "output": 262, "reasoning": 250},
+    },
 }
 
 # Stop reasons as each client format writes them.
@@ -981,3 +986,31 @@ def test_overload_after_content_in_the_clients_words(
     else:
         assert words == ("UNAVAILABLE", "503")
         assert GEMINI_CODES[words[0]] == int(words[1])
+
+
+def _reasoning_tokens(client: str, raw: Any) -> int | None:
+    """The reasoning count in the client SDK's own usage object (None: the field is absent)."""
+    if client == "anthropic":
+        details = raw.usage.output_tokens_details
+        return None if details is None else details.thinking_tokens
+    if client == "openai-chat":
+        details = raw.usage.completion_tokens_details
+        return None if details is None else details.reasoning_tokens
+    if client == "openai-responses":
+        return raw.usage.output_tokens_details.reasoning_tokens
+    count: int | None = raw.usage_metadata.thoughts_token_count
+    return count
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("upstream", FORMATS)
+@pytest.mark.parametrize("client", FORMATS)
+def test_reasoning_tokens_reach_every_client(
+    clients: SdkClients, client: str, upstream: str, stream: bool
+) -> None:
+    # The upstream reported 250 of its 262 output tokens as reasoning, in its own field
+    # (Anthropic output_tokens_details.thinking_tokens, Chat completion_tokens_details,
+    # Responses output_tokens_details, Gemini thoughtsTokenCount).
+    reply = ask(clients, client, asked(upstream, "thinks"), stream=stream)
+    assert reply.reasoning == REASONING
+    assert _reasoning_tokens(client, reply.raw) == 250
