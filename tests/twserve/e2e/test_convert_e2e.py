@@ -1014,3 +1014,112 @@ def test_reasoning_tokens_reach_every_client(
     reply = ask(clients, client, asked(upstream, "thinks"), stream=stream)
     assert reply.reasoning == REASONING
     assert _reasoning_tokens(client, reply.raw) == 250
+
+
+# ----------------------------------------------------------------------------------------------
+# Images in tool results (a screenshot tool, as computer-use and browser agents have)
+
+SHOT_TOOL = {"name": "screenshot", "description": "A screenshot of the screen."}
+
+
+def _send_screenshot_result(clients: SdkClients, client: str, model: str) -> str:
+    """A history whose last tool result is a text and a PNG; returns the answer's text."""
+    if client == "anthropic":
+        message = clients.anthropic.messages.create(
+            model=model,
+            max_tokens=256,
+            tools=[{**SHOT_TOOL, "input_schema": {"type": "object", "properties": {}}}],
+            messages=[
+                {"role": "user", "content": "Take a screenshot"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_01", "name": "screenshot", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_01",
+                            "content": [
+                                {"type": "text", "text": "Here it is"},
+                                {
+                                    "type": "image",
+                                    "source": {
+                                        "type": "base64",
+                                        "media_type": "image/png",
+                                        "data": PNG_B64,
+                                    },
+                                },
+                            ],
+                        }
+                    ],
+                },
+            ],
+        )
+        return "".join(b.text for b in message.content if b.type == "text")
+    response = clients.openai.responses.create(
+        model=model,
+        tools=[{"type": "function", **SHOT_TOOL, "parameters": {"type": "object"}}],
+        input=[
+            {"role": "user", "content": "Take a screenshot"},
+            {
+                "type": "function_call",
+                "call_id": "call_01",
+                "name": "screenshot",
+                "arguments": "{}",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_01",
+                "output": [
+                    {"type": "input_text", "text": "Here it is"},
+                    {"type": "input_image", "image_url": DATA_URL},
+                ],
+            },
+        ],
+    )
+    return response.output_text
+
+
+@pytest.mark.parametrize("upstream", ["openai-chat", "gemini"])
+@pytest.mark.parametrize("client", ["anthropic", "openai-responses"])
+def test_tool_result_image_reaches_the_upstream(
+    gateway: Stack, clients: SdkClients, client: str, upstream: str
+) -> None:
+    # The Chat mock refuses an image in a `tool` message with the API's own 400.
+    assert _send_screenshot_result(clients, client, asked(upstream, "text")) == TEXT
+    body = gateway.mock(provider(upstream, "text")).received[-1].json()
+    assert received_images(upstream, body) == [("image/png", PNG_B64)]
+    if upstream == "openai-chat":
+        roles = [m["role"] for m in body["messages"]]
+        # The tool message follows the call; the image comes in the user message after it.
+        assert roles[-3:] == ["assistant", "tool", "user"]
+        assert body["messages"][-2]["content"] == "Here it is"
+    else:
+        parts = body["contents"][-1]["parts"]
+        assert "functionResponse" in parts[0] and "inlineData" in parts[-1]
+
+
+@pytest.mark.parametrize("url", ["https://example.com/shot.png", "https://example.com/a.webp?x=1"])
+def test_image_url_reaches_gemini_with_its_type(
+    gateway: Stack, clients: SdkClients, url: str
+) -> None:
+    clients.openai.chat.completions.create(
+        model=asked("gemini", "text"),
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": PROMPT},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        ],
+    )
+    body = gateway.mock(provider("gemini", "text")).received[-1].json()
+    files = [p["fileData"] for c in body["contents"] for p in c["parts"] if "fileData" in p]
+    expected = "image/png" if url.endswith(".png") else "image/webp"
+    assert files == [{"mimeType": expected, "fileUri": url}]
