@@ -94,6 +94,12 @@ def _usage(answer: Answer, *, output: int) -> dict[str, Any]:
             "ephemeral_1h_input_tokens": 0,
         },
         "output_tokens": output,
+        # As the API reports thinking inside output_tokens (not in message_start).
+        **(
+            {"output_tokens_details": {"thinking_tokens": u.reasoning}}
+            if u.reasoning and u.reasoning <= output
+            else {}
+        ),
         "service_tier": "standard",
         "inference_geo": "not_available",
     }
@@ -260,15 +266,18 @@ class AnthropicWriter:
             add(Event(_PING, False))
         opening = next((i for i, e in enumerate(events) if e.content), len(events))
         u = answer.usage
+        final: dict[str, Any] = {
+            "input_tokens": u.input,
+            "cache_creation_input_tokens": u.cache_write,
+            "cache_read_input_tokens": u.cache_read,
+            "output_tokens": u.output,
+        }
+        if u.reasoning:
+            final["output_tokens_details"] = {"thinking_tokens": u.reasoning}
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": _STOP[answer.finish], "stop_sequence": None},
-            "usage": {
-                "input_tokens": u.input,
-                "cache_creation_input_tokens": u.cache_write,
-                "cache_read_input_tokens": u.cache_read,
-                "output_tokens": u.output,
-            },
+            "usage": final,
         }
         add(Event(sse("message_delta", compact(delta)), False))
         add(Event(sse("message_stop", b'{"type":"message_stop"}'), False))

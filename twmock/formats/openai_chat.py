@@ -132,6 +132,21 @@ def _usage(answer: Answer) -> dict[str, Any]:
     }
 
 
+def _images_only_for_users(messages: list[Any]) -> None:
+    # The API's own rule and words: an image part anywhere but a user message is refused.
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or msg.get("role") == "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") == "image_url" for p in content
+        ):
+            raise BadRequest(
+                f"Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role "
+                f"'user', but this message with role '{msg.get('role')}' contains an image URL."
+            )
+
+
 class OpenAIChatWriter:
     dialect = Dialect.OPENAI_CHAT
     not_json_message = NOT_JSON
@@ -146,6 +161,7 @@ class OpenAIChatWriter:
                 raise BadRequest("you must provide a model parameter")
             if not isinstance(messages, list):
                 raise BadRequest("Missing required parameter: 'messages'.")
+            _images_only_for_users(messages)
         names: tuple[str, ...] = ()
         tools = body.get("tools")
         if isinstance(tools, list):

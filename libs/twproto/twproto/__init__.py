@@ -35,10 +35,13 @@ from twproto.effort import (
     without_reasoning_switches,
 )
 from twproto.errors import (
+    ANTHROPIC_ERROR_TYPES,
     ERROR_HEADER,
     MAX_RETRY_SLEEP_SECS,
+    RESPONSES_ERROR_CODES,
     ErrorCategory,
     GatewayError,
+    anthropic_stream_type,
     error_body,
     error_for_failure,
     error_for_stream_event,
@@ -283,6 +286,7 @@ from twproto.upstream_request import (
 )
 
 __all__ = (
+    "ANTHROPIC_ERROR_TYPES",
     "BUDGET_EFFORT",
     "CLIENT_RESPONSE_HEADERS",
     "CONTINUE_INSTRUCTION",
@@ -302,6 +306,7 @@ __all__ = (
     "PREFILL_FORMATS",
     "REALTIME_CHECKED_AS",
     "REALTIME_PATH",
+    "RESPONSES_ERROR_CODES",
     "RULES",
     "SHAPES",
     "SIGV4_MAX_SKEW_SECS",
@@ -424,6 +429,7 @@ __all__ = (
     "add_usage",
     "answer_events",
     "answer_to_stream",
+    "anthropic_stream_type",
     "budget_for_effort",
     "check_structure",
     "classify_event",

@@ -43,13 +43,16 @@ from enum import StrEnum
 
 from twproto import _json, ir
 from twproto.dialect import Dialect
-from twproto.failures import Failure, FailureKind, PauseRule
+from twproto.failures import Failure, FailureKind, PauseRule, classify_stream_error
 
 __all__ = (
+    "ANTHROPIC_ERROR_TYPES",
     "ERROR_HEADER",
     "MAX_RETRY_SLEEP_SECS",
+    "RESPONSES_ERROR_CODES",
     "ErrorCategory",
     "GatewayError",
+    "anthropic_stream_type",
     "error_body",
     "error_for_failure",
     "error_for_stream_event",
@@ -142,6 +145,66 @@ _GEMINI_STATUSES = {
 }
 
 
+# The error types Anthropic documents (the API's errors page; the SDKs' `ErrorType`): an Anthropic
+# client is never shown another, whatever the upstream called its error.
+ANTHROPIC_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "billing_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "timeout_error",
+        "overloaded_error",
+    }
+)
+# The codes of a Responses `response.failed` error (the API reference's `ResponseError.code`), plus
+# `insufficient_quota`, which the real API sends there too (fixture
+# openai-responses-failed-insufficient-quota.sse) and Codex reads as "quota exceeded".
+RESPONSES_ERROR_CODES = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "invalid_prompt",
+        "vector_store_timeout",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+        "insufficient_quota",
+    }
+)
+# Gemini's error `code` is the HTTP status of its canonical `status`; 529 is not one of them.
+_GEMINI_CODES = {"UNAVAILABLE": 503}
+
+
+def anthropic_stream_type(err: GatewayError, upstream_type: str | None) -> str:
+    """The `error.type` of an Anthropic ``event: error`` for `err`: the upstream's own type when
+    it is one of Anthropic's (an Anthropic upstream's `overloaded_error`), else the status's."""
+    if upstream_type in ANTHROPIC_ERROR_TYPES:
+        return upstream_type
+    return _anthropic_type(err.status)
+
+
+def _responses_code(err: GatewayError) -> str:
+    if err.openai_type in RESPONSES_ERROR_CODES:
+        return err.openai_type
+    return "rate_limit_exceeded" if err.status == 429 else "server_error"
+
+
 def _anthropic_type(status: int) -> str:
     return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
@@ -165,11 +228,12 @@ def _error_object(dialect: Dialect, err: GatewayError) -> dict[str, object]:
             "error": {"type": _anthropic_type(err.status), "message": err.message},
         }
     if dialect is Dialect.GEMINI:
+        status = _gemini_status(err.status)
         return {
             "error": {
-                "code": err.status,
+                "code": _GEMINI_CODES.get(status, err.status),
                 "message": err.message,
-                "status": _gemini_status(err.status),
+                "status": status,
             }
         }
     return {
@@ -233,7 +297,7 @@ def stream_error_event(
                 "status": "failed",
                 "model": model,
                 "output": [],
-                "error": {"code": _openai_type(err), "message": err.message},
+                "error": {"code": _responses_code(err), "message": err.message},
                 "incomplete_details": None,
                 "usage": None,
             },
@@ -355,8 +419,19 @@ def error_for_failure(
 
 
 def error_for_stream_event(event: ir.StreamErrorEvent) -> GatewayError:
-    """An upstream's error event inside a committed stream, as the client's format reports it."""
+    """An upstream's error event inside a committed stream, as the client's format reports it.
+
+    An overload keeps its meaning across formats: a Chat `server_error` saying "overloaded", or a
+    Gemini `UNAVAILABLE`, is status 529 (Anthropic's `overloaded_error`), recognised by the same
+    rules that classify failures (`twproto.failures`)."""
     status = event.status if 400 <= event.status <= 599 else 500
+    if status >= 500 and status != 529:
+        payload = {"error": {"type": event.type, "message": event.message}}
+        if (
+            classify_stream_error(Dialect.ANTHROPIC, payload, now=0.0).kind
+            is FailureKind.OVERLOADED
+        ):
+            status = 529
     return GatewayError(
         status=status,
         category=_C.UPSTREAM,

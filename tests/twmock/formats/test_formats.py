@@ -223,7 +223,9 @@ def test_anthropic_whole_matches_fixture() -> None:
     ours = json.loads(p.body)
     real = json.loads((FIXTURES / "whole" / "anthropic-text.json").read_bytes())
     assert keys(ours) == keys(real)
-    assert keys(ours["usage"]) == keys(real["usage"])
+    # A thinking answer also counts its thinking, as newer models' answers do.
+    assert [k for k in keys(ours["usage"]) if k != "output_tokens_details"] == keys(real["usage"])
+    assert ours["usage"]["output_tokens_details"]["thinking_tokens"] > 0
     thinking = json.loads((FIXTURES / "whole" / "anthropic-thinking.json").read_bytes())
     assert [keys(b) for b in ours["content"]] == [keys(b) for b in thinking["content"]]
     assert ours["content"][0]["thinking"] == "think"
@@ -847,3 +849,30 @@ def test_stream_reassembles_to_the_whole_answer(
     ]
     assert _from_whole(fmt, whole.body) == (text, reasoning or "", expected_args)
     assert _from_stream(fmt, streamed.body) == (text, reasoning or "", expected_args)
+
+
+def test_chat_refuses_an_image_in_a_tool_message_as_the_api_does() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": [image]},
+    ]
+    p = run("/v1/chat/completions", {**CHAT_BODY, "messages": messages})
+    assert p.status == 400 and p.outcome == "bad_request"
+    assert json.loads(p.body)["error"]["message"] == (
+        "Invalid 'messages[2]'. Image URLs are only allowed for messages with role 'user', "
+        "but this message with role 'tool' contains an image URL."
+    )
+    assert (
+        run(
+            "/v1/chat/completions",
+            {**CHAT_BODY, "messages": [{"role": "user", "content": [image]}]},
+        ).status
+        == 200
+    )

@@ -77,6 +77,11 @@ SCRIPTS: dict[str, dict[str, Any]] = {
     "reasoning": {"reasoning": REASONING, "text": ANSWER},
     "length": {"text": CUT, "finish": "length"},
     "error": {"text": PARTIAL, "stream_error_after": 2},
+    "thinks": {
+        "reasoning": REASONING,
+        "text": ANSWER,
+        "usage": {**USAGE, "output": 262, "reasoning": 250},
+    },
 }
 
 # Stop reasons as each client format writes them.
@@ -317,6 +322,10 @@ def _ask_chat(
 
 class ResponseFailed(Exception):
     """A Responses stream ended with ``response.failed`` (the SDK hands it over as an event)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _responses_stream(c: openai.OpenAI, kwargs: dict[str, Any]) -> Any:
@@ -888,7 +897,9 @@ def _stream_until_error(clients: SdkClients, client: str, model: str, sink: list
                 with pytest.raises(RuntimeError, match=r"response\.completed"):
                     events.get_final_response()
                 error = last.response.error
-                raise ResponseFailed(error.message if error else "response.failed")
+                raise ResponseFailed(
+                    error.message if error else "response.failed", error.code if error else ""
+                )
     else:
         for chunk in clients.genai.models.generate_content_stream(model=model, contents=PROMPT):
             sink.append(chunk.text or "")
@@ -918,3 +929,197 @@ def test_error_after_content_reaches_the_sdk(
     row = row_of(gateway, asked(upstream, "error"), client)
     assert row["provider"] == provider(upstream, "error")
     assert row["error_code"] == "gw.upstream.broken_after_content"
+
+
+# The error types each API documents for an error inside a stream (Anthropic's errors page and
+# SDK `ErrorType`; the Responses reference's `ResponseError.code`, plus the `insufficient_quota`
+# the real API sends; google.rpc canonical codes with their HTTP status).
+ANTHROPIC_TYPES = {
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "timeout_error",
+    "overloaded_error",
+}
+GEMINI_CODES = {"INTERNAL": 500, "UNAVAILABLE": 503, "RESOURCE_EXHAUSTED": 429}
+
+
+def _error_words(client: str, error: Exception) -> tuple[str, ...]:
+    """What the client's SDK says the error was: its type, code or status."""
+    if client == "anthropic":
+        assert isinstance(error, anthropic.APIStatusError)
+        body = error.body
+        assert isinstance(body, dict) and body["type"] == "error"
+        return (body["error"]["type"],)
+    if client == "openai-chat":
+        assert isinstance(error, openai.APIError)
+        return (str(error.type),)
+    if client == "openai-responses":
+        if isinstance(error, ResponseFailed):
+            return (error.code,)
+        assert isinstance(error, openai.APIError)
+        return (str(error.code),)
+    assert isinstance(error, genai_errors.APIError)
+    return (str(error.status), str(error.code))
+
+
+@pytest.mark.parametrize("upstream", FORMATS)
+@pytest.mark.parametrize("client", FORMATS)
+def test_overload_after_content_in_the_clients_words(
+    gateway: Stack, clients: SdkClients, client: str, upstream: str
+) -> None:
+    # Every mock's mid-stream error is its API's own overload (Anthropic overloaded_error, Chat
+    # server_error "The server is overloaded…", Responses server_error, Gemini UNAVAILABLE).
+    with pytest.raises(ERRORS[client]) as caught:
+        _stream_until_error(clients, client, asked(upstream, "error"), [])
+    words = _error_words(client, caught.value)
+    if client == "anthropic":
+        assert words == ("overloaded_error",)
+        assert words[0] in ANTHROPIC_TYPES
+    elif client == "openai-chat" or client == "openai-responses":
+        assert words == ("server_error",)
+    else:
+        assert words == ("UNAVAILABLE", "503")
+        assert GEMINI_CODES[words[0]] == int(words[1])
+
+
+def _reasoning_tokens(client: str, raw: Any) -> int | None:
+    """The reasoning count in the client SDK's own usage object (None: the field is absent)."""
+    if client == "anthropic":
+        details = raw.usage.output_tokens_details
+        return None if details is None else details.thinking_tokens
+    if client == "openai-chat":
+        details = raw.usage.completion_tokens_details
+        return None if details is None else details.reasoning_tokens
+    if client == "openai-responses":
+        return raw.usage.output_tokens_details.reasoning_tokens
+    count: int | None = raw.usage_metadata.thoughts_token_count
+    return count
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("upstream", FORMATS)
+@pytest.mark.parametrize("client", FORMATS)
+def test_reasoning_tokens_reach_every_client(
+    clients: SdkClients, client: str, upstream: str, stream: bool
+) -> None:
+    # The upstream reported 250 of its 262 output tokens as reasoning, in its own field
+    # (Anthropic output_tokens_details.thinking_tokens, Chat completion_tokens_details,
+    # Responses output_tokens_details, Gemini thoughtsTokenCount).
+    reply = ask(clients, client, asked(upstream, "thinks"), stream=stream)
+    assert reply.reasoning == REASONING
+    assert _reasoning_tokens(client, reply.raw) == 250
+
+
+# ----------------------------------------------------------------------------------------------
+# Images in tool results (a screenshot tool, as computer-use and browser agents have)
+
+SHOT_TOOL = {"name": "screenshot", "description": "A screenshot of the screen."}
+
+
+def _send_screenshot_result(clients: SdkClients, client: str, model: str) -> str:
+    """A history whose last tool result is a text and a PNG; returns the answer's text."""
+    if client == "anthropic":
+        message = clients.anthropic.messages.create(
+            model=model,
+            max_tokens=256,
+            tools=[{**SHOT_TOOL, "input_schema": {"type": "object", "properties": {}}}],
+            messages=[
+                {"role": "user", "content": "Take a screenshot"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_01", "name": "screenshot", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_01",
+                            "content": [
+                                {"type": "text", "text": "Here it is"},
+                                {
+                                    "type": "image",
+                                    "source": {
+                                        "type": "base64",
+                                        "media_type": "image/png",
+                                        "data": PNG_B64,
+                                    },
+                                },
+                            ],
+                        }
+                    ],
+                },
+            ],
+        )
+        return "".join(b.text for b in message.content if b.type == "text")
+    response = clients.openai.responses.create(
+        model=model,
+        tools=[{"type": "function", **SHOT_TOOL, "parameters": {"type": "object"}}],
+        input=[
+            {"role": "user", "content": "Take a screenshot"},
+            {
+                "type": "function_call",
+                "call_id": "call_01",
+                "name": "screenshot",
+                "arguments": "{}",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_01",
+                "output": [
+                    {"type": "input_text", "text": "Here it is"},
+                    {"type": "input_image", "image_url": DATA_URL},
+                ],
+            },
+        ],
+    )
+    return response.output_text
+
+
+@pytest.mark.parametrize("upstream", ["openai-chat", "gemini"])
+@pytest.mark.parametrize("client", ["anthropic", "openai-responses"])
+def test_tool_result_image_reaches_the_upstream(
+    gateway: Stack, clients: SdkClients, client: str, upstream: str
+) -> None:
+    # The Chat mock refuses an image in a `tool` message with the API's own 400.
+    assert _send_screenshot_result(clients, client, asked(upstream, "text")) == TEXT
+    body = gateway.mock(provider(upstream, "text")).received[-1].json()
+    assert received_images(upstream, body) == [("image/png", PNG_B64)]
+    if upstream == "openai-chat":
+        roles = [m["role"] for m in body["messages"]]
+        # The tool message follows the call; the image comes in the user message after it.
+        assert roles[-3:] == ["assistant", "tool", "user"]
+        assert body["messages"][-2]["content"] == "Here it is"
+    else:
+        parts = body["contents"][-1]["parts"]
+        assert "functionResponse" in parts[0] and "inlineData" in parts[-1]
+
+
+@pytest.mark.parametrize("url", ["https://example.com/shot.png", "https://example.com/a.webp?x=1"])
+def test_image_url_reaches_gemini_with_its_type(
+    gateway: Stack, clients: SdkClients, url: str
+) -> None:
+    clients.openai.chat.completions.create(
+        model=asked("gemini", "text"),
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": PROMPT},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        ],
+    )
+    body = gateway.mock(provider("gemini", "text")).received[-1].json()
+    files = [p["fileData"] for c in body["contents"] for p in c["parts"] if "fileData" in p]
+    expected = "image/png" if url.endswith(".png") else "image/webp"
+    assert files == [{"mimeType": expected, "fileUri": url}]

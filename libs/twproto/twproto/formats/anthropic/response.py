@@ -56,6 +56,10 @@ def encode_usage(usage: ir.Usage) -> dict[str, Any]:
         "cache_read_input_tokens": usage.cache_read_tokens,
         "output_tokens": usage.output_tokens,
     }
+    if usage.reasoning_tokens:
+        # Anthropic's own count of thinking inside `output_tokens` (the SDKs'
+        # `output_tokens_details.thinking_tokens`); written only when there is one to tell.
+        out["output_tokens_details"] = {"thinking_tokens": usage.reasoning_tokens}
     if usage.cache_write_1h_tokens:
         # Only when there is a split to tell: the plain form stays as it was.
         out["cache_creation"] = {

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twproto import _json, ir
-from twproto.errors import GatewayError, stream_error_event
+from twproto.errors import GatewayError, anthropic_stream_type
 from twproto.formats._codec import DecoderBase, EncoderBase, WatchNeedles
 from twproto.formats._common import (
     MALFORMED,
@@ -22,7 +22,7 @@ from twproto.formats._common import (
     prefixed_id,
     usage_or_zero,
 )
-from twproto.formats.anthropic.request import DIALECT, STOP_FROM, STOP_TO, _tool_id
+from twproto.formats.anthropic.request import STOP_FROM, STOP_TO, _tool_id
 from twproto.formats.anthropic.response import decode_usage, encode_usage
 from twproto.sse import SSEEvent
 
@@ -373,12 +373,11 @@ class StreamEncoder(EncoderBase):
         self.ended = True
 
     def _write_error(self, err: GatewayError, upstream_type: str | None) -> None:
-        if upstream_type and upstream_type.endswith("_error"):
-            # Keep the upstream's own Anthropic error type (overloaded_error…) when it has one.
-            body = {"type": "error", "error": {"type": upstream_type, "message": err.message}}
-            self._out.append(b"event: error\ndata: " + _json.dumps(body) + b"\n\n")
-        else:
-            self._out.append(stream_error_event(DIALECT, err))
+        # Only a type Anthropic documents: another format's `server_error` would read as no
+        # Anthropic error at all (the upstream's own `overloaded_error` is kept).
+        kind = anthropic_stream_type(err, upstream_type)
+        body = {"type": "error", "error": {"type": kind, "message": err.message}}
+        self._out.append(b"event: error\ndata: " + _json.dumps(body) + b"\n\n")
 
 
 # The `Format` factories: a fresh decoder for one streamed answer in this format, and a fresh

@@ -332,10 +332,36 @@ def _to_camel(name: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
+# An image URL's type from its file name, where the source format gave none (Chat, Responses):
+# Gemini reads `fileData` as the type it is told, so a PNG sent as image/jpeg fails to decode.
+_URL_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".webp": "image/webp",
+    ".gif": "image/gif",
+    ".heic": "image/heic",
+    ".heif": "image/heif",
+    ".pdf": "application/pdf",
+}
+
+
+def _url_media_type(url: str | None) -> str | None:
+    """The media type an image URL's path names by its extension (None when it names none)."""
+    if not url:
+        return None
+    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+    dot = path.rfind(".")
+    if dot < 0 or "/" in path[dot:]:
+        return None
+    return _URL_TYPES.get(path[dot:])
+
+
 def _encode_image(image: ir.Image) -> dict[str, Any]:
     if image.data is not None:
         return {"inlineData": {"mimeType": image.media_type or "image/png", "data": image.data}}
-    return {"fileData": {"mimeType": image.media_type or "image/jpeg", "fileUri": image.url}}
+    mime = image.media_type or _url_media_type(image.url) or "image/jpeg"
+    return {"fileData": {"mimeType": mime, "fileUri": image.url}}
 
 
 def _thinking_config(req: ir.Request, model: str) -> dict[str, Any] | None:
@@ -394,6 +420,7 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: 
         parts: list[dict[str, Any]] = []
         pending: str | None = None
         first_call = True
+        trailing: list[dict[str, Any]] = []
         for part in message.parts:
             part_out: dict[str, Any] | None = None
             if isinstance(part, ir.Reasoning):
@@ -433,8 +460,10 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: 
                     response = {"error": part.text}
                 else:
                     response = {"output": part.text}
-                if any(isinstance(p, ir.Image) for p in part.content):
-                    dropped.add("tool_result image")
+                # A result's images follow the function responses in the same user turn, as
+                # inline or file parts (every Gemini model reads those; `functionResponse.parts`
+                # is Gemini 3's only).
+                trailing.extend(_encode_image(p) for p in part.content if isinstance(p, ir.Image))
                 part_out = {"functionResponse": {"name": name, "response": response}}
             elif isinstance(part, ir.Opaque) and part.dialect is DIALECT:
                 part_out = dict(part.raw)
@@ -450,6 +479,7 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: 
             parts.append(part_out)
         if pending is not None and model_turn:
             parts.append({"text": "", "thoughtSignature": pending})
+        parts.extend(trailing)
         if not parts:
             continue
         role = "model" if model_turn else "user"

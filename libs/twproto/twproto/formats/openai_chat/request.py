@@ -384,10 +384,17 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
             continue
         if message.role is ir.Role.USER:
             rest: list[ir.Part] = []
+            # Chat takes only text in a `tool` message ("Image URLs are only allowed for messages
+            # with role 'user'"), and every tool message must follow the assistant's calls
+            # directly: a result's images go into the user message after the tool messages,
+            # each set introduced by the call it answers.
+            shown: list[ir.Part] = []
             for part in message.parts:
                 if isinstance(part, ir.ToolResult):
-                    if any(isinstance(p, ir.Image) for p in part.content):
-                        dropped.add("tool_result image")
+                    images = [p for p in part.content if isinstance(p, ir.Image)]
+                    if images:
+                        label = f"Image(s) returned by tool call {part.call_id}:"
+                        shown.extend((ir.Text(text=label), *images))
                     if part.is_error:
                         dropped.add("tool_result.is_error")
                     messages.append(
@@ -395,6 +402,7 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
                     )
                 else:
                     rest.append(part)
+            rest = shown + rest
             if rest:
                 content = _encode_content(rest, same, dropped)
                 if content is not None:

@@ -117,7 +117,8 @@ class StreamDecoder(DecoderBase):
                     status = (
                         code
                         if isinstance(code, int) and 400 <= code <= 599
-                        else error_status(etype)
+                        # OpenAI's rate limits say `type: tokens` / `requests`; the code says 429.
+                        else error_status(etype, error_status(str(code) if code else None))
                     )
                     message = str(err.get("message", "upstream error"))
                 else:
