@@ -21,6 +21,7 @@ The access line costs one dict and one formatted line per request; with ``access
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -101,17 +102,19 @@ class TextFormatter(logging.Formatter):
         return f"{head} {pairs}{sep}{rest}"
 
 
+# A text value written bare: no space, quote, equals sign, backslash or control character.
+_BARE = re.compile(r'[^\s"=\\\x00-\x1f\x7f]+')
+
+
 def _text_value(value: object) -> str:
     if value is None:
         return "-"
-    if isinstance(value, bool):
+    if value is True or value is False:
         return "true" if value else "false"
+    if isinstance(value, str):
+        return value if _BARE.fullmatch(value) else json_dumps(value).decode()
     if isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, str):
-        if value and not any(c in value for c in ' "=\n\t\\'):
-            return value
-        return json_dumps(value).decode()
     return json_dumps(value).decode()
 
 

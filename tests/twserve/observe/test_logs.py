@@ -331,7 +331,8 @@ def test_configure_logging_json_and_text() -> None:
         configure_logging(LogFormat.JSON, stream=out)
         logging.getLogger("twserve.x").info("hello %s", "there", extra={"fields": {"n": 1}})
         configure_logging("text", stream=out)
-        logging.getLogger("twserve.x").info("plain", extra={"fields": {"a": "b c", "z": None}})
+        fields = {"a": "b c", "z": None, "e": "x=y", "t": "tab\there", "ok": "m-1.5", "n": 2}
+        logging.getLogger("twserve.x").info("plain", extra={"fields": fields})
     finally:
         for h in list(root.handlers):
             root.removeHandler(h)
@@ -342,7 +343,7 @@ def test_configure_logging_json_and_text() -> None:
     data = json.loads(first)
     assert data["msg"] == "hello there" and data["n"] == 1 and data["level"] == "info"
     assert data["ts"].endswith("Z") and data["logger"] == "twserve.x"
-    assert second.endswith('twserve.x: plain a="b c" z=-')
+    assert second.endswith('twserve.x: plain a="b c" z=- e="x=y" t="tab\\there" ok=m-1.5 n=2')
 
 
 def _free_port() -> int:
