@@ -32,3 +32,12 @@ def test_framing_and_hop_headers_are_never_listed() -> None:
 def test_an_upstreams_who_answered_headers_never_pass() -> None:
     upstream = [(b"X-Twserve-Provider", b"elsewhere"), (b"x-twserve-model", b"other")]
     assert client_response_headers(upstream) == []
+
+
+def test_the_upstreams_request_id_is_renamed() -> None:
+    # x-request-id is the gateway's own (its row's id): the upstream's id keeps another name.
+    upstream = [(b"X-Request-Id", b"req_up"), (b"content-type", b"application/json")]
+    assert client_response_headers(upstream) == [
+        (b"x-upstream-request-id", b"req_up"),
+        (b"content-type", b"application/json"),
+    ]

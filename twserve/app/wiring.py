@@ -39,6 +39,7 @@ from twserve.events import EventBus
 from twserve.gateway import realtime
 from twserve.gateway.answers import transport_error
 from twserve.gateway.handler import Gateway
+from twserve.observe.logs import ObservationLog
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
@@ -144,6 +145,10 @@ class GatewayApp:
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
+        # Access lines and the operator's events in the log (docs/observability.md).
+        self.observation = ObservationLog(lambda: gw.config)
+        self.events.listeners.append(self.observation.on_event)
+        gw.row_listeners.append(self.observation.on_row)
         gw.hooks.listeners.append(self.events.health_changed)
         if not isinstance(self.store, RequestStore):
             from twserve.store.postgres import PostgresStore

@@ -29,6 +29,7 @@ from twserve.config.files import (
     starting_config_text,
     write_private,
 )
+from twserve.observe.logs import configure_logging
 from twserve.server.listener import ListenError
 
 log = logging.getLogger("twserve")
@@ -137,6 +138,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = _serving_app(path, home, port=args.port, safe=args.safe)
     if app is None:
         return 1
+    # The log's format: --log-format, else the config's (followed across reloads).
+    handler = configure_logging(
+        args.log_format or app.config.observability.log_format,
+        level=logging.getLogger().level,
+    )
+    app.observation.follow(handler, pinned=args.log_format)
     cap = app.config.listen.gateway.max_connections
     if 0 < open_files < cap + FD_RESERVE:
         log.warning(
@@ -445,6 +452,11 @@ def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
         "--safe",
         action="store_true",
         help="start in safe mode: only the control plane, until a config is written through it",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="the log's lines: text or one JSON object each (default: observability.log_format)",
     )
     p.set_defaults(func=cmd_serve)
 

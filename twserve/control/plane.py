@@ -58,7 +58,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 5
+CONTROL_API_VERSION = 6
 API_HEADER = b"x-twserve-control-api"
 
 DEFAULT_REQUEST_LIMIT = 50
@@ -543,8 +543,11 @@ class ControlPlane:
         limit = DEFAULT_REQUEST_LIMIT
         if "limit" in query:
             limit = min(max(_count("limit", query["limit"]), 1), MAX_REQUEST_LIMIT)
+        # ?id= finds a request by the id the gateway answered with (x-request-id) or the one
+        # its client sent.
+        find = query.get("id") or None
         try:
-            rows = await self.store.recent(limit)
+            rows = await self.store.recent(limit, find)
         except StoreReadError as exc:
             raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
         return {"requests": rows, "limit": limit}

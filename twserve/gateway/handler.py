@@ -46,6 +46,7 @@ from twserve.gateway.row import (
     request_ids,
     retry_observer,
 )
+from twserve.observe.request_ids import IdentifiedResponder
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.server.base import HeadRefusal, Request, Responder
@@ -148,16 +149,17 @@ class Gateway:
     async def _generate(
         self,
         request: Request,
-        responder: Responder,
+        plain: Responder,
         route: Route,
         dialect: Dialect,
         client_name: str,
         request_id: str,
     ) -> None:
+        responder = IdentifiedResponder(plain, request_id)  # x-request-id; the answer's bytes
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
         started, settings = self.clock(), self.settings
-        row = new_row(request_id, self.wall(), request.path, client_name, dialect)
+        row = new_row(request_id, self.wall(), request, client_name, dialect)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -175,7 +177,7 @@ class Gateway:
         )
         note_admission(row, verdict)
         if not isinstance(verdict, Routed):
-            self.record_row(row)
+            self.record_row(row, responder)
             await answer(responder, dialect, verdict)
             return
         plan, summary = verdict.plan, verdict.summary
@@ -271,22 +273,23 @@ class Gateway:
             if fallback.held and finished:
                 note_local(row, summary.input_tokens)
             self.hooks.record_answer(verdict.conversation, outcome.provider, outcome.usage)
-            self.record_row(row)
+            self.record_row(row, responder)
 
     async def _refuse(
         self,
         row: RequestRow,
-        responder: Responder,
+        responder: IdentifiedResponder,
         dialect: Dialect,
         err: GatewayError,
         head: EarlyHead | None = None,  # a refused key wait may have its 200 out already
     ) -> None:
         row.status, row.error_code = err.status if head is None else head.row_status(err), err.code
-        self.record_row(row)
+        self.record_row(row, responder)
         await (respond_error(responder, dialect, err) if head is None else head.refuse(err))
 
-    def record_row(self, row: RequestRow) -> None:
-        """Store a finished row and tell the listeners."""
+    def record_row(self, row: RequestRow, answered: IdentifiedResponder | None = None) -> None:
+        """Store a finished row and tell the listeners; `answered` counted the answer's bytes."""
+        row.answer_bytes = answered.sent if answered is not None else row.answer_bytes
         self.taps.take(row)
         self.ends.record(self.store, row)
         if self.on_finished is not None:

@@ -21,7 +21,9 @@ from twengine.attempt.ledger import attempt_view
 from twengine.config.credentials import CredentialFault
 from twproto.dialect import Dialect
 from twserve.events import EventBus
+from twserve.observe.request_ids import correlation_id
 from twserve.relay.client import RelayOutcome
+from twserve.server.base import Request
 from twserve.store.sqlite import RequestRow
 
 __all__ = [
@@ -43,10 +45,20 @@ def request_ids() -> Callable[[], str]:
     return lambda: f"{prefix}{next(counter):012x}"
 
 
-def new_row(request_id: str, ts: float, path: str, client: str, dialect: Dialect) -> RequestRow:
-    """The row of a generation request by `client` in `dialect`'s format, started at `ts` (the
-    wall clock)."""
-    return RequestRow(id=request_id, ts=ts, path=path, key_name=client, format=dialect.value)
+def new_row(
+    request_id: str, ts: float, request: Request, client: str, dialect: Dialect
+) -> RequestRow:
+    """The row of a generation `request` by `client` in `dialect`'s format, started at `ts`
+    (the wall clock), with the client's own request id if it sent a valid one."""
+    return RequestRow(
+        id=request_id,
+        ts=ts,
+        path=request.path,
+        key_name=client,
+        format=dialect.value,
+        correlation_id=correlation_id(request.headers),
+        request_bytes=len(request.body),
+    )
 
 
 def note_admission(row: RequestRow, verdict: Refusal | LocalAnswer | Routed) -> None:

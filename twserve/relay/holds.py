@@ -315,6 +315,7 @@ class RouterHooks:
 
     def publish(self, changes: list[PauseChanged]) -> None:
         for change in changes:
-            log.info("health: %s", change)
+            # The log's line is the observation log's, from the HealthChanged event.
+            log.debug("health: %s", change)
             for listener in self.listeners:
                 listener(change)

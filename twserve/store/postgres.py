@@ -73,6 +73,7 @@ from twserve.store.sqlite import (
     _migrate,
     keep_rejected,
     log_set_aside,
+    recent_query,
     refusal_reason,
     row_json,
     usage_rows,
@@ -147,6 +148,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS bodies_ts ON bodies (ts);
     """,
+    "ALTER TABLE requests ADD COLUMN IF NOT EXISTS correlation_id TEXT;"  # 2: SQLite's 3
+    " CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);",
 )
 
 # Any 64-bit number the schema's migrations are serialised on across instances.
@@ -711,12 +714,10 @@ class PostgresStore:
             except (psycopg.Error, OSError):
                 pass
 
-    async def recent(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest rows of every instance, newest first, with JSON columns decoded."""
-        rows = await self._query(
-            "SELECT * FROM requests ORDER BY ts DESC LIMIT %s", (limit,), dicts=True
-        )
-        return [_decode(dict(r)) for r in rows]
+    async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]:
+        """The newest rows of every instance, newest first (`find`: as the SQLite store's)."""
+        sql, args = recent_query(limit, find, "%s")
+        return [_decode(dict(r)) for r in await self._query(sql, args, dicts=True)]
 
     async def body(self, request_id: str) -> dict[str, Any] | None:
         """The stored request and answer bodies of one request, if kept."""

@@ -114,6 +114,7 @@ _COLUMNS = (
     "limit_tokens",
     "limit_cache_reads",
     "limit_cost",
+    "correlation_id",
 )
 
 _MIGRATIONS: tuple[str, ...] = (
@@ -175,6 +176,11 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS bodies_ts ON bodies (ts);
     """,
+    # version 3: the id the client sent in x-request-id, kept so the request is found by it.
+    """
+    ALTER TABLE requests ADD COLUMN correlation_id TEXT;
+    CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);
+    """,
 )
 
 
@@ -213,6 +219,12 @@ class RequestRow:
     limit_tokens: int | None = None
     limit_cache_reads: int | None = None
     limit_cost: int | None = None
+    # A valid id the client sent in x-request-id (the gateway answers with `id` there).
+    correlation_id: str | None = None
+    # Bytes of the request's body and of the answer written to the client: the access line's,
+    # not stored.
+    request_bytes: int = 0
+    answer_bytes: int = 0
     # Kept in the bodies table when ``retention.store_bodies`` is on.
     body: StoredBody | None = None
 
@@ -248,6 +260,7 @@ class RequestRow:
             self.limit_tokens,
             self.limit_cache_reads,
             self.limit_cost,
+            self.correlation_id,
         )
 
 
@@ -347,7 +360,7 @@ class Store(Protocol):
 
     def close_db(self) -> None: ...
 
-    async def recent(self, limit: int = 100) -> list[dict[str, Any]]: ...
+    async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]: ...
 
     async def body(self, request_id: str) -> dict[str, Any] | None: ...
 
@@ -418,6 +431,15 @@ def refusal_reason(exc: BaseException) -> str:
     """What a refused write's error says, on one line."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def recent_query(limit: int, find: str | None, mark: str) -> tuple[str, tuple[Any, ...]]:
+    """The newest `limit` rows (with `find`: those whose id or correlation id it is) as SQL
+    with `mark` for its parameters, and the parameters."""
+    if find is None:
+        return f"SELECT * FROM requests ORDER BY ts DESC LIMIT {mark}", (limit,)
+    where = f"WHERE id = {mark} OR correlation_id = {mark}"
+    return f"SELECT * FROM requests {where} ORDER BY ts DESC LIMIT {mark}", (find, find, limit)
 
 
 def row_json(row: RequestRow) -> str:
@@ -601,14 +623,15 @@ class RequestStore:
         self._receive.close()
         self._conn.close()
 
-    async def recent(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest rows, newest first, with JSON columns decoded."""
+    async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]:
+        """The newest rows, newest first, with JSON columns decoded; with `find`, only the rows
+        whose id or correlation id it is."""
 
         def read() -> list[dict[str, Any]]:
             conn = sqlite3.connect(self.path)
             try:
                 conn.row_factory = sqlite3.Row
-                cur = conn.execute("SELECT * FROM requests ORDER BY ts DESC LIMIT ?", (limit,))
+                cur = conn.execute(*recent_query(limit, find, "?"))
                 return [_decode(dict(r)) for r in cur.fetchall()]
             finally:
                 conn.close()

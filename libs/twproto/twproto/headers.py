@@ -13,6 +13,9 @@ answers and passed-through errors. Streams and converted answers get headers the
 The gateway's own ``x-twserve-provider`` and ``x-twserve-model`` (who answered) are never on the
 list: an upstream that sends headers of those names (another gateway in front of it) cannot
 speak for this one.
+
+``x-request-id`` is the gateway's own: it names the request's row in the gateway's store. The
+upstream's id of that name reaches the client as ``x-upstream-request-id`` (`_RENAMED`).
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ __all__ = ("CLIENT_RESPONSE_HEADERS", "client_response_headers")
 CLIENT_RESPONSE_HEADERS: dict[bytes, str] = {
     b"content-type": "how to read the body",
     b"request-id": "Anthropic's request id; SDKs report it with errors",
-    b"x-request-id": "OpenAI's request id; SDKs report it with errors",
+    b"x-request-id": "OpenAI's request id, shown as x-upstream-request-id",
     b"retry-after": "when a refused request may be tried again (seconds or a date)",
     b"retry-after-ms": "the same in milliseconds (OpenAI, Anthropic SDKs read it)",
     b"x-should-retry": "the upstream's own word on retrying (Anthropic, OpenAI SDKs obey it)",
 }
+
+# Upstream header names a client sees under another name, because the gateway writes its own
+# header of that name.
+_RENAMED: dict[bytes, bytes] = {b"x-request-id": b"x-upstream-request-id"}
 
 
 def client_response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -38,5 +45,5 @@ def client_response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tupl
     for name, value in headers:
         lowered = name.lower()
         if lowered in CLIENT_RESPONSE_HEADERS:
-            kept.append((lowered, value))
+            kept.append((_RENAMED.get(lowered, lowered), value))
     return kept

@@ -173,6 +173,21 @@ async def test_a_row_recorded_again_stays_one_row(make_store: Callable[[], Store
     assert [(r["id"], r["status"]) for r in rows] == [("r0001", 503)]
 
 
+async def test_a_request_is_found_by_its_id_or_correlation_id(
+    make_store: Callable[[], Store],
+) -> None:
+    async with writing(make_store()) as store:
+        store.record(RequestRow(id="r1", ts=T0, path="/v1/messages", correlation_id="trace-1"))
+        store.record(RequestRow(id="r2", ts=T0 + 1, path="/v1/messages", correlation_id="r1"))
+        store.record(RequestRow(id="r3", ts=T0 + 2, path="/v1/messages"))
+    assert [r["id"] for r in await store.recent(find="trace-1")] == ["r1"]
+    # An id that is also another request's correlation id finds both, newest first.
+    assert [r["id"] for r in await store.recent(find="r1")] == ["r2", "r1"]
+    assert [r["id"] for r in await store.recent(find="r1", limit=1)] == ["r2"]
+    assert await store.recent(find="nothing") == []
+    assert (await store.recent(find="trace-1"))[0]["correlation_id"] == "trace-1"
+
+
 async def test_a_nul_in_text_is_stored_replaced(make_store: Callable[[], Store]) -> None:
     # JSON lets a client put U+0000 in a model name; PostgreSQL text cannot hold it.
     async with writing(make_store()) as store:

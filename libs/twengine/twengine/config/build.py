@@ -50,6 +50,7 @@ from twengine.config.stages.sections import (
     _failover,
     _listen,
     _not_built,
+    _observability,
     _pricing,
     _retention,
     _state,
@@ -122,6 +123,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     answer_model = top.choice("answer_model", AnswerModel, AnswerModel.REQUESTED)
     state = _state(out, top)
     store = _store(out, top, env)
+    observability = _observability(out, top)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -177,5 +179,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         pricing=Pricing(sheets=tuple(s.value for s in sheets)),
         state=state,
         store=store,
+        observability=observability,
         warnings=tuple(out.warnings),
     )

@@ -52,8 +52,10 @@ __all__ = (
     "LimitMeasure",
     "LimitPeriod",
     "Listen",
+    "LogFormat",
     "ModelPrice",
     "ModelSpec",
+    "Observability",
     "OnMatch",
     "PinnedTarget",
     "PriceSheet",
@@ -651,6 +653,22 @@ class Store:
     commit_wait_secs: float = _d(defaults.STORE, "commit_wait_secs")
 
 
+class LogFormat(StrEnum):
+    """``observability.log_format``: one line of text per record, or one JSON object."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observability:
+    """``observability`` (docs/observability.md): how the gateway's log is written and whether
+    every request ends with an access line."""
+
+    log_format: LogFormat = LogFormat.TEXT
+    access_log: bool = True
+
+
 # --- the whole config ---------------------------------------------------------------------
 
 
@@ -691,6 +709,7 @@ class Config:
     # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses the section,
     # so this stays None.
     store: Store | None = None
+    observability: Observability = field(default_factory=Observability)
     # Problems worth telling the operator that do not stop the config from serving (an upstream
     # key's variable not set yet).
     warnings: tuple[Problem, ...] = ()

@@ -47,6 +47,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "pricing",
             "state",
             "store",
+            "observability",
         ),
         "listen": ("gateway", "control", "http", "http2", "websocket"),
         "listen.http": tuple(defaults.LISTEN_HTTP),
@@ -117,6 +118,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
+        "observability": ("log_format", "access_log"),
     }
 )
 
@@ -280,6 +282,9 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "store.postgres_dsn": _reads("twserve.app.wiring", "postgres_dsn"),
         "store.commit_before_end": _reads("twserve.gateway.responders", "commit_before_end"),
         "store.commit_wait_secs": _reads("twserve.gateway.responders", "commit_wait_secs"),
+        "observability": _SECTION,
+        "observability.log_format": _reads("twserve.observe.logs", "log_format"),
+        "observability.access_log": _reads("twserve.observe.logs", "access_log"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

@@ -34,7 +34,9 @@ from twengine.config.model import (
     LimitMeasure,
     LimitPeriod,
     Listen,
+    LogFormat,
     ModelPrice,
+    Observability,
     PriceSheet,
     Retention,
     State,
@@ -462,6 +464,16 @@ _REDIS_URL = re.compile(
     r"rediss?://(?:[^\s/?#@]*@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?"
     r"(?:/\d{1,5})?(?:\?[^\s#]*)?"
 )
+
+
+def _observability(out: _Problems, top: _Fields) -> Observability:
+    of = top.fields("observability", SECTIONS["observability"])
+    if of is None:
+        return Observability()
+    return Observability(
+        log_format=of.choice("log_format", LogFormat, LogFormat.TEXT),
+        access_log=of.boolean("access_log", True),
+    )
 
 
 def _state(out: _Problems, top: _Fields) -> State | None:

@@ -1,0 +1,326 @@
+"""The gateway's log: text or JSON lines, an access line per request, and the operator's events.
+
+Theory of operation
+-------------------
+Every record goes through one handler on the root logger, formatted by `TextFormatter` (one
+line: time, level, logger, message, then ``name=value`` pairs) or `JsonFormatter` (one JSON
+object a line, for a log shipper), chosen by ``--log-format`` or ``observability.log_format``
+(`configure_logging`). A record carries its structured fields in ``extra={"fields": {...}}``:
+the JSON form puts them at the top level of the object, the text form after the message.
+
+`ObservationLog` writes the structured records. It is wired as a row listener (each stored row
+is one request that ended: its access line, `access_fields`) and as an event bus listener
+(upstream paused and resumed, configs applied and refused, key limit alerts, shared state and
+store changes), so nothing is added to the request path. Its fields come from the row and the
+events, which hold the key's *name* and masked config excerpts: no secret reaches the log.
+
+The access line costs one dict and one formatted line per request; with ``access_log: false``
+(or the logger above INFO) it is one attribute test.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+from twengine.config import Config, LogFormat
+from twproto import json_dumps
+from twserve.events import (
+    ConfigRejected,
+    ConfigReloaded,
+    Event,
+    HealthChanged,
+    KeyLimitAlert,
+    SharedStateChanged,
+    StoreRecovered,
+    StoreUnavailable,
+)
+from twserve.store.sqlite import RequestRow
+
+__all__ = (
+    "ACCESS_LOGGER",
+    "JsonFormatter",
+    "ObservationLog",
+    "TextFormatter",
+    "access_fields",
+    "configure_logging",
+    "outcome",
+)
+
+ACCESS_LOGGER = "twserve.access"
+EVENTS_LOGGER = "twserve.events"
+
+# The attribute a record's structured fields travel in (``extra={"fields": ...}``).
+_FIELDS = "fields"
+
+
+def _utc(created: float) -> str:
+    """An RFC 3339 UTC time with milliseconds, the form log shippers parse without help."""
+    whole = int(created)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{stamp}.{int((created - whole) * 1000):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg`` and the record's
+    fields at the top level (a field never replaces those four)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, Any] = {
+            "ts": _utc(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        extra = getattr(record, _FIELDS, None)
+        if isinstance(extra, Mapping):
+            for name, value in extra.items():
+                body.setdefault(name, value)
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json_dumps(body).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message name=value …``; a value with a space, a quote or an ``=``
+    is written as a JSON string so that the line splits back into its pairs."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = getattr(record, _FIELDS, None)
+        if not isinstance(extra, Mapping) or not extra:
+            return line
+        pairs = " ".join(f"{name}={_text_value(value)}" for name, value in extra.items())
+        head, sep, rest = line.partition("\n")  # a traceback stays below the pairs
+        return f"{head} {pairs}{sep}{rest}"
+
+
+# A text value written bare: no space, quote, equals sign, backslash or control character.
+_BARE = re.compile(r'[^\s"=\\\x00-\x1f\x7f]+')
+
+
+def _text_value(value: object) -> str:
+    if value is None:
+        return "-"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if _BARE.fullmatch(value) else json_dumps(value).decode()
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json_dumps(value).decode()
+
+
+def configure_logging(
+    log_format: LogFormat | str, *, level: int = logging.INFO, stream: TextIO | None = None
+) -> logging.Handler:
+    """One handler on the root logger writing `log_format` lines to `stream` (stderr); the
+    handlers there before are removed. Returns the handler."""
+    fmt = LogFormat(log_format)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt is LogFormat.JSON else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+def outcome(row: RequestRow) -> str:
+    """How the request ended: ``ok``, ``local`` (answered by the gateway), ``cancelled`` (the
+    client left), ``refused`` (stopped before any upstream was asked) or ``error``."""
+    if row.cancelled:
+        return "cancelled"
+    if row.status is not None and row.status < 400:
+        return "local" if row.local else "ok"
+    if row.provider is None and not _sent(row):
+        return "refused"
+    return "error"
+
+
+def _attempts(row: RequestRow) -> list[dict[str, Any]]:
+    routing = row.routing
+    if not routing:
+        return []
+    found = routing.get("attempts")
+    return found if isinstance(found, list) else []
+
+
+def _sent(row: RequestRow) -> int:
+    return sum(1 for a in _attempts(row) if a.get("outcome") != "skipped")
+
+
+def _served_model(row: RequestRow) -> str | None:
+    """The model name sent to the upstream that answered (its last attempt there)."""
+    if row.provider is None:
+        return None
+    for attempt in reversed(_attempts(row)):
+        if attempt.get("provider") == row.provider:
+            model = attempt.get("model")
+            return model if isinstance(model, str) else None
+    return None
+
+
+def access_fields(row: RequestRow) -> dict[str, Any]:
+    """The access line's fields (docs/observability.md, "The access line")."""
+    return {
+        "request_id": row.id,
+        "correlation_id": row.correlation_id,
+        "key": row.key_name,
+        "format": row.format,
+        "path": row.path,
+        "stream": row.stream,
+        "model": row.model,
+        "model_served": _served_model(row),
+        "upstream": row.provider,
+        "status": row.status,
+        "outcome": outcome(row),
+        "code": row.error_code,
+        "attempts": _sent(row),
+        "ttfc_ms": row.ttfb_ms,
+        "duration_ms": row.duration_ms,
+        "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens,
+        "cache_read_tokens": row.cache_read_tokens,
+        "cache_write_tokens": row.cache_write_tokens,
+        "reasoning_tokens": row.reasoning_tokens,
+        "cost_usd": row.cost_micros / 1e6 if row.cost_micros is not None else None,
+        "cost_state": row.cost_state,
+        "bytes_in": row.request_bytes,
+        "bytes_out": row.answer_bytes,
+    }
+
+
+class ObservationLog:
+    """Writes the access lines and the operator's events; `config` is read at each line, so
+    a reload that turns ``observability.access_log`` off applies at once."""
+
+    def __init__(self, config: Callable[[], Config]) -> None:
+        self._config = config
+        self.access = logging.getLogger(ACCESS_LOGGER)
+        self.events = logging.getLogger(EVENTS_LOGGER)
+        self._handler: logging.Handler | None = None
+        self._pinned: LogFormat | None = None
+
+    def follow(self, handler: logging.Handler, pinned: LogFormat | str | None = None) -> None:
+        """Keep `handler`'s format the config's ``observability.log_format`` across reloads,
+        unless the command line `pinned` one (``--log-format``)."""
+        self._handler = handler
+        self._pinned = LogFormat(pinned) if pinned is not None else None
+        self._take_format()
+
+    def _take_format(self) -> None:
+        if self._handler is None:
+            return
+        fmt = self._pinned or self._config().observability.log_format
+        wanted = JsonFormatter if fmt is LogFormat.JSON else TextFormatter
+        if type(self._handler.formatter) is not wanted:
+            self._handler.setFormatter(wanted())
+
+    def on_row(self, row: RequestRow) -> None:
+        if not self._config().observability.access_log or not self.access.isEnabledFor(
+            logging.INFO
+        ):
+            return
+        fields = access_fields(row)
+        level = logging.WARNING if fields["outcome"] == "error" else logging.INFO
+        self.access.log(level, "request", extra={_FIELDS: fields})
+
+    def on_event(self, event: Event) -> None:
+        match event:
+            case HealthChanged():
+                self._health(event)
+            case ConfigReloaded():
+                self._take_format()
+                self._write(
+                    logging.INFO,
+                    "config applied",
+                    event="config_applied",
+                    generation=event.generation,
+                    config_version=event.config_version,
+                    origin=event.origin,
+                )
+            case ConfigRejected():
+                first = event.problems[0] if event.problems else None
+                self._write(
+                    logging.WARNING,
+                    "config refused; the previous config keeps serving",
+                    event="config_refused",
+                    stage=event.stage,
+                    config_version=event.config_version,
+                    origin=event.origin,
+                    problems=len(event.problems),
+                    code=first.code if first else None,
+                    path=first.path if first else None,
+                    line=first.line if first else None,
+                    message=first.message if first else None,
+                )
+            case KeyLimitAlert():
+                self._write(
+                    logging.WARNING,
+                    "key limit alert",
+                    event="key_limit",
+                    key=event.key,
+                    per=event.per,
+                    measure=event.measure,
+                    amount=event.amount,
+                    used=event.used,
+                    percent=event.percent,
+                    reset=event.reset,
+                )
+            case SharedStateChanged():
+                self._write(
+                    logging.INFO if event.shared else logging.WARNING,
+                    "shared state back" if event.shared else "shared state lost",
+                    event="shared_state",
+                    code=event.code,
+                    detail=event.detail,
+                )
+            case StoreUnavailable():
+                self._write(
+                    logging.WARNING,
+                    "request store unavailable",
+                    event="store_unavailable",
+                    code=event.code,
+                    reason=event.reason,
+                    held=event.held,
+                    journal=event.journal,
+                )
+            case StoreRecovered():
+                self._write(
+                    logging.INFO,
+                    "request store recovered",
+                    event="store_recovered",
+                    code=event.code,
+                    rows=event.rows,
+                    down_secs=event.down_secs,
+                )
+            case _:
+                pass  # the request events are the access line's, written from the row
+
+    def _health(self, event: HealthChanged) -> None:
+        until = None
+        if event.paused and event.pause_secs is not None:
+            until = _utc(event.ts + event.pause_secs)
+        self._write(
+            logging.WARNING if event.paused else logging.INFO,
+            "upstream paused" if event.paused else "upstream resumed",
+            event="upstream_paused" if event.paused else "upstream_resumed",
+            upstream=event.upstream,
+            reason=event.reason,
+            pause_secs=event.pause_secs,
+            until=until,
+            failures_in_row=event.failures_in_row,
+        )
+
+    def _write(self, level: int, text: str, **fields: Any) -> None:
+        if self.events.isEnabledFor(level):
+            self.events.log(level, text, extra={_FIELDS: fields})
