@@ -516,7 +516,9 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "config limit above the control body limit",
-        with_(listen={"control": {"key": "c", "max_body_bytes": 65536, "max_config_bytes": 131072}}),
+        with_(
+            listen={"control": {"key": "c", "max_body_bytes": 65536, "max_config_bytes": 131072}}
+        ),
         "config.listen_limits_conflict",
         "listen.control.max_config_bytes",
     ),
