@@ -58,7 +58,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 5
+CONTROL_API_VERSION = 6
 API_HEADER = b"x-twserve-control-api"
 
 DEFAULT_REQUEST_LIMIT = 50
