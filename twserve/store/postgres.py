@@ -60,6 +60,7 @@ import psycopg
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg.rows import dict_row
 
+from twserve.store.listing import LISTING_INDEXES, RequestFilter, newest_rows, page_sql
 from twserve.store.sqlite import (
     _COLUMNS,
     USAGE_GROUPS,
@@ -147,6 +148,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS bodies_ts ON bodies (ts);
     """,
+    LISTING_INDEXES,  # version 2: the console's filters (twserve/store/listing.py)
 )
 
 # Any 64-bit number the schema's migrations are serialised on across instances.
@@ -711,12 +713,11 @@ class PostgresStore:
             except (psycopg.Error, OSError):
                 pass
 
-    async def recent(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest rows of every instance, newest first, with JSON columns decoded."""
-        rows = await self._query(
-            "SELECT * FROM requests ORDER BY ts DESC LIMIT %s", (limit,), dicts=True
-        )
-        return [_decode(dict(r)) for r in rows]
+    recent = newest_rows
+
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]:
+        sql, params = page_sql(f, "%s")  # every instance's rows: store/listing.py
+        return [_decode(dict(r)) for r in await self._query(sql, params, dicts=True)]
 
     async def body(self, request_id: str) -> dict[str, Any] | None:
         """The stored request and answer bodies of one request, if kept."""

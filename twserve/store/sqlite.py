@@ -45,6 +45,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from twproto import json_dumps
+from twserve.store.listing import LISTING_INDEXES, RequestFilter, page_sql
 
 __all__ = [
     "ROW_SET_ASIDE",
@@ -175,6 +176,7 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS bodies_ts ON bodies (ts);
     """,
+    LISTING_INDEXES,  # version 3: the console's filters (twserve/store/listing.py)
 )
 
 
@@ -348,6 +350,8 @@ class Store(Protocol):
     def close_db(self) -> None: ...
 
     async def recent(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]: ...
 
     async def body(self, request_id: str) -> dict[str, Any] | None: ...
 
@@ -609,6 +613,21 @@ class RequestStore:
             try:
                 conn.row_factory = sqlite3.Row
                 cur = conn.execute("SELECT * FROM requests ORDER BY ts DESC LIMIT ?", (limit,))
+                return [_decode(dict(r)) for r in cur.fetchall()]
+            finally:
+                conn.close()
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]:
+        """One page of the rows `f` keeps, newest first (twserve/store/listing.py)."""
+        sql, params = page_sql(f, "?")
+
+        def read() -> list[dict[str, Any]]:
+            conn = sqlite3.connect(self.path)
+            try:
+                conn.row_factory = sqlite3.Row
+                cur = conn.execute(sql, params)
                 return [_decode(dict(r)) for r in cur.fetchall()]
             finally:
                 conn.close()

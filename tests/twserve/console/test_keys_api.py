@@ -214,3 +214,34 @@ def test_a_key_from_the_environment_stays_a_reference(
         status, body = running.control("POST", "/keys/from-env/rotate")
         assert (status, body["error"]["code"]) == (409, "control.key_from_env")
         assert CONTROL_KEY not in str(body)
+
+
+def test_request_listing_filters_and_pages_over_the_control_listener(live: Live) -> None:
+    _, created = live.control("POST", "/keys", {"name": "lister"})
+    for _ in range(5):
+        assert _ask(live, created["key"]) == 200
+    assert _ask(live, created["key"] + "x") == 401  # refused before any key: no row of its own
+
+    def listed() -> list[dict[str, object]]:
+        _, body = live.control("GET", "/requests?key=lister&limit=2")
+        return list(body["requests"])
+
+    wait_for(lambda: len(listed()) == 2)
+    seen: list[str] = []
+    path = "/requests?key=lister&limit=2&status=2xx"
+    while True:
+        status, body = live.control("GET", path)
+        assert status == 200, body
+        assert all(r["key_name"] == "lister" and r["status"] == 200 for r in body["requests"])
+        seen += [str(r["id"]) for r in body["requests"]]
+        if body["next"] is None:
+            break
+        path = f"/requests?key=lister&limit=2&status=2xx&before={body['next']}"
+    assert len(seen) == len(set(seen)) == 5
+    _, one = live.control("GET", f"/requests?q={seen[2]}")
+    assert [r["id"] for r in one["requests"]] == [seen[2]]
+    assert one["requests"][0]["routing"]["attempts"][0]["provider"] == "a"
+    _, none = live.control("GET", "/requests?key=lister&status=5xx")
+    assert none == {"requests": [], "limit": 50, "next": None}
+    status, body = live.control("GET", "/requests?status=teapot")
+    assert (status, body["error"]["code"]) == (400, "control.request.invalid")
