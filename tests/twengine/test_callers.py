@@ -103,3 +103,27 @@ def test_web_page_reads_nothing_for_what_sdks_send() -> None:
     assert checks.web_page(Head(headers=[(b"content-type", b"application/json")])) is None
     refused = checks.web_page(Head(headers=[(b"sec-fetch-site", b"cross-site")]))
     assert refused is not None and refused.status == 403
+
+
+def test_a_disabled_key_is_refused_as_a_wrong_one() -> None:
+    config = build_config(
+        {
+            "version": 1,
+            "clients": [
+                {"name": "on", "key": "k-on"},
+                {"name": "off", "key": "k-off", "disabled": True},
+            ],
+            "default_key": "off",
+            "providers": [{"name": "a", "base_url": "http://127.0.0.1:9", "key": "x"}],
+        },
+        {},
+    )
+    checks = Callers(config)
+    assert checks.keys.lookup("k-on") == "on"
+    assert checks.keys.lookup("k-off") is None
+    assert config.client("off").disabled is True
+    # A keyless request does not pass as a disabled default key either.
+    assert config.client_for(None, presented=False) is None
+    head = Head(headers=[(b"x-api-key", b"k-off")])
+    _, client, verdict = checks.check(head)
+    assert client is None and isinstance(verdict, Refusal) and verdict.error.status == 401

@@ -440,9 +440,9 @@ class GatewayApp:
             except OSError as exc:
                 log.warning("could not record the config history: %s", exc)
         if self.control is not None:
-            from twserve.control.config_api import ConfigAPI
+            from twserve.console.api import ConsoleAPI
 
-            self.control.config_api = ConfigAPI(self.live, self.control)
+            self.control.config_api = ConsoleAPI(self.live, self.control)
 
     def reload_config(self) -> None:
         """Read the config file again now (what ``SIGHUP`` does)."""

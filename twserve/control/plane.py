@@ -42,10 +42,12 @@ from twengine.slots import SlotScope
 from twproto import json_dumps
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
+from twserve.console.requests_query import parse_filter
 from twserve.control.metrics import CONTENT_TYPE, Metrics
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
 from twserve.gateway.handler import Gateway
 from twserve.server.base import Headers, HeadRefusal, Request, Responder
+from twserve.store.listing import next_cursor
 from twserve.store.sqlite import Store, StoreReadError
 from twserve.usage import view as usage_view
 
@@ -58,11 +60,9 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 6
+CONTROL_API_VERSION = 7
 API_HEADER = b"x-twserve-control-api"
 
-DEFAULT_REQUEST_LIMIT = 50
-MAX_REQUEST_LIMIT = 1000
 KEEPALIVE_SECS = 15.0
 
 
@@ -539,18 +539,21 @@ class ControlPlane:
         }
 
     async def _requests(self, request: Request) -> dict[str, Any]:
-        query = _query(request)
-        limit = DEFAULT_REQUEST_LIMIT
-        if "limit" in query:
-            limit = min(max(_count("limit", query["limit"]), 1), MAX_REQUEST_LIMIT)
-        # ?id= finds a request by the id the gateway answered with (x-request-id) or the one
-        # its client sent.
-        find = query.get("id") or None
+        """A page of stored rows, newest first, with the console's filters and a cursor for
+        the next page (twserve.console.requests_query, twserve.store.listing)."""
         try:
-            rows = await self.store.recent(limit, find)
+            wanted = parse_filter(_query(request), self.gateway.wall())
+        except ValueError as exc:
+            raise ControlRequestError(400, "control.request.invalid", str(exc)) from None
+        try:
+            rows = await self.store.page(wanted)
         except StoreReadError as exc:
             raise ControlRequestError(503, "control.store_unavailable", str(exc)) from None
-        return {"requests": rows, "limit": limit}
+        return {
+            "requests": rows,
+            "limit": wanted.limit,
+            "next": next_cursor(rows, wanted.limit),
+        }
 
     async def _dryrun(self, request: Request) -> dict[str, Any]:
         query = _query(request)

@@ -43,7 +43,6 @@ retention clean-up) use a second connection, so they never wait behind a batch.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import math
@@ -60,9 +59,10 @@ import psycopg
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg.rows import dict_row
 
+from twserve.store.listing import LISTING_INDEXES, RequestFilter, newest_rows, page_sql
+from twserve.store.pg_usage import usage_query, usage_result
 from twserve.store.sqlite import (
     _COLUMNS,
-    USAGE_GROUPS,
     Commit,
     Commits,
     LimitSpend,
@@ -73,10 +73,8 @@ from twserve.store.sqlite import (
     _migrate,
     keep_rejected,
     log_set_aside,
-    recent_query,
     refusal_reason,
     row_json,
-    usage_rows,
 )
 
 __all__ = [
@@ -150,6 +148,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     "ALTER TABLE requests ADD COLUMN IF NOT EXISTS correlation_id TEXT;"  # 2: SQLite's 3
     " CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);",
+    LISTING_INDEXES,  # version 3: the console's filters (twserve/store/listing.py)
 )
 
 # Any 64-bit number the schema's migrations are serialised on across instances.
@@ -169,8 +168,6 @@ _UPSERT_BODIES = (
 )
 # Usage by local day: totals per quarter hour (every time zone's offset is a whole number of
 # quarter hours), put on this process's calendar afterwards, as SQLite's 'localtime' does.
-_QUARTER = 900
-_PG_GROUPS = {**USAGE_GROUPS, "day": f"floor(ts / {_QUARTER})::bigint"}
 
 _T = TypeVar("_T")
 
@@ -714,10 +711,11 @@ class PostgresStore:
             except (psycopg.Error, OSError):
                 pass
 
-    async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]:
-        """The newest rows of every instance, newest first (`find`: as the SQLite store's)."""
-        sql, args = recent_query(limit, find, "%s")
-        return [_decode(dict(r)) for r in await self._query(sql, args, dicts=True)]
+    recent = newest_rows
+
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]:
+        sql, params = page_sql(f, "%s")  # every instance's rows: store/listing.py
+        return [_decode(dict(r)) for r in await self._query(sql, params, dicts=True)]
 
     async def body(self, request_id: str) -> dict[str, Any] | None:
         """The stored request and answer bodies of one request, if kept."""
@@ -737,8 +735,8 @@ class PostgresStore:
         self, *, by: str, since: float | None = None, until: float | None = None
     ) -> list[dict[str, Any]]:
         """Totals per `by` (a `USAGE_GROUPS` name) over rows in [since, until)."""
-        sql, params = _usage_query(by, since, until)
-        return _usage_result(by, await self._query(sql, params))
+        sql, params = usage_query(by, since, until)
+        return usage_result(by, await self._query(sql, params))
 
     async def limit_spends(self, keys: Sequence[str], since: float) -> list[LimitSpend]:
         """What each request of `keys` settled at or after `since` counted toward its limits:
@@ -790,61 +788,10 @@ class PostgresStore:
         self._writer = self._reader = None
 
 
-def _usage_query(by: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
-    column = _PG_GROUPS[by]
-    where = ["TRUE"]
-    params: list[Any] = []
-    if since is not None:
-        where.append("ts >= %s")
-        params.append(since)
-    if until is not None:
-        where.append("ts < %s")
-        params.append(until)
-    sums = ", ".join(
-        f"COALESCE(SUM({c}), 0)::bigint"
-        for c in (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_tokens",
-            "cache_write_tokens",
-            "reasoning_tokens",
-            "cost_micros",
-        )
-    )
-    sql = (
-        f"SELECT {column} AS grp, COUNT(*), "
-        "SUM(CASE WHEN status >= 400 OR status IS NULL OR cancelled = 1 THEN 1 ELSE 0 END), "
-        f"{sums}, "
-        "SUM(CASE WHEN cost_state = 'unknown' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN cost_state = 'free' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN cost_state = 'estimated' THEN 1 ELSE 0 END) "
-        f"FROM requests WHERE {' AND '.join(where)} GROUP BY grp ORDER BY grp"
-    )
-    return sql, params
-
-
-def _usage_result(by: str, found: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    rows = [tuple(int(v) if i else v for i, v in enumerate(r)) for r in found]
-    if by == "day":
-        rows = _by_local_day(rows)
-    return usage_rows(by, rows)
-
-
 def usage_totals_pg(
     dsn: str, *, by: str, since: float | None = None, until: float | None = None
 ) -> list[dict[str, Any]]:
     """`PostgresStore.usage`, synchronously, on the database at `dsn` (``twserve usage``)."""
-    sql, params = _usage_query(by, since, until)
+    sql, params = usage_query(by, since, until)
     with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_SECS) as conn:
-        return _usage_result(by, conn.execute(sql, params).fetchall())
-
-
-def _by_local_day(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Quarter-hour totals summed per day on this process's local calendar."""
-    days: dict[str, list[int]] = {}
-    for quarter, *figures in rows:
-        day = dt.datetime.fromtimestamp(quarter * _QUARTER).date().isoformat()
-        sums = days.setdefault(day, [0] * len(figures))
-        for i, v in enumerate(figures):
-            sums[i] += v
-    return [(day, *sums) for day, sums in sorted(days.items())]
+        return usage_result(by, conn.execute(sql, params).fetchall())

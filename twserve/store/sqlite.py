@@ -45,6 +45,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from twproto import json_dumps
+from twserve.store.listing import LISTING_INDEXES, RequestFilter, newest_rows, page_sql
 
 __all__ = [
     "ROW_SET_ASIDE",
@@ -181,6 +182,7 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE requests ADD COLUMN correlation_id TEXT;
     CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);
     """,
+    LISTING_INDEXES,  # version 4: the console's filters (twserve/store/listing.py)
 )
 
 
@@ -362,6 +364,8 @@ class Store(Protocol):
 
     async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]: ...
 
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]: ...
+
     async def body(self, request_id: str) -> dict[str, Any] | None: ...
 
     async def usage(
@@ -431,15 +435,6 @@ def refusal_reason(exc: BaseException) -> str:
     """What a refused write's error says, on one line."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def recent_query(limit: int, find: str | None, mark: str) -> tuple[str, tuple[Any, ...]]:
-    """The newest `limit` rows (with `find`: those whose id or correlation id it is) as SQL
-    with `mark` for its parameters, and the parameters."""
-    if find is None:
-        return f"SELECT * FROM requests ORDER BY ts DESC LIMIT {mark}", (limit,)
-    where = f"WHERE id = {mark} OR correlation_id = {mark}"
-    return f"SELECT * FROM requests {where} ORDER BY ts DESC LIMIT {mark}", (find, find, limit)
 
 
 def row_json(row: RequestRow) -> str:
@@ -623,15 +618,17 @@ class RequestStore:
         self._receive.close()
         self._conn.close()
 
-    async def recent(self, limit: int = 100, find: str | None = None) -> list[dict[str, Any]]:
-        """The newest rows, newest first, with JSON columns decoded; with `find`, only the rows
-        whose id or correlation id it is."""
+    recent = newest_rows
+
+    async def page(self, f: RequestFilter) -> list[dict[str, Any]]:
+        """One page of the rows `f` keeps, newest first (twserve/store/listing.py)."""
+        sql, params = page_sql(f, "?")
 
         def read() -> list[dict[str, Any]]:
             conn = sqlite3.connect(self.path)
             try:
                 conn.row_factory = sqlite3.Row
-                cur = conn.execute(*recent_query(limit, find, "?"))
+                cur = conn.execute(sql, params)
                 return [_decode(dict(r)) for r in cur.fetchall()]
             finally:
                 conn.close()

@@ -124,7 +124,9 @@ class Callers:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.keys = KeyRing.of([(c.key, c.name) for c in config.clients])
+        # A disabled key is not on the ring: it is refused as a wrong key is, so a caller
+        # holding it learns nothing about the entry.
+        self.keys = KeyRing.of([(c.key, c.name) for c in config.clients if not c.disabled])
         self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
         self.listen = config.listen.gateway
 

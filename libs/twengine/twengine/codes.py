@@ -149,6 +149,10 @@ _CODES = {
     "control.safe_mode": "The config failed to load; only the control plane is serving.",
     "control.group_unknown": "The control-plane request names no group (404).",
     "control.store_unavailable": "The request store's database cannot be read now (503).",
+    "control.key_unknown": "The control-plane request names no gateway key (404).",
+    "control.key_exists": "A key created through the control plane has a name in use (409).",
+    "control.key_invalid": "A key write through the control plane has a wrong field (400).",
+    "control.key_from_env": "The key is read from a ${VAR}; rotate it where that is set (409).",
     "control.config.layout": (
         "A small write cannot be spliced into how this part of the file is written (409)."
     ),

@@ -319,6 +319,8 @@ class Client:
     route: str | None = None
     max_concurrent: int | None = None
     limits: tuple[KeyLimit, ...] = ()
+    # A disabled key stays in the file (name, limits, history) but opens nothing.
+    disabled: bool = False
 
 
 # --- providers (upstreams) ----------------------------------------------------------------
@@ -755,7 +757,11 @@ class Config:
         """
         if matched is not None:
             return matched
-        return None if presented else self.default_key
+        if presented or self.default_key is None:
+            return None
+        # A disabled default key serves nobody either.
+        default = self._clients.get(self.default_key)
+        return None if default is not None and default.disabled else self.default_key
 
     def price_sheet(self, name: str) -> PriceSheet:
         """The price sheet called `name`; KeyError if there is none."""

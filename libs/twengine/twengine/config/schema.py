@@ -72,7 +72,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "max_body_bytes",
             "max_config_bytes",
         ),
-        "clients[]": ("name", "key", "route", "max_concurrent", "limits"),
+        "clients[]": ("name", "key", "route", "max_concurrent", "limits", "disabled"),
         "clients[].limits[]": ("per", *_MEASURES, "cache_reads"),
         "providers[]": (
             "name",
@@ -186,6 +186,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "clients[].key": _reads("twengine.callers", "key"),
         "clients[].route": _reads("twengine.router", "route"),
         "clients[].max_concurrent": _reads("twserve.gateway.key_turn", "max_concurrent"),
+        "clients[].disabled": _reads("twengine.callers", "disabled"),
         "providers": _SECTION,
         "providers[].name": _reads("twserve.gateway.handler", "name"),
         "providers[].base_url": _reads("twengine.destinations", "base_url"),

@@ -344,6 +344,7 @@ def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> lis
             code="config.key_concurrency_range",
         )
         limits = [(p, _limit(out, p, i)) for p, i in _entries(out, f, "limits")]
+        disabled = f.boolean("disabled", False)
         if name is None:
             continue
         client = Client(
@@ -352,6 +353,7 @@ def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> lis
             route=route,
             max_concurrent=max_concurrent,
             limits=tuple(lim for _, lim in limits if lim is not None),
+            disabled=disabled,
         )
         parts = tuple(p for p, lim in limits if lim is not None)
         placed.append(_Placed(path=path, value=client, parts=parts))

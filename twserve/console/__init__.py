@@ -1,0 +1,1 @@
+"""The operator console: the management API behind it and its page (docs/console.md)."""
