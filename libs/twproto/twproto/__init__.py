@@ -20,6 +20,16 @@ from twproto._exceptions import (
 from twproto._json import JSONDecodeError
 from twproto._json import dumps as json_dumps
 from twproto._json import loads as json_loads
+from twproto.bedrock import (
+    BEDROCK_ANTHROPIC_VERSION,
+    AwsAuth,
+    EventStreamTranslator,
+    InvokeStreamReframer,
+    bedrock_base_url,
+    invoke_body,
+    invoke_path,
+    invoke_request,
+)
 from twproto.dialect import (
     Dialect,
 )
@@ -283,6 +293,7 @@ from twproto.upstream_request import (
 )
 
 __all__ = (
+    "BEDROCK_ANTHROPIC_VERSION",
     "BUDGET_EFFORT",
     "CLIENT_RESPONSE_HEADERS",
     "CONTINUE_INSTRUCTION",
@@ -312,6 +323,7 @@ __all__ = (
     "Answer",
     "AnswerBuilder",
     "AnswerError",
+    "AwsAuth",
     "AwsCredentials",
     "ClientCall",
     "ClientTranslationError",
@@ -330,6 +342,7 @@ __all__ = (
     "EventStreamHeaderType",
     "EventStreamMessage",
     "EventStreamTooLarge",
+    "EventStreamTranslator",
     "EventStreamTruncated",
     "Evidence",
     "FailedBeforeContent",
@@ -344,6 +357,7 @@ __all__ = (
     "HoldOutcome",
     "Holding",
     "Image",
+    "InvokeStreamReframer",
     "JSONArrayDecoder",
     "JSONArrayError",
     "JSONDecodeError",
@@ -424,6 +438,7 @@ __all__ = (
     "add_usage",
     "answer_events",
     "answer_to_stream",
+    "bedrock_base_url",
     "budget_for_effort",
     "check_structure",
     "classify_event",
@@ -458,6 +473,9 @@ __all__ = (
     "forwardable_headers",
     "guess_client_dialect",
     "idle_timeout",
+    "invoke_body",
+    "invoke_path",
+    "invoke_request",
     "json_dumps",
     "json_loads",
     "keepalive_comments",
