@@ -253,3 +253,18 @@ def test_token_counts_for_bedrock_are_the_gateways_estimate(
     assert raw.headers.get("x-thinkwatch-local") == "1"
     assert raw.parse().input_tokens > 0
     assert st.mock("bedrock").received == type(st.mock("bedrock").received)()
+
+
+def test_rows_price_a_bedrock_model_id_by_the_vendors_model(
+    stack: StackFactory, sdks: Sdks
+) -> None:
+    config = _config("bedrock")
+    config["aliases"] = {
+        MODELS["openai-chat"]: ["global.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+    }
+    script = {"text": TEXT, "usage": {"input": 1000, "output": 100}}
+    st = stack({"bedrock": _bedrock(script)}, config=config, env=ENV)
+    assert ask(sdks, st, "openai-chat", stream=True).text == TEXT
+    (row,) = st.wait_rows(1)
+    # claude-sonnet-4-5: 3 $/M input, 15 $/M output.
+    assert (row["cost_micros"], row["cost_state"]) == (3000 + 1500, "known"), row
