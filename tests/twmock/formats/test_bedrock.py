@@ -82,3 +82,15 @@ def test_signature_is_verified_and_refused_with_awss_403() -> None:
     assert "signature" in json.loads(refused.body)["message"]
     late = bedrock_refusal(settings, target, sent, body, 1000.0 + 3600)
     assert late is not None and late.status == 403
+
+
+def test_throttling_keeps_its_retry_hint() -> None:
+    call = bedrock_call("POST", "/model/m/invoke-with-response-stream")
+    assert call is not None
+    info = as_anthropic(RequestInfo(method="POST", path="/", body=BODY), call)
+    assert isinstance(info, RequestInfo)
+    script = parse_script({"error": {"status": 429, "retry_after": 7}})
+    out = bedrock_plan(plan(info, script), stream=True)
+    assert out.status == 429
+    assert (out.header(b"x-amzn-errortype") or b"").startswith(b"ThrottlingException:")
+    assert out.header(b"retry-after") == b"7"

@@ -74,8 +74,15 @@ class InvokeStreamReframer:
             return _error_event("api_error", f"Bedrock event stream: {exc}")
         out: list[bytes] = []
         for message in messages:
-            if message.message_type == "event":
-                if message.event_type != "chunk":
+            # One pass over the (three) headers: this runs once per chunk.
+            kind = name = None
+            for header in message.headers:
+                if header.name == ":message-type":
+                    kind = header.value
+                elif header.name == ":event-type":
+                    name = header.value
+            if kind == "event":
+                if name != "chunk":
                     continue  # Bedrock sends only chunks; anything else carries no event
                 out.append(self._chunk(message.payload))
                 continue
