@@ -203,3 +203,12 @@ def test_upstream_stream_reads_bedrock_for_every_client(client: Dialect) -> None
     assert translator.finished
     assert translator.usage is not None and translator.usage.output_tokens == 2
     assert b"Hi" in out
+
+
+def test_usage_reported_before_a_failure_is_read_from_the_event_stream() -> None:
+    from twproto.stream.upstream import reported_usage
+
+    opening = _chunk(EVENTS[0]) + eventstream_exception("throttlingException", b'{"message":"x"}')
+    usage = reported_usage(Dialect.ANTHROPIC, opening, eventstream=True)
+    assert usage is not None and usage.input_tokens == 5
+    assert reported_usage(Dialect.ANTHROPIC, opening) is None  # read as SSE it says nothing

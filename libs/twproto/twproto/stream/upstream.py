@@ -172,11 +172,16 @@ class UpstreamStream:
         return FirstContent(data=translator.take_over(outcome), translator=translator)
 
 
-def reported_usage(dialect: Dialect, data: bytes, *, sse: bool = True) -> ir.Usage | None:
+def reported_usage(
+    dialect: Dialect, data: bytes, *, sse: bool = True, eventstream: bool = False
+) -> ir.Usage | None:
     """The usage an upstream reported in the stream bytes `data` (e.g. the opening events of an
     attempt that ended before content, such as Anthropic's ``message_start``): tokens it may bill
     although its attempt failed or was cancelled. None when the bytes report none or cannot be
-    read."""
+    read. `eventstream`: the bytes are Bedrock's event stream around the `dialect` stream."""
+    if eventstream:
+        reframer = InvokeStreamReframer()
+        data = reframer.feed(data) + reframer.end()
     watcher = new_stream_translator(
         dialect, dialect, client_model="", upstream_sse=sse, client_sse=sse
     )
