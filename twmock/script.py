@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from twproto import json_dumps, json_loads
+from twproto.sigv4 import AwsCredentials
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -209,6 +210,11 @@ class MockSettings:
     allow_script_header: bool = True
     models: tuple[str, ...] = DEFAULT_MODELS
     silence_limit: float = 3600.0
+    # Bedrock's authentication (twmock.serve.bedrock): SigV4 with these credentials in this
+    # region, and/or a Bedrock API key as a bearer token. Neither: Bedrock paths take anyone.
+    aws_credentials: AwsCredentials | None = None
+    aws_region: str = "us-east-1"
+    bedrock_api_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in self.profiles:
@@ -228,6 +234,7 @@ _RESERVED_SEGMENTS = frozenset(
         "models",
         "backend-api",
         "healthz",
+        "model",
     }
 )
 

@@ -193,3 +193,27 @@ def test_shipped_table_is_small_cited_and_priced() -> None:
 def test_shipped_entries_have_limits(model: str) -> None:
     table = PriceTable.from_data(json.loads(SHIPPED.read_text()))
     assert table.context_window(model) and table.max_output_tokens(model)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "arn:aws:bedrock:us-east-1:123:inference-profile/eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "anthropic.claude-sonnet-4-5-20250929",
+    ],
+)
+def test_bedrock_model_ids_take_the_vendors_prices(model: str) -> None:
+    table = PriceTable.from_data(
+        {"models": {"claude-sonnet-4-5-20250929": {"input": 3.0, "output": 15.0}}}
+    )
+    found = table.lookup(model)
+    assert found is not None and found.rates.input == 3.0
+
+
+def test_a_bedrock_id_of_another_model_finds_nothing() -> None:
+    table = PriceTable.from_data({"models": {"claude-sonnet-4-5": {"input": 3.0, "output": 15.0}}})
+    assert table.lookup("anthropic.claude-opus-4-5-20251101-v1:0") is None
+    assert table.lookup("anthropic.claude-sonnet-4-5-20250929-v1:0") is not None  # undated

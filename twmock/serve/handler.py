@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from twmock.formats.bedrock import bedrock_plan
 from twmock.plan import (
     Break,
     Chunk,
@@ -38,6 +39,13 @@ from twmock.plan import (
     plan,
 )
 from twmock.script import MockSettings, Script, ScriptError
+from twmock.serve.bedrock import (
+    BedrockCall,
+    as_anthropic,
+    bedrock_call,
+    bedrock_refusal,
+    validation_plan,
+)
 from twmock.serve.realtime import RealtimeLog
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
@@ -131,9 +139,10 @@ class MockHandler:
     def plan_for(self, request: Request) -> Plan:
         """Count, log and plan `request` (everything but the IO)."""
         name, script, path = self._profile(request.path)
+        bedrock = bedrock_call(request.method, path)
         route = match_path(request.method, path, request.query)
         number = 0
-        if route is not None and route.operation in _SCRIPTED:
+        if bedrock is not None or (route is not None and route.operation in _SCRIPTED):
             number = self._counts[name] = self._counts.get(name, 0) + 1
         headers = tuple(request.headers)
         info = RequestInfo(
@@ -147,12 +156,10 @@ class MockHandler:
             seed=self._rng.getrandbits(64),
             now=time.time(),
         )
-        result = plan(
-            info,
-            script,
-            models=self.settings.models,
-            allow_script_header=self.settings.allow_script_header,
-        )
+        if bedrock is None:
+            result = self._plan(info, script)
+        else:
+            result = self._bedrock(request, info, script, bedrock)
         self.received.append(
             Received(
                 method=request.method,
@@ -167,6 +174,27 @@ class MockHandler:
             )
         )
         return result
+
+    def _plan(self, info: RequestInfo, script: Script) -> Plan:
+        return plan(
+            info,
+            script,
+            models=self.settings.models,
+            allow_script_header=self.settings.allow_script_header,
+        )
+
+    def _bedrock(
+        self, request: Request, info: RequestInfo, script: Script, call: BedrockCall
+    ) -> Plan:
+        refusal = bedrock_refusal(
+            self.settings, request.target, info.headers, request.body, info.now
+        )
+        if refusal is not None:
+            return refusal
+        wrapped = as_anthropic(info, call)
+        if isinstance(wrapped, str):
+            return validation_plan(wrapped)
+        return bedrock_plan(self._plan(wrapped, script), stream=call.stream)
 
     async def __call__(self, request: Request, responder: Responder) -> None:
         await carry_out(

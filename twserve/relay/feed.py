@@ -281,4 +281,9 @@ class AttemptFeed:
         if not live.opening_bytes:
             return None
         dialect = self.dests[live.provider].target.dialect
-        return reported_usage(dialect, b"".join(live.opening_bytes), sse=live.reader.upstream_sse)
+        return reported_usage(
+            dialect,
+            b"".join(live.opening_bytes),
+            sse=live.reader.upstream_sse,
+            eventstream=live.reader.upstream_eventstream,
+        )

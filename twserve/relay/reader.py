@@ -109,6 +109,7 @@ class ReaderState:
 
     opening: UpstreamStream | None = None  # the stream's opening hold (streams only)
     upstream_sse: bool = True
+    upstream_eventstream: bool = False  # Bedrock's event stream (twproto.bedrock)
     # It went over its upstream's own Responses socket (`Transport.RESPONSES_SOCKET`), not HTTP.
     over_socket: bool = False
     done: bool = False  # the reader has returned
@@ -180,6 +181,7 @@ async def read_attempt(
             try:
                 request, reader.opening = build()
                 reader.upstream_sse = request.sse
+                reader.upstream_eventstream = request.eventstream
                 stream = reader.opening is not None
             except ClientTranslationError as exc:
                 # The request cannot be written for this upstream: the client's to fix.

@@ -267,7 +267,13 @@ def admit(
         # Token counts go only to an upstream of the client's own format (the first whose
         # credentials resolve: the caller takes it), never retried; with none, they are
         # estimated here.
-        candidates = tuple(c for c in candidates if config.provider(c.provider).protocol is dialect)
+        # Bedrock has no count through InvokeModel: its upstreams are estimated here too.
+        candidates = tuple(
+            c
+            for c in candidates
+            if config.provider(c.provider).protocol is dialect
+            and config.provider(c.provider).bedrock is None
+        )
         if not candidates:
             body_out = count_tokens_body(dialect, summary.input_tokens)
             return LocalAnswer(

@@ -65,6 +65,9 @@ _CODES = {
     "config.responses_transport_protocol": (
         "responses_transport: websocket on an upstream whose protocol is not openai-responses."
     ),
+    "config.aws_field_protocol": (
+        "region or an aws_* field on an upstream whose protocol is not bedrock-anthropic."
+    ),
     "config.header_invalid": (
         "An upstream header has a bad name or value, is repeated, or is one the gateway sets."
     ),

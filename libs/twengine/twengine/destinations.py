@@ -26,9 +26,15 @@ from enum import StrEnum
 from twengine.admission import no_usable_credentials
 from twengine.attempt.actions import CandidateRef
 from twengine.catalog import Catalog, ConfigCatalog
-from twengine.config.credentials import CredentialFault, resolve_credentials
+from twengine.config.credentials import (
+    CredentialFault,
+    bedrock_key,
+    resolve_aws,
+    resolve_credentials,
+)
 from twengine.config.model import AnswerModel, Config, Provider, ResponsesTransport
 from twengine.rules import Candidate
+from twproto.bedrock import bedrock_base_url
 from twproto.errors import GatewayError
 from twproto.ir import Effort, ReasoningLevel
 from twproto.upstream_request import UpstreamTarget
@@ -118,16 +124,29 @@ def destination(
     creds = resolve_credentials(provider, env)
     if isinstance(creds, CredentialFault):
         return creds
+    key, base_url, aws = creds.key, provider.base_url, None
+    if provider.bedrock is not None:
+        signing = resolve_aws(provider, env)
+        if isinstance(signing, CredentialFault):
+            return signing
+        aws = signing
+        if aws.credentials is None and provider.key is None:
+            found = bedrock_key(provider, env)
+            if isinstance(found, CredentialFault):
+                return found
+            key = found
+        base_url = base_url or bedrock_base_url(aws.region)
     facts = catalog if catalog is not None else _CONFIG_CATALOG
     return Destination(
         name=provider.name,
         target=UpstreamTarget(
             dialect=provider.protocol,
-            base_url=provider.base_url,
-            key=creds.key,
+            base_url=base_url,
+            key=key,
             model=cand.model,
             headers=tuple((k.lower().encode(), v.encode()) for k, v in creds.headers),
             forward_mock_headers=provider.forward_mock_headers,
+            aws=aws,
         ),
         sticky=cand.provider == sticky,
         max_tokens=cand.overrides.max_tokens,

@@ -248,6 +248,13 @@ def _model(name: str, raw: object) -> ModelPricing | None:
 _DATED = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})$")
 # A dot between digits, as in a version ("4.5").
 _VERSION_DOT = re.compile(r"(?<=\d)\.(?=\d)")
+# A Bedrock model id (``anthropic.claude-3-5-sonnet-20240620-v1:0``), perhaps a cross-region
+# inference profile's (``us.anthropic.…``, ``global.anthropic.…``): the vendor's own name inside.
+_BEDROCK_ID = re.compile(
+    r"(?:(?:us|eu|apac|jp|au|ca|us-gov|global)\.)?"
+    r"(?:anthropic|meta|mistral|amazon|cohere|ai21|deepseek|openai|qwen|writer)\."
+    r"(?P<name>.+?)(?:-v\d+(?::\d+)?)?(?::\d+k?)?"
+)
 
 
 class PriceTable:
@@ -291,14 +298,20 @@ class PriceTable:
     def lookup(self, model: str) -> ModelPricing | None:
         """`model`'s prices: by exact name, case-insensitively, without a ``vendor/`` prefix
         (relays' ``anthropic/claude-…``), with a version's dots as dashes (relays write
-        ``claude-sonnet-4.5`` for ``claude-sonnet-4-5``), then without a date suffix."""
+        ``claude-sonnet-4.5`` for ``claude-sonnet-4-5``), as the vendor's name inside a Bedrock
+        model id or inference profile (``us.anthropic.claude-…-v1:0``, an ARN's last segment),
+        then without a date suffix."""
         found = self.models.get(model)
         if found is not None:
             return found
         name = model.lower()
         bare = name.rsplit("/", 1)[-1]
         # Exact spellings first: ``gpt-4.1`` is a name of its own, not ``gpt-4-1``.
-        candidates = dict.fromkeys((name, bare, _VERSION_DOT.sub("-", bare)))
+        names = [name, bare, _VERSION_DOT.sub("-", bare)]
+        bedrock = _BEDROCK_ID.fullmatch(bare)
+        if bedrock is not None:
+            names.append(bedrock["name"])
+        candidates = dict.fromkeys(names)
         for candidate in candidates:
             found = self._lower.get(candidate)
             if found is not None:

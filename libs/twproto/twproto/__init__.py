@@ -20,6 +20,16 @@ from twproto._exceptions import (
 from twproto._json import JSONDecodeError
 from twproto._json import dumps as json_dumps
 from twproto._json import loads as json_loads
+from twproto.bedrock import (
+    BEDROCK_ANTHROPIC_VERSION,
+    AwsAuth,
+    EventStreamTranslator,
+    InvokeStreamReframer,
+    bedrock_base_url,
+    invoke_body,
+    invoke_path,
+    invoke_request,
+)
 from twproto.dialect import (
     Dialect,
 )
@@ -287,6 +297,7 @@ from twproto.upstream_request import (
 
 __all__ = (
     "ANTHROPIC_ERROR_TYPES",
+    "BEDROCK_ANTHROPIC_VERSION",
     "BUDGET_EFFORT",
     "CLIENT_RESPONSE_HEADERS",
     "CONTINUE_INSTRUCTION",
@@ -317,6 +328,7 @@ __all__ = (
     "Answer",
     "AnswerBuilder",
     "AnswerError",
+    "AwsAuth",
     "AwsCredentials",
     "ClientCall",
     "ClientTranslationError",
@@ -335,6 +347,7 @@ __all__ = (
     "EventStreamHeaderType",
     "EventStreamMessage",
     "EventStreamTooLarge",
+    "EventStreamTranslator",
     "EventStreamTruncated",
     "Evidence",
     "FailedBeforeContent",
@@ -349,6 +362,7 @@ __all__ = (
     "HoldOutcome",
     "Holding",
     "Image",
+    "InvokeStreamReframer",
     "JSONArrayDecoder",
     "JSONArrayError",
     "JSONDecodeError",
@@ -430,6 +444,7 @@ __all__ = (
     "answer_events",
     "answer_to_stream",
     "anthropic_stream_type",
+    "bedrock_base_url",
     "budget_for_effort",
     "check_structure",
     "classify_event",
@@ -464,6 +479,9 @@ __all__ = (
     "forwardable_headers",
     "guess_client_dialect",
     "idle_timeout",
+    "invoke_body",
+    "invoke_path",
+    "invoke_request",
     "json_dumps",
     "json_loads",
     "keepalive_comments",

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from twproto.bedrock.invoke import AwsAuth, invoke_request
 from twproto.dialect import Dialect
 from twproto.keys import KEY_HEADERS, credential_headers
 from twproto.paths import Operation, upstream_path
@@ -112,6 +113,9 @@ class UpstreamTarget:
     model: str
     headers: tuple[Header, ...] = ()
     forward_mock_headers: bool = False
+    # A ``bedrock-anthropic`` upstream (`dialect` is Anthropic): InvokeModel at `base_url`,
+    # signed with these credentials, or `key` as a Bedrock API key (docs/bedrock.md).
+    aws: AwsAuth | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,13 +138,15 @@ class ClientCall:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamRequest:
     """The request to send upstream. `sse` tells how the upstream frames a streamed answer:
-    SSE, or (False) Gemini's JSON array."""
+    SSE, or (False) Gemini's JSON array; `eventstream` True: AWS event-stream messages that
+    carry Anthropic SSE events (Bedrock's InvokeModelWithResponseStream)."""
 
     method: str
     url: str
     headers: list[Header]
     body: bytes
     sse: bool
+    eventstream: bool = False
 
 
 def forwardable_headers(headers: Sequence[Header], dialect: Dialect) -> list[Header]:
@@ -153,8 +159,13 @@ def forwardable_headers(headers: Sequence[Header], dialect: Dialect) -> list[Hea
     ]
 
 
-def upstream_request(target: UpstreamTarget, call: ClientCall, body: bytes) -> UpstreamRequest:
-    """The request for `target`, carrying `body` (already translated for it)."""
+def upstream_request(
+    target: UpstreamTarget, call: ClientCall, body: bytes, *, now: float = 0.0
+) -> UpstreamRequest:
+    """The request for `target`, carrying `body` (already translated for it); `now` (epoch
+    seconds) dates a Bedrock request's signature."""
+    if target.aws is not None:
+        return _bedrock_request(target, call, body, now)
     same = target.dialect is call.dialect
     sse = call.sse if same else True
     path = upstream_path(
@@ -183,4 +194,29 @@ def upstream_request(target: UpstreamTarget, call: ClientCall, body: bytes) -> U
         headers=headers,
         body=body,
         sse=sse,
+    )
+
+
+def _bedrock_request(
+    target: UpstreamTarget, call: ClientCall, body: bytes, now: float
+) -> UpstreamRequest:
+    assert target.aws is not None
+    extra = list(target.headers)
+    if target.forward_mock_headers:
+        extra += [(k, v) for k, v in call.headers if k.startswith(_MOCK_PREFIX)]
+    # An Anthropic client's beta flags travel in the body; other clients' headers never go.
+    betas = call.headers if call.dialect is Dialect.ANTHROPIC else ()
+    url, headers, data = invoke_request(
+        target.base_url,
+        target.model,
+        body,
+        stream=call.stream,
+        auth=target.aws,
+        key=target.key,
+        headers=extra,
+        client_headers=betas,
+        now=now,
+    )
+    return UpstreamRequest(
+        method="POST", url=url, headers=headers, body=data, sse=True, eventstream=call.stream
     )

@@ -406,6 +406,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "providers[0].responses_transport",
     ),
     (
+        "an AWS field on an upstream that is not Bedrock",
+        provider(protocol="anthropic", region="us-east-1"),
+        "config.aws_field_protocol",
+        "providers[0].region",
+    ),
+    (
         "header name",
         provider(headers={"Bad Header": "x"}),
         "config.header_invalid",

@@ -36,6 +36,7 @@ _BASE_PATH = {
     "openai-chat": "/v1",
     "openai-responses": "/v1",
     "gemini": "",
+    "bedrock-anthropic": "",
 }
 
 

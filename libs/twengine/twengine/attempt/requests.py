@@ -152,7 +152,7 @@ class AttemptRequests:
             )
             self.translated[dest.name] = translated
             self.dropped = translated.dropped
-        request = upstream_request(dest.target, call, translated.body)
+        request = upstream_request(dest.target, call, translated.body, now=now)
         if not call.stream:
             return request, None
         client_model = dest.client_model(self.model)
@@ -170,5 +170,6 @@ class AttemptRequests:
             continuing=continuing,
             # A Chat client that did not ask for usage gets no usage-only chunk.
             hide_usage_chunk=translated.hide_usage_chunk,
+            eventstream=request.eventstream,
         )
         return request, opening

@@ -26,14 +26,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from twengine.config.model import Provider
+from twengine.config.model import BedrockSettings, Provider
 from twengine.config.template import TemplateError, resolve_template
+from twproto.bedrock import AwsAuth
+from twproto.sigv4 import AwsCredentials
 
 __all__ = (
     "CredentialFault",
     "UpstreamCredentials",
+    "bedrock_key",
     "credential_faults",
     "header_value_fault",
+    "resolve_aws",
     "resolve_credentials",
 )
 
@@ -87,7 +91,7 @@ class CredentialFault:
 
 
 def _resolve(
-    provider: str, field: str, template: str, env: Mapping[str, str]
+    provider: str, field: str, template: str, env: Mapping[str, str], *, secret: bool = False
 ) -> str | CredentialFault:
     try:
         value = resolve_template(template, env)
@@ -107,7 +111,7 @@ def _resolve(
             code="gw.upstream.credentials_invalid",
             message=f"upstream {provider!r}: {field} is not a valid template",
         )
-    fault = header_value_fault(value, allow_empty=field != "key")
+    fault = header_value_fault(value, allow_empty=field != "key" and not secret)
     if fault is not None:
         return CredentialFault(
             provider=provider,
@@ -141,10 +145,97 @@ def resolve_credentials(
 
 
 def credential_faults(provider: Provider, env: Mapping[str, str]) -> tuple[CredentialFault, ...]:
-    """Every problem with `provider`'s key and headers under `env`, one per field."""
+    """Every problem with `provider`'s key and headers under `env`, one per field (and, for a
+    Bedrock provider, the first problem with its AWS credentials)."""
     faults = []
     for field, template in _fields(provider):
         found = _resolve(provider.name, field, template, env)
         if isinstance(found, CredentialFault):
             faults.append(found)
+    if provider.bedrock is not None:
+        aws = resolve_aws(provider, env)
+        if isinstance(aws, CredentialFault):
+            faults.append(aws)
     return tuple(faults)
+
+
+# Each AWS field, and the standard variables read (in order) when the config leaves it out.
+_AWS_ENV: dict[str, tuple[str, ...]] = {
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "aws_access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "aws_secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
+    "aws_session_token": ("AWS_SESSION_TOKEN",),
+}
+# A Bedrock API key in the environment, used when neither `key` nor an access key is set.
+_BEDROCK_KEY_ENV = "AWS_BEARER_TOKEN_BEDROCK"
+
+
+def _aws_field(
+    provider: str,
+    field: str,
+    template: str | None,
+    env: Mapping[str, str],
+    *,
+    required: bool,
+) -> str | CredentialFault | None:
+    if template is not None:
+        return _resolve(provider, field, template, env, secret=True)
+    for variable in _AWS_ENV[field]:
+        if env.get(variable):
+            return _resolve(provider, field, "${" + variable + "}", env, secret=True)
+    if not required:
+        return None
+    variable = _AWS_ENV[field][0]
+    return CredentialFault(
+        provider=provider,
+        field=field,
+        code="gw.upstream.credentials_missing",
+        message=f"upstream {provider!r}: {field} is not in the config and environment "
+        f"variable {variable} is not set",
+        variable=variable,
+    )
+
+
+def _fault(found: CredentialFault | None) -> CredentialFault:
+    assert found is not None  # a required field is a value or a fault
+    return found
+
+
+def resolve_aws(provider: Provider, env: Mapping[str, str]) -> AwsAuth | CredentialFault:
+    """How a ``bedrock-anthropic`` provider signs, from its config fields, else the standard
+    AWS variables in `env`: its region, and SigV4 credentials — or none when it has a Bedrock
+    API key (`key`, else ``AWS_BEARER_TOKEN_BEDROCK``; the caller sends it as a bearer
+    token). A value missing or that cannot be sent is a `CredentialFault`: the upstream is
+    skipped, like any missing credential."""
+    aws = provider.bedrock if provider.bedrock is not None else BedrockSettings()
+    name = provider.name
+    region = _aws_field(name, "region", aws.region, env, required=True)
+    if not isinstance(region, str):
+        return _fault(region)
+    configured_keys = aws.access_key_id is not None or aws.secret_access_key is not None
+    if provider.key is not None or (not configured_keys and env.get(_BEDROCK_KEY_ENV)):
+        return AwsAuth(region=region)
+    key_id = _aws_field(name, "aws_access_key_id", aws.access_key_id, env, required=True)
+    if not isinstance(key_id, str):
+        return _fault(key_id)
+    secret = _aws_field(name, "aws_secret_access_key", aws.secret_access_key, env, required=True)
+    if not isinstance(secret, str):
+        return _fault(secret)
+    # A session token belongs to the key it was issued with: the environment's only to the
+    # environment's key.
+    token_template = aws.session_token
+    if token_template is None and aws.access_key_id is not None:
+        token: str | CredentialFault | None = None
+    else:
+        token = _aws_field(name, "aws_session_token", token_template, env, required=False)
+    if isinstance(token, CredentialFault):
+        return token
+    return AwsAuth(
+        region=region,
+        credentials=AwsCredentials(key_id, secret, token),
+    )
+
+
+def bedrock_key(provider: Provider, env: Mapping[str, str]) -> str | CredentialFault:
+    """The Bedrock API key of a provider with no `key`: ``AWS_BEARER_TOKEN_BEDROCK``."""
+    return _resolve(provider.name, "key", "${" + _BEDROCK_KEY_ENV + "}", env)

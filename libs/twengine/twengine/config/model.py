@@ -34,6 +34,7 @@ __all__ = (
     "Alias",
     "AnswerModel",
     "BalanceBy",
+    "BedrockSettings",
     "Billing",
     "Client",
     "CompareOp",
@@ -335,6 +336,18 @@ class ModelSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BedrockSettings:
+    """A ``bedrock-anthropic`` provider's AWS fields, each a ``${VAR}``-able template or None:
+    None reads the standard AWS variable at send time (``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
+    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; docs/bedrock.md)."""
+
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Provider:
     """An upstream (``providers[]``).
 
@@ -365,6 +378,9 @@ class Provider:
     # ``websocket``: a client's Responses WebSocket turns reach this (openai-responses)
     # upstream over its own Responses WebSocket, one kept per client socket (docs/transports.md).
     responses_transport: ResponsesTransport = ResponsesTransport.HTTP
+    # ``protocol: bedrock-anthropic``: `protocol` is Anthropic, sent as Bedrock's InvokeModel
+    # (an empty `base_url` is the region's endpoint); `key`, when set, is a Bedrock API key.
+    bedrock: BedrockSettings | None = None
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""

@@ -90,6 +90,10 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "http2",
             "realtime",
             "responses_transport",
+            "region",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "aws_session_token",
         ),
         "providers[].model_specs.*": ("context_window", "max_output_tokens"),
         "groups[]": ("name", "type", "providers", "selected", "balance_by", "resume"),
@@ -207,6 +211,12 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "providers[].http2": _reads("twengine.destinations", "http2"),
         "providers[].realtime": _reads("twserve.gateway.realtime", "realtime"),
         "providers[].responses_transport": _reads("twengine.destinations", "responses_transport"),
+        "providers[].region": _reads("twengine.config.credentials", "region"),
+        "providers[].aws_access_key_id": _reads("twengine.config.credentials", "access_key_id"),
+        "providers[].aws_secret_access_key": _reads(
+            "twengine.config.credentials", "secret_access_key"
+        ),
+        "providers[].aws_session_token": _reads("twengine.config.credentials", "session_token"),
         "aliases": _reads("twengine.rules", "model_for"),
         "groups": _SECTION,
         "groups[].name": _reads("twengine.router", "group"),

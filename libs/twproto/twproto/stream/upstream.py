@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from twproto import ir
+from twproto.bedrock.reframe import EventStreamTranslator, InvokeStreamReframer
 from twproto.dialect import Dialect
 from twproto.stream.hold import (
     FailedBeforeContent,
@@ -56,7 +57,10 @@ class UpstreamStream:
     `continuing` is such a stream this upstream continues (its opening is held the same way,
     and the same stream object is handed back at first content). `hide_usage_chunk`: a relayed
     Chat stream leaves out the usage-only chunk the client did not ask for
-    (`twproto.translate.TranslatedRequest.hide_usage_chunk`).
+    (`twproto.translate.TranslatedRequest.hide_usage_chunk`). `eventstream` True: the upstream
+    is Bedrock's InvokeModelWithResponseStream, whose event-stream bytes are read back as the
+    Anthropic SSE they carry (`twproto.bedrock.InvokeStreamReframer`) before anything else sees
+    them; such a stream is not resumable (its translator is not a `ResumableStream`).
     """
 
     __slots__ = (
@@ -67,6 +71,7 @@ class UpstreamStream:
         "_created",
         "_hide_usage_chunk",
         "_hold",
+        "_reframer",
         "_relay_unchanged",
         "_resumable",
         "_tool_names",
@@ -88,7 +93,12 @@ class UpstreamStream:
         resumable: bool = False,
         continuing: ResumableStream | None = None,
         hide_usage_chunk: bool = False,
+        eventstream: bool = False,
     ) -> None:
+        self._reframer = InvokeStreamReframer() if eventstream else None
+        if eventstream:
+            resumable = False
+            continuing = None
         self._hide_usage_chunk = hide_usage_chunk
         self._resumable = resumable
         self._continuing = continuing
@@ -109,10 +119,18 @@ class UpstreamStream:
 
     def feed(self, chunk: bytes, *, now: float) -> OpeningOutcome:
         """Take the next upstream bytes (`now`, epoch seconds, dates a quota reset)."""
+        if self._reframer is not None:
+            chunk = self._reframer.feed(chunk, now=now)
         return self._decide(self._hold.feed(chunk, now=now))
 
     def end(self, *, now: float) -> FirstContent | FailedBeforeContent:
         """The upstream body ended before the hold released."""
+        if self._reframer is not None:
+            tail = self._reframer.end()
+            if tail:
+                fed = self._decide(self._hold.feed(tail, now=now))
+                if not isinstance(fed, Holding):
+                    return fed
         outcome = self._decide(self._hold.end(now=now))
         assert not isinstance(outcome, Holding)  # the hold decides at the end
         return outcome
@@ -149,14 +167,21 @@ class UpstreamStream:
             relay_unchanged=self._relay_unchanged,
             hide_usage_chunk=self._hide_usage_chunk,
         )
+        if self._reframer is not None:
+            translator = EventStreamTranslator(translator, self._reframer)
         return FirstContent(data=translator.take_over(outcome), translator=translator)
 
 
-def reported_usage(dialect: Dialect, data: bytes, *, sse: bool = True) -> ir.Usage | None:
+def reported_usage(
+    dialect: Dialect, data: bytes, *, sse: bool = True, eventstream: bool = False
+) -> ir.Usage | None:
     """The usage an upstream reported in the stream bytes `data` (e.g. the opening events of an
     attempt that ended before content, such as Anthropic's ``message_start``): tokens it may bill
     although its attempt failed or was cancelled. None when the bytes report none or cannot be
-    read."""
+    read. `eventstream`: the bytes are Bedrock's event stream around the `dialect` stream."""
+    if eventstream:
+        reframer = InvokeStreamReframer()
+        data = reframer.feed(data) + reframer.end()
     watcher = new_stream_translator(
         dialect, dialect, client_model="", upstream_sse=sse, client_sse=sse
     )

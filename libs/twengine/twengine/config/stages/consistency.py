@@ -130,8 +130,8 @@ def _check_credentials(
     upstream until it is). Without `env` only values written out in full are checked."""
     for entry in providers:
         for found in credential_faults(entry.value, env or {}):
-            if found.field == "key":
-                path = _at(entry.path, "key")
+            if not found.field.startswith("headers."):
+                path = _at(entry.path, found.field)  # key, region, aws_*
             else:
                 path = _at(_at(entry.path, "headers"), found.field.removeprefix("headers."))
             if found.variable is None:

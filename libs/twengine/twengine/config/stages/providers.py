@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from twengine.config import defaults
 from twengine.config.model import (
+    BedrockSettings,
     Billing,
     ModelSpec,
     Provider,
@@ -37,6 +38,8 @@ from twengine.config.stages.fields import (
 )
 from twengine.config.template import TemplateError, template_variables
 from twproto.dialect import Dialect
+
+BEDROCK_ANTHROPIC = "bedrock-anthropic"
 
 __all__ = ()
 
@@ -220,10 +223,14 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
         if f is None:
             continue
         name = f.name()
-        url_raw = f.required("base_url")
-        url = None if url_raw is _ABSENT else _http_url(out, f.at("base_url"), url_raw)
+        bedrock = _bedrock(out, f)
+        if bedrock is not None and not f.has("base_url"):
+            url = None  # the region's endpoint, at send time
+        else:
+            url_raw = f.required("base_url")
+            url = None if url_raw is _ABSENT else _http_url(out, f.at("base_url"), url_raw)
         key = _as_secret(out, f.at("key"), f.raw("key")) if f.has("key") else None
-        protocol = f.choice("protocol", Dialect)
+        protocol = Dialect.ANTHROPIC if bedrock is not None else f.choice("protocol", Dialect)
         recognised = False
         if protocol is None and not f.has("protocol"):
             host = url[1] if url else ""
@@ -253,10 +260,33 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             http2=f.boolean("http2", False),
             realtime=f.boolean("realtime", False),
             responses_transport=_responses_transport(out, f, protocol),
+            bedrock=bedrock,
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))
     return placed
+
+
+_AWS_FIELDS = ("region", "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def _bedrock(out: _Problems, f: _Fields) -> BedrockSettings | None:
+    """``protocol: bedrock-anthropic``'s AWS fields; None for any other protocol (where the
+    AWS fields are refused)."""
+    if f.raw("protocol") != BEDROCK_ANTHROPIC:
+        for field_name in _AWS_FIELDS:
+            if f.has(field_name):
+                out.add(
+                    "config.aws_field_protocol",
+                    f.at(field_name),
+                    f"{field_name} is a field of protocol {BEDROCK_ANTHROPIC} only",
+                )
+        return None
+    values = [_as_secret(out, f.at(n), f.raw(n)) if f.has(n) else None for n in _AWS_FIELDS]
+    region, key_id, secret, token = values
+    return BedrockSettings(
+        region=region, access_key_id=key_id, secret_access_key=secret, session_token=token
+    )
 
 
 def _responses_transport(

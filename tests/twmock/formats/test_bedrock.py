@@ -1,0 +1,96 @@
+"""The mock's Bedrock writers and endpoint, planned without an event loop: event-stream framing
+of an Anthropic plan, Bedrock's error bodies, and AWS's 403 for a bad signature."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from twmock.formats.bedrock import bedrock_plan
+from twmock.plan import Chunk, RequestInfo, plan
+from twmock.script import MockSettings, parse_script
+from twmock.serve.bedrock import as_anthropic, bedrock_call, bedrock_refusal
+from twproto.bedrock import AwsAuth, invoke_request
+from twproto.eventstream import EventStreamDecoder
+from twproto.sigv4 import AwsCredentials
+
+CREDS = AwsCredentials("AKIDMOCK", "secret")
+BODY = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}'  # noqa: E501
+
+
+def _planned(script: dict[str, object], *, stream: bool = True) -> tuple[int | None, bytes]:
+    call = bedrock_call("POST", "/model/m%3A0/invoke" + ("-with-response-stream" if stream else ""))
+    assert call is not None and call.model == "m:0"
+    info = as_anthropic(RequestInfo(method="POST", path="/model/m%3A0/x", body=BODY), call)
+    assert isinstance(info, RequestInfo)
+    out = bedrock_plan(plan(info, parse_script(script)), stream=stream)
+    return out.status, b"".join(s.data for s in out.steps if isinstance(s, Chunk))
+
+
+def test_stream_is_chunk_events_carrying_anthropic_events() -> None:
+    status, data = _planned({"text": "Hello there"})
+    assert status == 200
+    messages = EventStreamDecoder().feed(data)
+    events = [json.loads(base64.b64decode(json.loads(m.payload)["bytes"])) for m in messages]
+    assert {m.event_type for m in messages} == {"chunk"}
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert text == "Hello there"
+
+
+def test_stream_error_is_an_exception_frame() -> None:
+    _, data = _planned({"text": "abc", "stream_error_after": 1, "error": {"status": 429}})
+    last = EventStreamDecoder().feed(data)[-1]
+    assert last.message_type == "exception" and last.exception_type == "throttlingException"
+
+
+def test_error_status_is_bedrocks_body_and_header() -> None:
+    call = bedrock_call("POST", "/model/m/invoke")
+    assert call is not None
+    info = as_anthropic(RequestInfo(method="POST", path="/", body=BODY), call)
+    assert isinstance(info, RequestInfo)
+    out = bedrock_plan(plan(info, parse_script({"error": {"status": 529}})), stream=False)
+    assert out.status == 503
+    assert (out.header(b"x-amzn-errortype") or b"").startswith(b"ServiceUnavailableException:")
+    assert set(json.loads(out.body)) == {"message"}
+
+
+def test_body_with_model_or_without_version_is_refused_like_bedrock() -> None:
+    call = bedrock_call("POST", "/model/m/invoke")
+    assert call is not None
+    bad = as_anthropic(RequestInfo(method="POST", path="/", body=b'{"model":"m"}'), call)
+    assert isinstance(bad, str) and "anthropic_version" in bad
+
+
+def test_signature_is_verified_and_refused_with_awss_403() -> None:
+    settings = MockSettings(aws_credentials=CREDS)
+    url, headers, body = invoke_request(
+        "http://127.0.0.1:9",
+        "m:0",
+        b"{}",
+        stream=False,
+        auth=AwsAuth(region="us-east-1", credentials=CREDS),
+        key="",
+        now=1000.0,
+    )
+    target = url.removeprefix("http://127.0.0.1:9").encode()
+    sent = ((b"host", b"127.0.0.1:9"), *headers)
+    assert bedrock_refusal(settings, target, sent, body, 1000.0) is None
+    refused = bedrock_refusal(settings, target, sent, body + b" ", 1000.0)
+    assert refused is not None and refused.status == 403
+    assert (refused.header(b"x-amzn-errortype") or b"").startswith(b"InvalidSignatureException")
+    assert "signature" in json.loads(refused.body)["message"]
+    late = bedrock_refusal(settings, target, sent, body, 1000.0 + 3600)
+    assert late is not None and late.status == 403
+
+
+def test_throttling_keeps_its_retry_hint() -> None:
+    call = bedrock_call("POST", "/model/m/invoke-with-response-stream")
+    assert call is not None
+    info = as_anthropic(RequestInfo(method="POST", path="/", body=BODY), call)
+    assert isinstance(info, RequestInfo)
+    script = parse_script({"error": {"status": 429, "retry_after": 7}})
+    out = bedrock_plan(plan(info, script), stream=True)
+    assert out.status == 429
+    assert (out.header(b"x-amzn-errortype") or b"").startswith(b"ThrottlingException:")
+    assert out.header(b"retry-after") == b"7"

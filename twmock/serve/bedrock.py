@@ -1,0 +1,134 @@
+"""The mock's Bedrock endpoint: InvokeModel and InvokeModelWithResponseStream.
+
+``POST /model/{modelId}/invoke`` and ``…/invoke-with-response-stream`` (after an optional
+profile segment) carry an Anthropic Messages body without ``model`` and ``stream``
+(``anthropic_version: bedrock-2023-05-31``). The mock checks the request's authentication,
+plans it as the Anthropic request it wraps — so every script knob (errors, ``fail_first``,
+stream errors, cuts, stalls) plays the same — and writes the answer as Bedrock frames it
+(`twmock.formats.bedrock`).
+
+Authentication, as `MockSettings` configures it (neither set: any request is served):
+
+* ``aws_credentials``: SigV4 with those credentials in ``aws_region``, verified by
+  `twproto.sigv4.verify_request` against the mock's clock; a refusal is AWS's own 403 (the
+  exception in ``x-amzn-ErrorType``, its message in the body);
+* ``bedrock_api_key``: ``Authorization: Bearer <key>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from urllib.parse import unquote
+
+from twmock.formats._wire import compact
+from twmock.plan import Chunk, End, Head, Plan, RequestInfo
+from twmock.script import MockSettings
+from twproto import json_dumps, json_loads
+from twproto.sigv4 import SIGV4_REFUSALS, SignatureCheck, verify_request
+
+__all__ = ["BedrockCall", "as_anthropic", "bedrock_call", "bedrock_refusal", "validation_plan"]
+
+_AGAIN = "please reformat your input and try again."
+_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<action>invoke|invoke-with-response-stream)")
+
+
+@dataclass(frozen=True, slots=True)
+class BedrockCall:
+    model: str
+    stream: bool
+
+
+def bedrock_call(method: str, path: str) -> BedrockCall | None:
+    """The InvokeModel call `path` (profile segment removed) names, or None."""
+    found = _PATH.fullmatch(path)
+    if method != "POST" or found is None:
+        return None
+    stream = found["action"] == "invoke-with-response-stream"
+    return BedrockCall(model=unquote(found["model"]), stream=stream)
+
+
+def _refuse(name: str, message: str) -> Plan:
+    body = compact({"message": message})
+    headers = (
+        (b"content-type", b"application/json"),
+        (
+            b"x-amzn-errortype",
+            f"{name}:http://internal.amazon.com/coral/com.amazon.coral.service/".encode(),
+        ),
+        (b"content-length", str(len(body)).encode()),
+    )
+    return Plan(steps=(Head(status=403, headers=headers), Chunk(data=body), End()), outcome="auth")
+
+
+def bedrock_refusal(
+    settings: MockSettings,
+    target: bytes,
+    headers: tuple[tuple[bytes, bytes], ...],
+    body: bytes,
+    now: float,
+) -> Plan | None:
+    """The 403 that refuses this request's authentication, or None when it passes."""
+    auth = next((v for k, v in headers if k == b"authorization"), None)
+    if settings.bedrock_api_key is not None and auth is not None and auth.startswith(b"Bearer "):
+        if auth[7:].decode("latin-1") == settings.bedrock_api_key:
+            return None
+        return _refuse(*SIGV4_REFUSALS[SignatureCheck.UNKNOWN_KEY])
+    if settings.aws_credentials is None:
+        if settings.bedrock_api_key is None:
+            return None
+        return _refuse(*SIGV4_REFUSALS[SignatureCheck.MISSING])
+    host = next((v for k, v in headers if k == b"host"), b"localhost").decode("latin-1")
+    url = f"http://{host}{target.decode('latin-1')}"
+    check = verify_request(
+        "POST",
+        url,
+        list(headers),
+        body,
+        region=settings.aws_region,
+        credentials=settings.aws_credentials,
+        now=now,
+    )
+    if check is SignatureCheck.VALID:
+        return None
+    return _refuse(*SIGV4_REFUSALS[check])
+
+
+def as_anthropic(info: RequestInfo, call: BedrockCall) -> RequestInfo | str:
+    """`info` as the Anthropic Messages request it wraps, or the validation message Bedrock
+    answers a body that is not one."""
+    try:
+        body = json_loads(info.body)
+    except ValueError:
+        return "Malformed input request, " + _AGAIN
+    if not isinstance(body, dict):
+        return "Malformed input request, " + _AGAIN
+    if body.pop("anthropic_version", None) is None:
+        return f"Malformed input request: #: required key [anthropic_version] not found, {_AGAIN}"
+    for extraneous in ("model", "stream"):
+        if extraneous in body:
+            return (
+                f"Malformed input request: #: extraneous key [{extraneous}] is not permitted, "
+                + _AGAIN
+            )
+    body.pop("anthropic_beta", None)
+    body["model"] = call.model
+    if call.stream:
+        body["stream"] = True
+    return replace(info, path="/v1/messages", query="", body=json_dumps(body))
+
+
+def validation_plan(message: str) -> Plan:
+    """Bedrock's 400 for a body it cannot read."""
+    body = compact({"message": message})
+    headers = (
+        (b"content-type", b"application/json"),
+        (
+            b"x-amzn-errortype",
+            b"ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/",
+        ),
+        (b"content-length", str(len(body)).encode()),
+    )
+    return Plan(
+        steps=(Head(status=400, headers=headers), Chunk(data=body), End()), outcome="bad_request"
+    )
