@@ -23,14 +23,14 @@ from twengine.config import Config
 from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
-from twengine.reasoning import EffortMemory, Reasoning
+from twengine.reasoning import EffortMemory, ReasoningMemory
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
 from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
 from twproto.keys import strip_key_param
-from twproto.paths import Operation, Route, guess_client_dialect
+from twproto.paths import Operation, PathRoute, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
 from twserve.gateway import responders
@@ -92,7 +92,7 @@ class Gateway:
         self.rng = random.Random()
         # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
         # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
-        self.reasoning = Reasoning()
+        self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
         self.apply_config(config)
 
@@ -115,7 +115,8 @@ class Gateway:
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def use_effort_memory(self, memory: EffortMemory) -> None:
-        """Take `memory` (effort-memory.json) for the upstreams configured (`Reasoning.use`)."""
+        """Take `memory` (effort-memory.json) for the upstreams configured
+        (`ReasoningMemory.use`)."""
         if self.reasoning.use(memory, self.config, self.env):
             self.on_efforts_changed()
 
@@ -149,7 +150,7 @@ class Gateway:
         self,
         request: Request,
         responder: Responder,
-        route: Route,
+        route: PathRoute,
         dialect: Dialect,
         client_name: str,
         request_id: str,
