@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 from twmock.script import ErrorSpec, Script
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
-from twproto.paths import Route
+from twproto.paths import PathRoute
 
 __all__ = [
     "Answer",
@@ -222,7 +222,7 @@ class Writer(Protocol):
     dialect: Dialect
     not_json_message: str  # the API's 400 message for a body that is not JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest: ...
+    def facts(self, route: PathRoute, body: Any, *, validate: bool) -> MockRequest: ...
 
     def whole(self, answer: Answer) -> tuple[Headers, bytes]: ...
 
@@ -238,7 +238,7 @@ class Writer(Protocol):
         """An error in this format's own shape (no named shape)."""
         ...
 
-    def bad_request(self, message: str, *, route: Route, ids: Ids) -> ErrorReply: ...
+    def bad_request(self, message: str, *, route: PathRoute, ids: Ids) -> ErrorReply: ...
 
     def count_tokens(self, tokens: int) -> bytes: ...
 

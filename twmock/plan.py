@@ -49,7 +49,7 @@ from twmock.formats.openai_responses import OpenAIResponsesWriter
 from twmock.script import DEFAULT_MODELS, ErrorSpec, Script, ScriptError, SilenceMode
 from twmock.shapes import SHAPES, known_shape, named_error, shape_for
 from twproto.dialect import Dialect
-from twproto.paths import Operation, Route, match_path
+from twproto.paths import Operation, PathRoute, match_path
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -399,7 +399,7 @@ def _not_found(info: RequestInfo, ids: Ids) -> Plan:
     return _simple(info, 404, b"application/json", body, "not_found")
 
 
-def _listing_dialect(info: RequestInfo, route: Route) -> Dialect:
+def _listing_dialect(info: RequestInfo, route: PathRoute) -> Dialect:
     if route.dialect is Dialect.GEMINI or info.header(b"x-goog-api-key") is not None:
         return Dialect.GEMINI
     if info.header(b"anthropic-version") is not None or info.header(b"x-api-key") is not None:
@@ -428,7 +428,7 @@ def _model_entry(dialect: Dialect, model: str) -> dict[str, object]:
     return {"id": model, "object": "model", "created": 1700000000, "owned_by": "system"}
 
 
-def _listing(info: RequestInfo, route: Route, models: tuple[str, ...]) -> Plan:
+def _listing(info: RequestInfo, route: PathRoute, models: tuple[str, ...]) -> Plan:
     dialect = _listing_dialect(info, route)
     if route.operation is Operation.GET_MODEL:
         model = route.model or ""

@@ -21,7 +21,7 @@ import pytest
 
 from twproto.dialect import Dialect
 from twproto.sse import SSEDecoder
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 
 STREAMS = Path(__file__).resolve().parents[2] / "tests" / "data" / "fixtures" / "streams"
 EVENTS = 2000

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from twengine.config.model import Client, KeyLimit, LimitMeasure, LimitPeriod
+from twengine.config import Client, KeyLimit, LimitMeasure, LimitPeriod
 from twengine.limits import Admitted, KeyLimits, Spend
 
 LIMITS = (

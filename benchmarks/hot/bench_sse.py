@@ -17,7 +17,7 @@ import pytest
 
 from twproto.dialect import Dialect
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEEvent, encode
-from twproto.stream.hold import OpeningHold, classify_event
+from twproto.stream import OpeningHold, classify_event
 
 STREAMS = Path(__file__).resolve().parents[2] / "tests" / "data" / "fixtures" / "streams"
 TARGET = 1 << 20

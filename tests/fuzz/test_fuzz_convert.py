@@ -33,10 +33,8 @@ from twproto import (
     ErrorCategory,
     GatewayError,
     JSONDecodeError,
-    ReasoningLevel,
     SSEDecoder,
     UpstreamTranslationError,
-    check_structure,
     json_dumps,
     json_loads,
     new_stream_translator,
@@ -44,6 +42,8 @@ from twproto import (
     translate_request,
     translate_response,
 )
+from twproto.ir import ReasoningLevel
+from twproto.structure import check_structure
 
 DIALECTS = tuple(Dialect)
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, classify_stream_error
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEvent
-from twproto.stream.hold import (
+from twproto.stream import (
     EventRole,
     FailedBeforeContent,
     Holding,

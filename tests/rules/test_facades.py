@@ -1,15 +1,22 @@
-"""``import twproto`` and ``import twengine`` are the public API (docs/library.md).
+"""The public API of `twproto` and `twengine` is tiered, as anyio's is (docs/library.md, "What is
+where").
 
-Every public module of either package, at any depth (a module is public when no part of its
-dotted name starts with ``_``), declares its interface as a tuple ``__all__`` of public names
-that all resolve, and lists there every class and function it defines under a public name
-(anyio's tests/test_all_attributes.py holds its modules to the same).
-
-Each package's facade (its ``__init__``) exports no name leaked from a dependency or another
-package, and every name its public modules export — except the few listed below. A subpackage
-whose ``__init__`` exports names (`twproto.formats`, `twengine.config`) is a facade of its own
-and counts by its ``__init__``; one that exports none (`twproto.stream`, `twproto.sockets`) is
-only a folder, whose modules answer to the facade above.
+* **The top** (``import twproto``, ``import twengine``) is a short, explicit list: the verbs and
+  types a proxy calls, about fifty per package, each one also reachable from its door (or, for
+  the error family and the JSON codec, whose modules are private, only from the top).
+* **Doors**: every public module directly under a package (`twproto.paths`, `twengine.limits`)
+  and every public subpackage that exports names (`twproto.ir`, `twproto.stream`,
+  `twengine.config`, `twengine.attempt`, each format of `twproto.formats`) is a door. A door
+  subpackage exports every public name of the modules inside it; a subpackage exporting nothing
+  (`twengine.config.stages`) is only a folder. `SUB_DOORS` names the two tables that are read by
+  module instead (``defaults.PORT``).
+* Every public module, at any depth (no part of its dotted name starts with ``_``), declares a
+  tuple ``__all__`` of public names that resolve, listing every class and function it defines,
+  and ``from m import *`` gives exactly that (anyio's tests/test_all_attributes.py).
+* **No name means two things**: wherever a name is exported, in either package, it is the same
+  object, so ``from twproto import *; from twengine import *`` or a door beside the top never
+  shadows silently. The four format packages are exempt: each is a `twproto.formats.Format`, the
+  same surface by design, and is spelled by its module (``anthropic.StreamDecoder``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -26,25 +35,19 @@ import twproto
 
 PACKAGES = {"twproto": twproto, "twengine": twengine}
 
-# Names a public module exports that the facade leaves out, with where the facade's name of that
-# spelling comes from instead (two modules still use one name for different things), or why.
-NOT_IN_FACADE: dict[str, set[str]] = {
-    "twproto": {
-        "twproto.formats.get",  # the facade has FORMATS[dialect]
-        "twproto.effort.gemini_budget_cap",  # the Gemini format's wire facts, not a proxy's verb
-        "twproto.effort.gemini_uses_levels",
-    },
-    "twengine": {
-        "twengine.attempt.SkipReason",  # twengine.SkipReason is routing's
-        "twengine.config.State",  # twengine.State is the attempt machine's
-        "twengine.balance.BalanceBy",  # the same enum as twengine.config.BalanceBy
-        "twengine.groups.GroupType",  # the same enum as twengine.config.GroupType
-    },
-}
+# About fifty verbs and types at the top of each package; a name past this is a door's.
+TOP_MAX = 60
 
+# Modules inside a door that are doors of their own: tables read by module (``defaults.PORT``).
+SUB_DOORS = {"twengine.config.defaults", "twengine.config.schema"}
 
 # The JSON codec's error is the codec's own class, re-exported on purpose.
 FOREIGN_OK = {"JSONDecodeError"}
+
+# The four formats share one surface (the `Format` protocol); they are spelled by module.
+SAME_SURFACE = "twproto.formats."
+
+LIBRARY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "library.md"
 
 
 def _is_public(name: str) -> bool:
@@ -60,31 +63,54 @@ def _public_modules(package: ModuleType) -> list[ModuleType]:
     return found
 
 
-def _answering_to(package: ModuleType) -> list[ModuleType]:
-    """The public modules whose names `package`'s facade must export: its own modules, those of
-    its folders (subpackages exporting nothing), and each facade subpackage by its ``__init__``
-    alone."""
-    found = []
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-        if not _is_public(info.name):
-            continue
-        module = importlib.import_module(info.name)
-        if info.ispkg and not module.__all__:
-            found += _answering_to(module)
-        else:
-            found.append(module)
-    return found
-
-
 MODULES = [module for package in PACKAGES.values() for module in _public_modules(package)]
+BY_NAME = {module.__name__: module for module in MODULES}
 
 
 def _module_id(module: ModuleType) -> str:
     return module.__name__
 
 
+def _is_package(module: ModuleType) -> bool:
+    return hasattr(module, "__path__")
+
+
+def _is_door(module: ModuleType) -> bool:
+    name = module.__name__
+    if name in PACKAGES:
+        return False  # the top is a selection, not a door
+    if name.count(".") == 1 or name in SUB_DOORS:
+        return True
+    return _is_package(module) and bool(module.__all__)
+
+
+def _door_of(module: ModuleType) -> ModuleType:
+    """The door a module's names are reached through: itself, or the nearest door above it."""
+    name = module.__name__
+    while not _is_door(BY_NAME[name]):
+        name = name.rpartition(".")[0]
+    return BY_NAME[name]
+
+
+def _doors(package: str) -> list[ModuleType]:
+    return [m for m in MODULES if m.__name__.split(".")[0] == package and _is_door(m)]
+
+
+def _collisions(modules: list[ModuleType]) -> dict[str, list[str]]:
+    """Each name exported as two different objects, with the modules exporting it."""
+    seen: dict[str, dict[int, list[str]]] = {}
+    for module in modules:
+        for item in module.__all__:
+            by_object = seen.setdefault(item, {})
+            by_object.setdefault(id(getattr(module, item)), []).append(module.__name__)
+    return {
+        item: sorted(names[0] for names in objects.values())
+        for item, objects in seen.items()
+        if len(objects) > 1
+    }
+
+
 def test_the_walk_reaches_every_depth() -> None:
-    names = {module.__name__ for module in MODULES}
     assert {
         "twproto.stream.hold",
         "twproto.sockets.responses",
@@ -92,8 +118,8 @@ def test_the_walk_reaches_every_depth() -> None:
         "twproto.formats.anthropic.stream",
         "twengine.config.credentials",
         "twengine.config.build",
-    } <= names
-    assert not any("._" in name for name in names)
+    } <= set(BY_NAME)
+    assert not any("._" in name for name in BY_NAME)
 
 
 @pytest.mark.parametrize("module", MODULES, ids=_module_id)
@@ -126,51 +152,111 @@ def test_star_import_gives_exactly_all(module: ModuleType) -> None:
     assert set(namespace) == set(module.__all__)
 
 
+@pytest.mark.parametrize("module", MODULES, ids=_module_id)
+def test_nothing_leaks_from_another_package(module: ModuleType) -> None:
+    package = module.__name__.split(".")[0]
+    for item in module.__all__:
+        obj = getattr(module, item)
+        home = getattr(obj, "__module__", None)
+        if item not in FOREIGN_OK and (isinstance(obj, type) or inspect.isfunction(obj)):
+            assert home is not None and home.split(".")[0] == package, (item, home)
+
+
 @pytest.mark.parametrize("name", PACKAGES)
-def test_nothing_leaks_from_another_package(name: str) -> None:
+def test_the_top_is_about_fifty_names(name: str) -> None:
+    assert 40 <= len(PACKAGES[name].__all__) <= TOP_MAX
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_top_name_is_also_behind_its_door(name: str) -> None:
+    # The top re-exports; the one exception is what lives in a private module (the error family,
+    # the JSON codec), which has no door but the top.
     package = PACKAGES[name]
+    doors = _doors(name)
+    homeless = []
     for item in package.__all__:
         obj = getattr(package, item)
-        module = getattr(obj, "__module__", None)
-        if item not in FOREIGN_OK and (isinstance(obj, type) or inspect.isfunction(obj)):
-            assert module is not None and module.split(".")[0] == name, (item, module)
+        if any(item in door.__all__ and getattr(door, item) is obj for door in doors):
+            continue
+        home = getattr(obj, "__module__", "") or ""
+        if not (home.startswith(f"{name}._") or item in FOREIGN_OK):
+            homeless.append(item)
+    assert homeless == []
 
 
 @pytest.mark.parametrize("name", PACKAGES)
-def test_every_public_module_name_is_in_the_facade(name: str) -> None:
-    package = PACKAGES[name]
-    facade = set(package.__all__)
+def test_every_public_module_name_is_reachable_from_its_door(name: str) -> None:
     missing = []
-    for module in _answering_to(package):
+    for module in MODULES:
+        if module.__name__.split(".")[0] != name or module.__name__ == name:
+            continue
+        door = _door_of(module)
         for item in module.__all__:
-            qualified = f"{module.__name__}.{item}"
-            if qualified in NOT_IN_FACADE[name]:
-                continue
-            if item not in facade:
-                missing.append(qualified)
-            elif getattr(package, item) is not getattr(module, item):
-                missing.append(f"{qualified} (the facade's {item} is another object)")
+            if item not in door.__all__ or getattr(door, item) is not getattr(module, item):
+                missing.append(f"{module.__name__}.{item} (door {door.__name__})")
     assert missing == []
 
 
-def test_the_folders_are_folders() -> None:
-    # twproto.stream and twproto.sockets show the pipeline; their names live in the facade.
-    import twproto.sockets
-    import twproto.stream
+def test_the_vocabularies_have_doors() -> None:
+    for door in (
+        "twproto.ir",
+        "twproto.formats",
+        "twproto.stream",
+        "twproto.sockets",
+        "twproto.failures",
+        "twproto.eventstream",
+        "twproto.sigv4",
+        "twengine.config",
+        "twengine.attempt",
+    ):
+        assert _is_door(BY_NAME[door]) and BY_NAME[door].__all__, door
+    assert {"State", "Input", "TRANSITIONS", "AttemptMachine"} <= set(twengine.attempt.__all__)
+    assert _door_of(BY_NAME["twproto.stream.hold"]).__name__ == "twproto.stream"
+    assert _door_of(BY_NAME["twengine.config.credentials"]).__name__ == "twengine.config"
+    assert _door_of(BY_NAME["twengine.config.stages.routing"]).__name__ == "twengine.config"
 
-    assert twproto.stream.__all__ == () and twproto.sockets.__all__ == ()
-    inner = {module.__name__ for module in _answering_to(twproto)}
-    assert {"twproto.stream.hold", "twproto.stream.translators", "twproto.sockets.realtime"} <= (
-        inner
-    )
+
+def test_no_name_means_two_things() -> None:
+    shared = [m for m in MODULES if not m.__name__.startswith(SAME_SURFACE)]
+    assert _collisions(shared) == {}
+
+
+def test_a_collision_is_found() -> None:
+    # The check above is only as good as `_collisions`: two modules exporting one name for two
+    # classes (as `Finish` once was, the IR's stop event and the attempt machine's end action).
+    first, second, again = ModuleType("a"), ModuleType("b"), ModuleType("c")
+    first.Finish, second.Finish = type("Finish", (), {}), type("Finish", (), {})  # type: ignore[attr-defined]
+    again.Finish = first.Finish  # type: ignore[attr-defined]
+    for module in (first, second, again):
+        module.__all__ = ("Finish",)  # type: ignore[attr-defined]
+    assert _collisions([first, again]) == {}
+    assert _collisions([first, second, again]) == {"Finish": ["a", "b"]}
+
+
+def _what_is_where() -> dict[str, set[str]]:
+    """docs/library.md's "What is where" table: each row's first cell (a package or a door) and
+    the code names the row lists."""
+    page = LIBRARY_PAGE.read_text(encoding="utf-8")
+    section = page.split("## What is where", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows[cells[0].split("`")[1]] = set(re.findall(r"`(\w+)`", cells[1]))
+    return rows
 
 
 @pytest.mark.parametrize("name", PACKAGES)
-def test_left_out_names_still_exist(name: str) -> None:
-    # A stale entry in NOT_IN_FACADE would hide a name the facade should now have.
-    for qualified in NOT_IN_FACADE[name]:
-        module, _, item = qualified.rpartition(".")
-        assert hasattr(importlib.import_module(module), item), qualified
+def test_the_library_page_lists_the_top_exactly(name: str) -> None:
+    assert _what_is_where()[name] == set(PACKAGES[name].__all__)
+
+
+def test_the_library_page_names_every_door() -> None:
+    rows = _what_is_where()
+    doors = {d.__name__ for name in PACKAGES for d in _doors(name)}
+    top_level = {d for d in doors if d.count(".") == 1 or d in SUB_DOORS}
+    assert set(rows) - set(PACKAGES) <= doors
+    assert top_level <= set(rows)
 
 
 def test_json_codec_has_a_public_home() -> None:

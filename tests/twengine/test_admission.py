@@ -23,7 +23,7 @@ from twengine.router import Router
 from twengine.rules import RequestFacts
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
-from twproto.paths import Operation, Route, match_path
+from twproto.paths import Operation, PathRoute, match_path
 
 
 def config(**sections: Any) -> Config:
@@ -126,7 +126,7 @@ def test_a_token_count_without_such_an_upstream_is_answered_here() -> None:
     result = run(request(body, path="/v1/responses"))
     assert isinstance(result, Routed)  # a generation: any format will do
     count = AdmissionRequest(
-        route=Route(operation=Operation.COUNT_TOKENS, dialect=Dialect.GEMINI, model="m"),
+        route=PathRoute(operation=Operation.COUNT_TOKENS, dialect=Dialect.GEMINI, model="m"),
         dialect=Dialect.GEMINI,
         body=json.dumps({"contents": [{"parts": [{"text": "hello"}]}]}).encode(),
         client="tester",
@@ -201,11 +201,11 @@ def test_key_busy() -> None:
 def test_model_listing() -> None:
     cfg = config(aliases={"fast": ["m"]})
     assert [i.id for i in listed_models(cfg)] == ["m", "fast"]
-    listing = answer_models(cfg, Route(operation=Operation.LIST_MODELS), Dialect.OPENAI_CHAT)
+    listing = answer_models(cfg, PathRoute(operation=Operation.LIST_MODELS), Dialect.OPENAI_CHAT)
     assert isinstance(listing, LocalAnswer)
     assert [m["id"] for m in json.loads(listing.body)["data"]] == ["m", "fast"]
     missing = answer_models(
-        cfg, Route(operation=Operation.GET_MODEL, model="nope"), Dialect.ANTHROPIC
+        cfg, PathRoute(operation=Operation.GET_MODEL, model="nope"), Dialect.ANTHROPIC
     )
     assert code(missing) == "404 gw.request.not_found"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twengine.browser import browser_refusal, host_name, is_json_type
-from twengine.config.model import GatewayListen
+from twengine.config import GatewayListen
 
 OPEN = GatewayListen()
 

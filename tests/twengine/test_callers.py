@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from twengine import AddressFilter, Callers, KeyRing, Refusal, build_config
+from twengine import Refusal, build_config
+from twengine.callers import AddressFilter, Callers, KeyRing
 
 Header = tuple[bytes, bytes]
 

@@ -7,23 +7,19 @@ from typing import Any
 import pytest
 
 from twengine import (
-    AnswerModel,
     Candidate,
     CandidateRef,
-    ConfigCatalog,
     Destination,
     PriceTable,
-    SetOverrides,
-    TableCatalog,
     Transport,
     build_config,
     destination,
     destinations,
-    reasoning_level,
     request_destinations,
-    transport_of,
 )
-from twengine.config.credentials import CredentialFault
+from twengine.catalog import ConfigCatalog, TableCatalog
+from twengine.config import AnswerModel, CredentialFault, SetOverrides
+from twengine.destinations import reasoning_level, transport_of
 from twproto.dialect import Dialect
 from twproto.ir import Effort, ReasoningLevel
 

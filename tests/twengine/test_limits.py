@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from twengine.config.model import Client, KeyLimit, LimitMeasure, LimitPeriod
+from twengine.config import Client, KeyLimit, LimitMeasure, LimitPeriod
 from twengine.limits import (
     Admitted,
     KeyLimits,

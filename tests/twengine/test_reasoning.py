@@ -10,21 +10,24 @@ from typing import Any
 import pytest
 
 from twengine import (
-    EFFORT_MEMORY_TTL_SECS,
     AttemptRecord,
     Destination,
+    Outcome,
+    ReasoningMemory,
+    ResendReason,
+    build_config,
+)
+from twengine.reasoning import (
+    EFFORT_MEMORY_TTL_SECS,
     EffortKey,
     EffortMemory,
     Efforts,
-    Outcome,
-    Reasoning,
-    ResendReason,
     SealedReasoning,
-    build_config,
     upstream_identities,
     upstream_identity,
 )
-from twproto import Dialect, ReasoningLevel, UpstreamTarget
+from twproto import Dialect, UpstreamTarget
+from twproto.ir import ReasoningLevel
 
 KEY = EffortKey(upstream="a", model="m", client_format="anthropic", level="xhigh")
 ID_A = upstream_identity("https://a.example", "anthropic", "sk-1")
@@ -254,7 +257,7 @@ def test_the_memory_taken_keeps_only_the_upstreams_configured() -> None:
     )
     memory = EffortMemory()
     memory.remember(key_of(), "high", now=0.0, identity=identity_of())
-    reasoning = Reasoning()
+    reasoning = ReasoningMemory()
     # The key as the environment gives it now: with another key, "a" is another endpoint.
     assert not reasoning.use(memory, cfg, {"A_KEY": "sk-a"})
     assert reasoning.efforts.memory is memory and len(memory) == 1
@@ -262,7 +265,7 @@ def test_the_memory_taken_keeps_only_the_upstreams_configured() -> None:
 
 
 def test_a_conversation_refused_for_its_sealed_reasoning_leaves_it_out_later() -> None:
-    reasoning = Reasoning()
+    reasoning = ReasoningMemory()
     plan = reasoning.prepare(
         [dest(), dest("b")], ASKED, Dialect.ANTHROPIC, "conv", counting=False, now=0.0, wall=0.0
     )
@@ -286,7 +289,7 @@ def test_a_conversation_refused_for_its_sealed_reasoning_leaves_it_out_later() -
 def test_a_level_is_remembered_only_for_a_generation_that_ran_to_its_end(
     finished: bool, counting: bool
 ) -> None:
-    reasoning = Reasoning()
+    reasoning = ReasoningMemory()
     plan = reasoning.prepare(
         [dest()], ASKED, Dialect.ANTHROPIC, None, counting=counting, now=0.0, wall=100.0
     )

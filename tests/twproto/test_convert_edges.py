@@ -10,7 +10,6 @@ import pytest
 
 from twproto import (
     Dialect,
-    Usage,
     json_dumps,
     json_loads,
     new_stream_translator,
@@ -18,7 +17,7 @@ from twproto import (
     translate_request,
     translate_response,
 )
-from twproto.ir import MAX_TOKEN_COUNT
+from twproto.ir import MAX_TOKEN_COUNT, Usage
 from twproto.translate import UpstreamTranslationError
 
 

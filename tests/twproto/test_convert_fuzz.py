@@ -14,7 +14,7 @@ from tests.twproto.conftest import DIALECTS, FIXTURES, fixture, fixture_dialect
 from twproto import json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 from twproto.translate import (
     TranslationError,
     translate_request,

@@ -29,7 +29,7 @@ from tests.twproto.conftest import (
 from twproto import ir, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.formats import get, new_stream_encoder
-from twproto.stream.translators import StreamTranslator, new_stream_translator
+from twproto.stream import StreamTranslator, new_stream_translator
 from twproto.translate import answer_to_stream, translate_response
 
 TEXT = "Héllo, wörld! 🎉 naïve café — 你好, 😀👍🏽 done."

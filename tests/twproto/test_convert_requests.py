@@ -14,7 +14,7 @@ from twproto.dialect import Dialect
 from twproto.effort import budget_for_effort, effort_for_budget
 from twproto.formats import get
 from twproto.formats._schema import sanitize_schema
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 from twproto.translate import (
     DEFAULT_MAX_TOKENS,
     TranslationError,

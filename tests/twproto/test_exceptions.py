@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 import twproto
+import twproto.sse
+import twproto.translate
 from twproto import Dialect
 
 
@@ -14,8 +16,8 @@ def test_family_tree() -> None:
     assert issubclass(twproto.ClientTranslationError, twproto.TranslationError)
     assert issubclass(twproto.UpstreamTranslationError, twproto.TranslationError)
     assert issubclass(twproto.SSEError, twproto.ProtocolError)
-    assert issubclass(twproto.SSEEventTooLarge, twproto.SSEError)
-    assert issubclass(twproto.JSONArrayError, twproto.SSEError)
+    assert issubclass(twproto.sse.SSEEventTooLarge, twproto.SSEError)
+    assert issubclass(twproto.sse.JSONArrayError, twproto.SSEError)
 
 
 @pytest.mark.parametrize("cls", [twproto.ProtocolError, twproto.TranslationError])
@@ -47,12 +49,14 @@ def test_an_upstream_answer_that_cannot_be_converted_hints_502(body: bytes) -> N
         twproto.translate_response(body, Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
     assert info.value.error_status_hint == 502
     with pytest.raises(twproto.UpstreamTranslationError):
-        twproto.answer_to_stream(body, Dialect.GEMINI, Dialect.ANTHROPIC, client_model="m")
+        twproto.translate.answer_to_stream(
+            body, Dialect.GEMINI, Dialect.ANTHROPIC, client_model="m"
+        )
 
 
 def test_broken_stream_framing_hints_502_and_a_bad_event_to_encode_500() -> None:
     decoder = twproto.SSEDecoder(max_event_size=8)
-    with pytest.raises(twproto.SSEEventTooLarge) as info:
+    with pytest.raises(twproto.sse.SSEEventTooLarge) as info:
         decoder.feed(b"data: " + b"x" * 64)
     assert info.value.error_status_hint == 502
     with pytest.raises(twproto.SSEError) as bad:

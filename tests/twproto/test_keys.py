@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twproto import find_key, strip_key_param
+from twproto.keys import find_key, strip_key_param
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from twproto import ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_encoder
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 from twproto.translate import translate_response
 
 MODEL = "client-model"

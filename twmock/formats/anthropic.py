@@ -31,7 +31,7 @@ from twmock.formats._wire import Template, compact, hole, sse, text_json
 from twmock.script import ErrorSpec
 from twproto import json_loads
 from twproto.dialect import Dialect
-from twproto.paths import Operation, Route
+from twproto.paths import Operation, PathRoute
 
 __all__ = ["AnthropicWriter"]
 
@@ -125,7 +125,7 @@ class AnthropicWriter:
         "There was an error parsing the body of your request. Please check your JSON and try again."
     )
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
+    def facts(self, route: PathRoute, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Input should be a valid dictionary")
         model = body.get("model")
@@ -300,7 +300,7 @@ class AnthropicWriter:
             message = _MESSAGES.get(status, fallback).replace("{model}", model)
         return self._reply(status, kind, message, ids, error_headers(spec))
 
-    def bad_request(self, message: str, *, route: Route, ids: Ids) -> ErrorReply:
+    def bad_request(self, message: str, *, route: PathRoute, ids: Ids) -> ErrorReply:
         return self._reply(400, "invalid_request_error", message, ids, ())
 
     def _reply(self, status: int, kind: str, message: str, ids: Ids, extra: Headers) -> ErrorReply:

@@ -41,7 +41,7 @@ from twmock.formats._wire import Template, google_compact, hole, pretty, text_js
 from twmock.script import ErrorSpec
 from twproto import json_loads
 from twproto.dialect import Dialect
-from twproto.paths import Route
+from twproto.paths import PathRoute
 
 __all__ = ["GeminiWriter", "gemini_status"]
 
@@ -153,7 +153,7 @@ class GeminiWriter:
     dialect = Dialect.GEMINI
     not_json_message = NOT_JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
+    def facts(self, route: PathRoute, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Invalid JSON payload received. Expected an object.")
         contents = body.get("contents")
@@ -320,7 +320,7 @@ class GeminiWriter:
         # Google puts the retry delay in the body, not in a Retry-After header.
         return self._reply(status, message, details, error_headers(spec, retry_header=False), array)
 
-    def bad_request(self, message: str, *, route: Route, ids: Ids) -> ErrorReply:
+    def bad_request(self, message: str, *, route: PathRoute, ids: Ids) -> ErrorReply:
         return self._reply(400, message, [], (), route.stream and not route.sse)
 
     def _reply(

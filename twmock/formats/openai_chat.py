@@ -33,7 +33,7 @@ from twmock.answer import (
 from twmock.formats._wire import Template, compact, hole, pretty, text_json
 from twmock.script import ErrorSpec
 from twproto.dialect import Dialect
-from twproto.paths import Route
+from twproto.paths import PathRoute
 
 __all__ = ["NOT_JSON", "OpenAIChatWriter", "openai_error"]
 
@@ -151,7 +151,7 @@ class OpenAIChatWriter:
     dialect = Dialect.OPENAI_CHAT
     not_json_message = NOT_JSON
 
-    def facts(self, route: Route, body: Any, *, validate: bool) -> MockRequest:
+    def facts(self, route: PathRoute, body: Any, *, validate: bool) -> MockRequest:
         if not isinstance(body, dict):
             raise BadRequest("Invalid type for request body: expected an object.")
         model = body.get("model")
@@ -327,7 +327,7 @@ class OpenAIChatWriter:
             status, model=model, ids=ids, message=spec.message, extra=error_headers(spec)
         )
 
-    def bad_request(self, message: str, *, route: Route, ids: Ids) -> ErrorReply:
+    def bad_request(self, message: str, *, route: PathRoute, ids: Ids) -> ErrorReply:
         return openai_error(400, model="", ids=ids, message=message)
 
     def count_tokens(self, tokens: int) -> bytes:

@@ -25,8 +25,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from twengine.config import Config, resolve_template
-from twengine.config.model import GroupType, Provider
+from twengine.config import Config, GroupType, Provider, resolve_template
 from twserve.app.maintenance import Maintenance
 from twserve.app.transport_limits import transport_limits
 from twserve.config.check import ConfigRejection, Finding, locate

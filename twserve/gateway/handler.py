@@ -1,12 +1,11 @@
 """The gateway's request handler: recognise, authenticate, admit, relay, record.
 
-Every decision is twengine's; this handler carries them out in order: the caller checks
-(twengine.callers), admission (`admit`: the body, routing, token counts answered here) or the
-listing (`answer_models`), the destinations and their credentials (twengine.destinations), what
-upstreams get of the reasoning (twengine.reasoning), the key's turn (twserve.gateway.key_turn),
-the relay, and the row (twserve.gateway.row, twserve.gateway.responders; docs/operations.md). A
-request refused at any check never reaches an upstream; every request that got as far as a key
-check leaves one row in the request store.
+Every decision is twengine's; this handler carries them out in order: caller checks
+(twengine.callers), admission (`admit`: body, routing, token counts) or the listing
+(`answer_models`), destinations and credentials (twengine.destinations), the reasoning upstreams
+get (twengine.reasoning), the key's turn (gateway.key_turn), the relay, the row (gateway.row,
+gateway.responders; docs/operations.md). A request refused at any check never reaches an
+upstream; every request that got as far as a key check leaves one row in the request store.
 """
 
 from __future__ import annotations
@@ -23,14 +22,14 @@ from twengine.config import Config
 from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
-from twengine.reasoning import EffortMemory, Reasoning
+from twengine.reasoning import EffortMemory, ReasoningMemory
 from twengine.router import Router
 from twengine.rules import resumes
 from twproto.dialect import Dialect
 from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
 from twproto.keys import strip_key_param
-from twproto.paths import Operation, Route, guess_client_dialect
+from twproto.paths import Operation, PathRoute, guess_client_dialect
 from twproto.upstream_request import ClientCall
 from twserve.events import EventBus
 from twserve.gateway import responders
@@ -93,7 +92,7 @@ class Gateway:
         self.rng = random.Random()
         # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
         # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
-        self.reasoning = Reasoning()
+        self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
         self.apply_config(config)
 
@@ -116,7 +115,8 @@ class Gateway:
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def use_effort_memory(self, memory: EffortMemory) -> None:
-        """Take `memory` (effort-memory.json) for the upstreams configured (`Reasoning.use`)."""
+        """Take `memory` (effort-memory.json) for the upstreams configured
+        (`ReasoningMemory.use`)."""
         if self.reasoning.use(memory, self.config, self.env):
             self.on_efforts_changed()
 
@@ -150,7 +150,7 @@ class Gateway:
         self,
         request: Request,
         plain: Responder,
-        route: Route,
+        route: PathRoute,
         dialect: Dialect,
         client_name: str,
         request_id: str,

@@ -26,7 +26,7 @@ from twengine.slots import Permit
 from twproto.errors import GatewayError
 from twproto.paths import Operation
 from twproto.sse import encode_comment
-from twproto.stream.translators import keepalive_comments
+from twproto.stream import keepalive_comments
 from twserve.gateway.answers import respond_error
 from twserve.relay.client import ClientAnswer, RelayOutcome, stream_head
 from twserve.relay.holds import RouterHooks

@@ -82,7 +82,7 @@ from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_body, error_headers
 from twproto.failures import Failure, classify_response, classify_transport
 from twproto.ir import Usage
-from twproto.sockets.realtime import (
+from twproto.sockets import (
     REALTIME_CHECKED_AS,
     REALTIME_PATH,
     add_usage,

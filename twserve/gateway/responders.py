@@ -41,8 +41,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from twengine.config import Retention
 from twengine.config import Store as StoreConfig
-from twengine.config.model import Retention
 from twproto.dialect import Dialect
 from twproto.summary import count_tokens_body
 from twserve.server.base import Headers, Responder

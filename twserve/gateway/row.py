@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import Any, assert_never
 
 from twengine.admission import LocalAnswer, Refusal, Routed
-from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send
-from twengine.attempt.ledger import attempt_view
-from twengine.config.credentials import CredentialFault
+from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send, attempt_view
+from twengine.config import CredentialFault
 from twproto.dialect import Dialect
 from twserve.events import EventBus
 from twserve.observe.request_ids import correlation_id

@@ -31,7 +31,7 @@ from twproto.errors import (
 )
 from twproto.failures import Failure
 from twproto.headers import client_response_headers
-from twproto.stream.translators import StreamTranslator, new_stream_translator
+from twproto.stream import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
 from twserve.server.base import Headers, Responder

@@ -24,15 +24,20 @@ from typing import assert_never
 
 import anyio
 
-from twengine.attempt.ledger import AttemptLedger, LedgerAction
+from twengine.attempt import AttemptLedger, LedgerAction
 from twengine.destinations import Destination
 from twproto import ir
 from twproto.dialect import Dialect
 from twproto.failures import Failure, classify_response, stream_ended_early
 from twproto.headers import client_response_headers
-from twproto.stream.hold import FailedBeforeContent, Holding
-from twproto.stream.resume import ResumableStream
-from twproto.stream.upstream import FirstContent, OpeningOutcome, reported_usage
+from twproto.stream import (
+    FailedBeforeContent,
+    FirstContent,
+    Holding,
+    OpeningOutcome,
+    ResumableStream,
+    reported_usage,
+)
 from twserve.relay.client import RelayOutcome
 from twserve.relay.reader import (
     Attempt,

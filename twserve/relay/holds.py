@@ -25,13 +25,13 @@ from typing import Protocol, assert_never
 
 import anyio
 
-from twengine.attempt import WaitForSlot
-from twengine.attempt.ledger import (
+from twengine.attempt import (
     AcquireSlot,
     CancelWait,
     RecordFailure,
     RecordSuccess,
     ReleaseSlot,
+    WaitForSlot,
 )
 from twengine.health import PauseChanged
 from twengine.router import Router

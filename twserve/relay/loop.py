@@ -30,7 +30,7 @@ import anyio
 
 from twengine import AttemptRequests, Destination
 from twengine import attempt as act
-from twengine.attempt.ledger import (
+from twengine.attempt import (
     AcquireSlot,
     AttemptLedger,
     CancelWait,
@@ -41,7 +41,7 @@ from twengine.attempt.ledger import (
 )
 from twproto.paths import Operation
 from twproto.sse import encode_comment
-from twproto.stream.translators import keepalive_comments
+from twproto.stream import keepalive_comments
 from twproto.upstream_request import ClientCall
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
@@ -52,7 +52,7 @@ from twserve.server.base import ClientGone, Responder
 from twserve.upstream.client import Upstream
 
 if TYPE_CHECKING:
-    from twproto.stream.upstream import UpstreamStream
+    from twproto.stream import UpstreamStream
     from twproto.upstream_request import UpstreamRequest
     from twserve.upstream.responses_socket import UpstreamSockets
 
@@ -187,7 +187,7 @@ class _Relay:
                 match action:
                     case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
                         self.slots.book(action)
-                    case act.CancelAttempt() | act.Finish():
+                    case act.CancelAttempt() | act.FinishRequest():
                         self.feed.end_attempt()
                     case _:
                         pass  # the client is gone: nothing more is written
@@ -239,7 +239,7 @@ class _Relay:
                     self.feed.end_attempt()
                 case act.PassThroughUpstreamError(provider=who, index=index, failure=failure):
                     await self.client.pass_through(self.feed.errors.get(index), failure, who)
-                case act.Finish(cancelled=cancelled):
+                case act.FinishRequest(cancelled=cancelled):
                     live = self.feed.live
                     if not cancelled and live is not None:
                         translated = self.requests.translated.get(live.provider)

@@ -25,7 +25,7 @@ import anyio
 from twengine.destinations import Destination, Transport
 from twproto.errors import request_failure
 from twproto.failures import Failure, classify_transport
-from twproto.stream.upstream import UpstreamStream
+from twproto.stream import UpstreamStream
 from twproto.translate import ClientTranslationError
 from twproto.upstream_request import UpstreamRequest
 from twserve.relay.stream import READER_WRITES, AttemptStream

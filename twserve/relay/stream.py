@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-from twproto.stream.translators import StreamTranslator
+from twproto.stream import StreamTranslator
 from twserve.server.base import Responder
 from twserve.upstream.client import UpstreamAnswer
 

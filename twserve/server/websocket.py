@@ -78,16 +78,12 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
-from twproto import (
+from twproto import Dialect, ErrorCategory, GatewayError, error_body, error_headers
+from twproto.sockets import (
     WS_RESPONSES_PATHS,
-    Dialect,
-    ErrorCategory,
     EventRejected,
-    GatewayError,
     SteerRequested,
     TurnRequested,
-    error_body,
-    error_headers,
     read_ws_client_event,
     ws_gateway_error_event,
     ws_gateway_failed_event,

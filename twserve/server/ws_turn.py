@@ -15,15 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from twproto import (
+from twproto import ErrorCategory, GatewayError, SSEDecoder, SSEError, SSEEvent
+from twproto.sockets import (
     WS_MAX_ERROR_BODY,
     AnswerError,
-    ErrorCategory,
     FailedResponse,
-    GatewayError,
-    SSEDecoder,
-    SSEError,
-    SSEEvent,
     ws_answer_failed_event,
     ws_completed_event,
     ws_gateway_error_event,

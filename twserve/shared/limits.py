@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from twengine.config.model import KeyLimit, LimitMeasure, LimitPeriod
+from twengine.config import KeyLimit, LimitMeasure, LimitPeriod
 from twengine.limits import (
     Admitted,
     LimitStatus,

@@ -45,13 +45,13 @@ from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import RemoteProtocolError
 
-from twproto import (
+from twproto.failures import TransportFault
+from twproto.sockets import (
     read_ws_upstream_event,
     ws_upstream_create,
     ws_upstream_error_answer,
     ws_upstream_url,
 )
-from twproto.failures import TransportFault
 from twproto.sse import encode
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.client import UpstreamAnswer, UpstreamBroken, UpstreamUnreachable

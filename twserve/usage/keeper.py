@@ -40,8 +40,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from twengine.attempt import AttemptRecord
-from twengine.config import Config
-from twengine.config.model import KeyLimit, LimitMeasure
+from twengine.config import Config, KeyLimit, LimitMeasure
 from twengine.limits import (
     Admitted,
     KeyLimits,

@@ -30,13 +30,12 @@ from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
 from twengine.config import Config
-from twengine.config.credentials import CredentialFault
 from twengine.router import RoutePlan, Router
 from twengine.rules import Candidate, RequestFacts
 from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
-from twproto.paths import Operation, Route
+from twproto.paths import Operation, PathRoute
 from twproto.structure import check_structure
 from twproto.summary import RequestSummary, count_tokens_body, summarize
 
@@ -51,7 +50,6 @@ __all__ = (
     "check_caller",
     "key_busy",
     "model_name_refusal",
-    "no_usable_credentials",
     "routing_view",
     "shown_model",
 )
@@ -69,7 +67,7 @@ class AdmissionRequest:
     `parsed` is `body` already parsed where the caller had to read it anyway (a Responses
     WebSocket turn comes as a JSON message): admission takes it instead of parsing again."""
 
-    route: Route
+    route: PathRoute
     dialect: Dialect
     body: bytes
     client: str
@@ -299,7 +297,7 @@ def check_caller(
     *,
     method: str,
     path: str,
-    route: Route | None,
+    route: PathRoute | None,
     address_allowed: bool,
     client: str | None,
     key_presented: bool,
@@ -345,18 +343,6 @@ def key_busy(limit: int) -> GatewayError:
         code="gw.key.busy",
         message=f"this key already has {limit} requests running",
         retry_after=1.0,
-    )
-
-
-def no_usable_credentials(faults: Sequence[CredentialFault]) -> GatewayError:
-    """The refusal of a request none of whose upstreams has usable credentials: what is wrong
-    with each (a variable not set, a value no header can carry — never the value itself)."""
-    return GatewayError(
-        status=503,
-        category=ErrorCategory.CONFIG,
-        code=faults[0].code,
-        message="no upstream for this request has usable credentials: "
-        + "; ".join(f.message for f in faults),
     )
 
 

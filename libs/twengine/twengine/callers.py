@@ -29,7 +29,9 @@ from typing import Protocol
 from twengine.admission import LocalAnswer, Refusal, check_caller
 from twengine.browser import browser_refusal
 from twengine.config.model import Config
-from twproto import GatewayError, Route, find_key, match_path
+from twproto import GatewayError, match_path
+from twproto.keys import find_key
+from twproto.paths import PathRoute
 
 __all__ = ("AddressFilter", "CallerHead", "Callers", "KeyRing", "announces_body")
 
@@ -132,7 +134,7 @@ class Callers:
 
     def check(
         self, head: CallerHead, *, browser: GatewayError | None = None
-    ) -> tuple[Route | None, str | None, Refusal | LocalAnswer | None]:
+    ) -> tuple[PathRoute | None, str | None, Refusal | LocalAnswer | None]:
         """The request's route, its key's client name, and `check_caller`'s verdict; `browser`
         is `web_page`'s (the head check asks it, once per request)."""
         route = match_path(head.method, head.path, head.query)

@@ -13,7 +13,7 @@ providers on one base URL may speak differently.
 A candidate whose credentials do not resolve (a variable not set, a value no header can carry)
 is a `twengine.config.credentials.CredentialFault`, which never holds the value: it is skipped,
 and reported with the request. `request_destinations` is this step for one admitted request:
-with no candidate usable it is refused (`twengine.admission.no_usable_credentials`), and a token
+with no candidate usable it is refused (`no_usable_credentials`), and a token
 count goes to the first usable one only, never retried (docs/operations.md).
 """
 
@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from twengine.admission import no_usable_credentials
 from twengine.attempt.actions import CandidateRef
 from twengine.catalog import Catalog, ConfigCatalog
 from twengine.config.credentials import (
@@ -35,7 +34,7 @@ from twengine.config.credentials import (
 from twengine.config.model import AnswerModel, Config, Provider, ResponsesTransport
 from twengine.rules import Candidate
 from twproto.bedrock import bedrock_base_url
-from twproto.errors import GatewayError
+from twproto.errors import ErrorCategory, GatewayError
 from twproto.ir import Effort, ReasoningLevel
 from twproto.upstream_request import UpstreamTarget
 
@@ -44,6 +43,7 @@ __all__ = (
     "Transport",
     "destination",
     "destinations",
+    "no_usable_credentials",
     "reasoning_level",
     "request_destinations",
     "transport_of",
@@ -207,3 +207,15 @@ def reasoning_level(effort: Effort | None) -> ReasoningLevel:
     if effort is Effort.MINIMAL:
         return ReasoningLevel.LOW
     return ReasoningLevel(effort.value)
+
+
+def no_usable_credentials(faults: Sequence[CredentialFault]) -> GatewayError:
+    """The refusal of a request none of whose upstreams has usable credentials: what is wrong
+    with each (a variable not set, a value no header can carry — never the value itself)."""
+    return GatewayError(
+        status=503,
+        category=ErrorCategory.CONFIG,
+        code=faults[0].code,
+        message="no upstream for this request has usable credentials: "
+        + "; ".join(f.message for f in faults),
+    )

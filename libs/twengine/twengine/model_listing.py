@@ -16,7 +16,7 @@ from twengine.rules import may_reach
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.model_listing import ModelInfo, encode_model, encode_model_list
-from twproto.paths import Operation, Route
+from twproto.paths import Operation, PathRoute
 
 __all__ = ("answer_models", "configured_models", "listed_models")
 
@@ -89,7 +89,7 @@ _SPEAKERS = {
 
 def answer_models(
     config: Config,
-    route: Route,
+    route: PathRoute,
     dialect: Dialect,
     *,
     client: str | None = None,

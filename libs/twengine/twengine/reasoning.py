@@ -2,8 +2,8 @@
 (docs/operations.md, "What goes upstream").
 
 Two memories of the process change what a request sends before it goes, and learn from how it
-went. `Reasoning.prepare` applies both to a request's destinations (`twengine.destinations`);
-`Reasoning.settle` records what its attempts showed (their `AttemptRecord`s and the level each
+went. `ReasoningMemory.prepare` applies both to a request's destinations (`twengine.destinations`);
+`ReasoningMemory.settle` records what its attempts showed (their `AttemptRecord`s and the level each
 refused effort was resent with). Both are pure: time is an argument, and what is kept across
 restarts goes through `EffortMemory.to_json` / `from_json` (twserve keeps the file).
 
@@ -40,7 +40,9 @@ from twengine.attempt.actions import AttemptRecord, Outcome, ResendReason
 from twengine.config.credentials import CredentialFault, resolve_credentials
 from twengine.config.model import Config
 from twengine.destinations import Destination
-from twproto import Dialect, ReasoningLevel, requested_effort, sets_only_budget
+from twproto import Dialect
+from twproto.effort import requested_effort, sets_only_budget
+from twproto.ir import ReasoningLevel
 
 __all__ = (
     "EFFORT_MEMORY_TTL_SECS",
@@ -50,7 +52,7 @@ __all__ = (
     "EffortKey",
     "EffortMemory",
     "Efforts",
-    "Reasoning",
+    "ReasoningMemory",
     "ReasoningPlan",
     "SealedReasoning",
     "upstream_identities",
@@ -357,7 +359,8 @@ class Efforts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningPlan:
-    """One request's destinations as `Reasoning.prepare` left them, with what `settle` needs."""
+    """One request's destinations as `ReasoningMemory.prepare` left them, with what `settle`
+    needs."""
 
     destinations: list[Destination]
     # Per upstream: ``{asked, sent, reason}`` of its reasoning level, for the request row.
@@ -368,7 +371,7 @@ class ReasoningPlan:
     counting: bool
 
 
-class Reasoning:
+class ReasoningMemory:
     """The effort memory and the sealed-reasoning memory, applied to a gateway's requests."""
 
     __slots__ = ("efforts", "sealed")

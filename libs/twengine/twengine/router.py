@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from twengine.affinity import Affinity
-from twengine.attempt import CandidateRef
+from twengine.attempt.actions import CandidateRef
 from twengine.balance import (
     SmoothWeightedRoundRobin,
     balance_factors,

@@ -59,8 +59,8 @@ from twengine.config.model import (
     BalanceBy,
     Config,
     GroupType,
-    Route,
-    Rule,
+    RouteConfig,
+    RoutingRule,
     SetOverrides,
     Target,
     TargetKind,
@@ -164,7 +164,7 @@ def resumes(decision: RoutingDecision) -> bool:
     return decision.resume
 
 
-def route_for(config: Config, client: str | None) -> Route | None:
+def route_for(config: Config, client: str | None) -> RouteConfig | None:
     """The route a request from gateway key `client` follows, or None for every upstream."""
     if client is not None and config.has_client(client):
         own = config.client(client).route
@@ -212,8 +212,8 @@ def when_holds(when: When, facts: RequestFacts, provider: str | None = None) -> 
 
 
 def _read(
-    route: Route | None, facts: RequestFacts, provider: str | None
-) -> tuple[SetOverrides, Rule | None]:
+    route: RouteConfig | None, facts: RequestFacts, provider: str | None
+) -> tuple[SetOverrides, RoutingRule | None]:
     # One reading of the rules. Without `provider`, per-hop rules are passed over (the
     # decision); with it, they count where they stand (one hop).
     merged = SetOverrides()
@@ -230,7 +230,9 @@ def _read(
     return merged, None
 
 
-def hop_overrides(route: Route | None, facts: RequestFacts, provider_name: str) -> SetOverrides:
+def hop_overrides(
+    route: RouteConfig | None, facts: RequestFacts, provider_name: str
+) -> SetOverrides:
     """The overrides in force when the request is sent to `provider_name`: the request-level
     ones with the per-hop rules for that upstream merged in their place."""
     return _read(route, facts, provider_name)[0]

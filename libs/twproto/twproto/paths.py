@@ -17,7 +17,7 @@ from twproto.dialect import Dialect
 
 __all__ = (
     "Operation",
-    "Route",
+    "PathRoute",
     "guess_client_dialect",
     "match_path",
     "split_target",
@@ -34,7 +34,7 @@ class Operation(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Route:
+class PathRoute:
     """A recognised client path.
 
     `dialect` is None for paths that do not fix one (model listing, health): the caller picks
@@ -77,21 +77,21 @@ def _query_has(query: str, name: str, value: str) -> bool:
     return any(part == f"{name}={value}" for part in query.split("&"))
 
 
-def match_path(method: str, path: str, query: str = "") -> Route | None:
+def match_path(method: str, path: str, query: str = "") -> PathRoute | None:
     """Recognise a client request; None when the path is not one the gateway serves."""
     if len(path) > 1 and path.endswith("/"):
         path = path.rstrip("/")
     if method == "POST":
         known = _POST_ROUTES.get(path)
         if known is not None:
-            return Route(operation=known[1], dialect=known[0])
+            return PathRoute(operation=known[1], dialect=known[0])
         m = _GEMINI_METHOD.match(path)
         if m is not None:
             model, verb = m.group(1), m.group(2)
             if verb == "generateContent":
-                return Route(operation=Operation.GENERATE, dialect=Dialect.GEMINI, model=model)
+                return PathRoute(operation=Operation.GENERATE, dialect=Dialect.GEMINI, model=model)
             if verb == "streamGenerateContent":
-                return Route(
+                return PathRoute(
                     operation=Operation.GENERATE,
                     dialect=Dialect.GEMINI,
                     model=model,
@@ -99,19 +99,21 @@ def match_path(method: str, path: str, query: str = "") -> Route | None:
                     sse=_query_has(query, "alt", "sse"),
                 )
             if verb == "countTokens":
-                return Route(operation=Operation.COUNT_TOKENS, dialect=Dialect.GEMINI, model=model)
+                return PathRoute(
+                    operation=Operation.COUNT_TOKENS, dialect=Dialect.GEMINI, model=model
+                )
         return None
     if method in ("GET", "HEAD"):
         if path == "/healthz":
-            return Route(operation=Operation.HEALTH)
+            return PathRoute(operation=Operation.HEALTH)
         if path in ("/v1/models", "/models"):
-            return Route(operation=Operation.LIST_MODELS)
+            return PathRoute(operation=Operation.LIST_MODELS)
         if path == "/v1beta/models":
-            return Route(operation=Operation.LIST_MODELS, dialect=Dialect.GEMINI)
+            return PathRoute(operation=Operation.LIST_MODELS, dialect=Dialect.GEMINI)
         m = _GET_MODEL.match(path)
         if m is not None:
             dialect = Dialect.GEMINI if path.startswith("/v1beta/") else None
-            return Route(operation=Operation.GET_MODEL, dialect=dialect, model=m.group(1))
+            return PathRoute(operation=Operation.GET_MODEL, dialect=dialect, model=m.group(1))
     return None
 
 

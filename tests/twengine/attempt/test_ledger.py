@@ -5,26 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from twengine.attempt import (
+    AcquireSlot,
+    AttemptLedger,
     AttemptSettings,
     Backoff,
     CancelAttempt,
+    CancelWait,
     CandidateRef,
     Commit,
-    Finish,
+    FinishRequest,
+    LedgerAction,
     Outcome,
+    RecordFailure,
+    RecordSuccess,
+    ReleaseSlot,
     Resend,
     RespondError,
     Send,
     WaitForSlot,
-)
-from twengine.attempt.ledger import (
-    AcquireSlot,
-    AttemptLedger,
-    CancelWait,
-    LedgerAction,
-    RecordFailure,
-    RecordSuccess,
-    ReleaseSlot,
 )
 from twproto.failures import Failure, FailureKind, PauseRule
 
@@ -74,7 +72,7 @@ def test_a_send_takes_a_slot_and_a_clean_end_records_and_gives_it_back() -> None
     assert kinds(to_content(book)) == ["Commit"]
     assert book.ended(3.0, clean=True) == [
         RecordSuccess(provider="a", first_content_secs=0.5),
-        Finish(provider="a"),
+        FinishRequest(provider="a"),
         ReleaseSlot(provider="a"),
     ]
     assert book.holding == frozenset()
@@ -178,11 +176,11 @@ def test_a_client_that_leaves_gives_back_the_slot_and_the_ticket() -> None:
     assert book.client_gone(0.5) == [
         CancelAttempt(provider="a", index=0, outcome=Outcome.CANCELLED),
         ReleaseSlot(provider="a"),
-        Finish(provider=None, cancelled=True),
+        FinishRequest(provider=None, cancelled=True),
     ]
     waiting = ledger("a", wait_secs=2)
     waiting.start(0.0, free=set(), paused=set())
-    assert kinds(waiting.client_gone(0.5)) == ["CancelWait", "Finish"]
+    assert kinds(waiting.client_gone(0.5)) == ["CancelWait", "FinishRequest"]
 
 
 def test_a_backoff_holds_no_slot() -> None:
@@ -200,7 +198,7 @@ def test_requests_without_slots_take_none_and_see_every_candidate_free() -> None
     book = ledger("a", takes_slots=False)
     assert book.start(0.0, free=set(), paused=set()) == [Send(provider="a", index=0)]
     to_content(book)
-    assert kinds(book.ended(1.0, clean=True)) == ["RecordSuccess", "Finish"]
+    assert kinds(book.ended(1.0, clean=True)) == ["RecordSuccess", "FinishRequest"]
 
 
 def test_a_whole_answer_reports_no_first_content_time() -> None:

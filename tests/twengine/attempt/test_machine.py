@@ -16,13 +16,14 @@ from twengine.attempt import (
     Action,
     AttemptMachine,
     AttemptSettings,
+    AttemptSkipReason,
     AttemptStateError,
     Backoff,
     CancelAttempt,
     CandidateRef,
     Commit,
     EndStreamWithError,
-    Finish,
+    FinishRequest,
     Input,
     Outcome,
     PassThroughUpstreamError,
@@ -31,7 +32,6 @@ from twengine.attempt import (
     RespondError,
     Send,
     SendKeepAlive,
-    SkipReason,
     State,
     WaitForSlot,
 )
@@ -186,7 +186,7 @@ def test_settings_are_validated() -> None:
 
 
 def test_settings_from_config() -> None:
-    from twengine.config.model import Failover
+    from twengine.config import Failover
 
     s = AttemptSettings.from_failover(
         Failover(
@@ -409,7 +409,7 @@ def test_skipped_candidates_are_not_listed_as_tried() -> None:
     assert action.error.message.endswith("(tried: a → c)")
     assert [(r.provider, r.skipped) for r in m.attempts] == [
         ("a", None),
-        ("b", SkipReason.PAUSED),
+        ("b", AttemptSkipReason.PAUSED),
         ("c", None),
     ]
 
@@ -421,7 +421,11 @@ def test_a_paused_candidate_is_skipped() -> None:
     m = make()
     assert start(m, paused={"a"}) == [Send(provider="b", index=1)]
     skip = m.attempts[0]
-    assert (skip.provider, skip.outcome, skip.skipped) == ("a", Outcome.SKIPPED, SkipReason.PAUSED)
+    assert (skip.provider, skip.outcome, skip.skipped) == (
+        "a",
+        Outcome.SKIPPED,
+        AttemptSkipReason.PAUSED,
+    )
 
 
 def test_when_every_candidate_is_paused_all_are_tried() -> None:
@@ -448,7 +452,7 @@ def test_a_candidate_paused_by_this_requests_own_failures_is_skipped() -> None:
 def test_a_full_candidate_is_skipped_at_once_but_stays_in_the_round() -> None:
     m = make(("a", "b"))
     assert start(m, free={"b"}) == [Send(provider="b", index=1)]
-    assert m.attempts[0].skipped is SkipReason.FULL
+    assert m.attempts[0].skipped is AttemptSkipReason.FULL
     # b fails; a has a free slot by now and is asked.
     assert fail(m, failure(K.SERVER)) == [Send(provider="a", index=2)]
 
@@ -484,8 +488,8 @@ def test_busy_all_until_the_deadline_is_a_429_with_retry_after() -> None:
     err = action.error
     assert (err.status, err.code, err.retry_after) == (429, "gw.busy_all", 5.0)
     assert [(r.outcome, r.skipped, r.queued_ms) for r in m.attempts] == [
-        (Outcome.SKIPPED, SkipReason.FULL, 120_000),
-        (Outcome.SKIPPED, SkipReason.FULL, 120_000),
+        (Outcome.SKIPPED, AttemptSkipReason.FULL, 120_000),
+        (Outcome.SKIPPED, AttemptSkipReason.FULL, 120_000),
     ]
 
 
@@ -534,7 +538,7 @@ def test_a_sticky_wait_moves_on_at_the_deadline() -> None:
     m = make(("a", "b"), sticky={"a"}, stream=False)
     start(m, free={"b"})
     assert timer(m, 120.0, free={"b"}) == [Send(provider="b", index=1, queued_ms=120_000)]
-    assert (m.attempts[0].provider, m.attempts[0].skipped) == ("a", SkipReason.FULL)
+    assert (m.attempts[0].provider, m.attempts[0].skipped) == ("a", AttemptSkipReason.FULL)
 
 
 def test_a_sticky_upstream_that_stays_full_is_busy_upstream() -> None:
@@ -554,7 +558,7 @@ def test_first_content_commits_and_a_clean_end_finishes() -> None:
     assert answer(m, 2.0) == [Commit(provider="a", send_headers=True)]
     assert m.headers_sent
     assert m.content(3.0) == []
-    assert m.ended(4.0, clean=True) == [Finish(provider="a")]
+    assert m.ended(4.0, clean=True) == [FinishRequest(provider="a")]
     record = m.attempts[0]
     assert (record.outcome, record.status, record.first_content_at, record.ended_at) == (
         Outcome.OK,
@@ -945,7 +949,7 @@ def test_client_gone_cancels_the_attempt_without_blame() -> None:
     m.attempt_sent(1.0)
     assert m.client_gone(2.0) == [
         CancelAttempt(provider="a", index=0, outcome=Outcome.CANCELLED),
-        Finish(provider=None, cancelled=True),
+        FinishRequest(provider=None, cancelled=True),
     ]
     assert m.attempts[0].outcome is Outcome.CANCELLED
     assert m.done
@@ -959,14 +963,14 @@ def test_client_gone_after_commit_cancels_the_stream() -> None:
     answer(m)
     cancel, finish = m.client_gone(5.0)
     assert isinstance(cancel, CancelAttempt) and cancel.failure is None
-    assert finish == Finish(provider=None, cancelled=True)
+    assert finish == FinishRequest(provider=None, cancelled=True)
 
 
 @pytest.mark.parametrize("free", [(), ("x",)])
 def test_client_gone_while_waiting_has_nothing_to_cancel(free: tuple[str, ...]) -> None:
     m = make(("a",))
     start(m, free=free)
-    assert m.client_gone(1.0) == [Finish(provider=None, cancelled=True)]
+    assert m.client_gone(1.0) == [FinishRequest(provider=None, cancelled=True)]
 
 
 # --- the transition table ----------------------------------------------------------------------
@@ -1171,8 +1175,8 @@ def test_a_context_overflow_moves_on_to_a_larger_window_only() -> None:
     assert actions == [Send(provider="d", index=3)]
     assert [(r.provider, r.outcome, r.skipped) for r in m.attempts] == [
         ("a", Outcome.FAILED, None),
-        ("b", Outcome.SKIPPED, SkipReason.CONTEXT_WINDOW),
-        ("c", Outcome.SKIPPED, SkipReason.CONTEXT_WINDOW),
+        ("b", Outcome.SKIPPED, AttemptSkipReason.CONTEXT_WINDOW),
+        ("c", Outcome.SKIPPED, AttemptSkipReason.CONTEXT_WINDOW),
         ("d", Outcome.IN_FLIGHT, None),
     ]
     # Nobody is blamed: the failure carries no pause and is not temporary.
@@ -1185,7 +1189,7 @@ def test_a_context_overflow_with_none_larger_is_the_upstreams_error_as_before() 
     start(m)
     overflow = failure(K.CONTEXT_OVERFLOW)
     assert fail(m, overflow) == [PassThroughUpstreamError(provider="a", index=0, failure=overflow)]
-    assert m.attempts[1].skipped is SkipReason.CONTEXT_WINDOW
+    assert m.attempts[1].skipped is AttemptSkipReason.CONTEXT_WINDOW
 
 
 def test_an_unknown_window_is_never_taken_for_a_larger_one() -> None:

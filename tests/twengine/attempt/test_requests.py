@@ -15,13 +15,13 @@ from twproto import (
     Dialect,
     FirstContent,
     Operation,
-    ReasoningLevel,
-    ResumableStream,
     UpstreamTarget,
     json_dumps,
     json_loads,
 )
 from twproto import translate as translate_module
+from twproto.ir import ReasoningLevel
+from twproto.stream import ResumableStream
 
 CLAUDE = {
     "model": "claude",

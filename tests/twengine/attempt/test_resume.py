@@ -15,19 +15,21 @@ from tests.twengine.attempt.test_machine import (
     timer,
 )
 from twengine.attempt import (
+    AcquireSlot,
+    AttemptLedger,
     AttemptSettings,
     CancelAttempt,
     CandidateRef,
     Commit,
     EndStreamWithError,
-    Finish,
+    FinishRequest,
     Outcome,
+    ReleaseSlot,
     Resend,
     ResendReason,
     Send,
     State,
 )
-from twengine.attempt.ledger import AcquireSlot, AttemptLedger, ReleaseSlot
 from twproto.failures import Failure, classify_response
 
 PREFILL_400 = (
@@ -52,7 +54,7 @@ def test_a_break_with_resume_on_sends_the_next_candidate() -> None:
     assert resumed.resumed_from == 12
     # The continuing upstream's first content commits without another 200.
     assert answer(m, 6.0) == [Commit(provider="b", send_headers=False)]
-    assert m.ended(7.0, clean=True) == [Finish(provider="b")]
+    assert m.ended(7.0, clean=True) == [FinishRequest(provider="b")]
 
 
 def test_a_break_ends_the_stream_without_resume_or_without_a_resume_point() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twengine.attempt.retry import base_backoff, next_backoff
+from twengine.attempt import base_backoff, next_backoff
 
 FAR = 10_000.0
 

@@ -30,7 +30,7 @@ from twengine.config import (
     PinnedTarget,
     Retention,
     SetOverrides,
-    State,
+    StateConfig,
     Store,
     TargetKind,
     build_config,
@@ -459,7 +459,7 @@ def test_state_is_built() -> None:
     config = build(state={"redis_url": " rediss://:secret@cache.internal:6380/2 "})
     assert config.state is not None
     assert config.state.redis_url == "rediss://:secret@cache.internal:6380/2"
-    assert build(state={}).state == State()
+    assert build(state={}).state == StateConfig()
     # A password in a bad URL is not quoted back.
     with pytest.raises(ConfigError) as info:
         build(state={"redis_url": "redis://:secret@cache:notaport/x"})

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from twengine.config import Provider
-from twengine.config.credentials import (
+from twengine.config import (
     CredentialFault,
+    Provider,
     UpstreamCredentials,
     credential_faults,
     header_value_fault,

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 import twproto
+import twproto.formats
+import twproto.ir
 from twproto.formats import anthropic, gemini, openai_chat, openai_responses
 
 MODULES = {
@@ -57,22 +59,22 @@ def test_stream_factories_make_conforming_objects(dialect: twproto.Dialect) -> N
     fmt = twproto.FORMATS[dialect]
     decoder = fmt.new_stream_decoder()
     encoder = fmt.new_stream_encoder(model="m", created=1)
-    assert isinstance(decoder, twproto.StreamDecoder)
-    assert isinstance(encoder, twproto.StreamEncoder)
+    assert isinstance(decoder, twproto.formats.StreamDecoder)
+    assert isinstance(encoder, twproto.formats.StreamEncoder)
     assert type(decoder) is MODULES[dialect].StreamDecoder
     assert type(encoder) is MODULES[dialect].StreamEncoder
-    assert type(twproto.new_stream_decoder(dialect)) is type(decoder)
+    assert type(twproto.formats.new_stream_decoder(dialect)) is type(decoder)
     # The factory's encoder writes a stream the same factory's decoder reads back.
     encoder.message_start("x", "m", 1, None)
-    encoder.part_start(0, twproto.PartKind.TEXT, None)
+    encoder.part_start(0, twproto.ir.PartKind.TEXT, None)
     encoder.text(0, "hi")
     encoder.part_stop(0)
-    encoder.finish(twproto.StopReason.END_TURN, None)
+    encoder.finish(twproto.ir.StopReason.END_TURN, None)
     encoder.end()
-    collector = twproto.EventCollector()
+    collector = twproto.ir.EventCollector()
     for event in twproto.SSEDecoder().feed(encoder.take()):
         decoder.feed_into(event, collector)
-    texts = [e.text for e in collector.events if isinstance(e, twproto.TextDelta)]
+    texts = [e.text for e in collector.events if isinstance(e, twproto.ir.TextDelta)]
     assert "".join(texts) == "hi"
     assert decoder.finished
 

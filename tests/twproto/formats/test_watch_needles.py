@@ -13,7 +13,7 @@ import pytest
 from tests.twproto.conftest import DIALECTS, FIXTURES, fixture, fixture_dialect, stream_events
 from twproto.dialect import Dialect
 from twproto.formats import FORMATS, WatchNeedles, new_stream_decoder
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 
 SSE_STREAMS = sorted(p.name for p in (FIXTURES / "streams").iterdir() if p.suffix == ".sse")
 

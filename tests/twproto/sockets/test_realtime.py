@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twproto import read_realtime_event, realtime_started_response
+from twproto.sockets import read_realtime_event, realtime_started_response
 
 
 def test_a_response_created_event_names_its_response() -> None:

@@ -8,16 +8,13 @@ import pytest
 from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
 from openai.types.responses.responses_server_event import ResponseWsError
 
-from twproto import (
+from twproto import Dialect, ErrorCategory, GatewayError, match_path
+from twproto.sockets import (
     WS_RESPONSES_PATHS,
-    Dialect,
-    ErrorCategory,
     EventRejected,
     FailedResponse,
-    GatewayError,
     SteerRequested,
     TurnRequested,
-    match_path,
     read_ws_client_event,
     read_ws_upstream_event,
     ws_answer_error_event,

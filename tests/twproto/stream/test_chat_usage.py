@@ -12,8 +12,7 @@ from twproto import ir
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.sse import SSEDecoder
-from twproto.stream.translators import new_stream_translator
-from twproto.stream.upstream import FirstContent, UpstreamStream
+from twproto.stream import FirstContent, UpstreamStream, new_stream_translator
 from twproto.translate import translate_request
 
 CHAT = Dialect.OPENAI_CHAT

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from twproto.dialect import Dialect
 from twproto.failures import FailureKind
 from twproto.sse import SSEDecoder, SSEEvent
-from twproto.stream.hold import (
+from twproto.stream import (
     EventRole,
     FailedBeforeContent,
     Holding,

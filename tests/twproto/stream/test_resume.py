@@ -16,7 +16,7 @@ from twproto.errors import ErrorCategory, GatewayError
 from twproto.failures import Failure, FailureKind, PauseRule, classify_response
 from twproto.formats import new_stream_decoder
 from twproto.sse import SSEDecoder
-from twproto.stream.resume import (
+from twproto.stream import (
     CONTINUE_INSTRUCTION,
     MIN_REPEAT,
     OverlapTrimmer,

@@ -8,7 +8,7 @@ from twproto import json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.sse import SSEDecoder
-from twproto.stream.translators import new_stream_translator
+from twproto.stream import new_stream_translator
 
 FIXTURE = Path(__file__).parents[2] / "data/fixtures/streams/openai-responses-text.sse"
 ERR = GatewayError(status=502, category=ErrorCategory.UPSTREAM, code="gw.x", message="broke")

@@ -23,7 +23,7 @@ from twproto import _json, ir, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.formats import new_stream_decoder
-from twproto.stream.translators import StreamTranslator, new_stream_translator
+from twproto.stream import StreamTranslator, new_stream_translator
 
 STREAMS = sorted(p.name for p in (FIXTURES / "streams").iterdir())
 ERR = GatewayError(

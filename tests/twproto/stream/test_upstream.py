@@ -17,14 +17,16 @@ from hypothesis import strategies as st
 from tests.twproto.conftest import DIALECTS, FIXTURES, bytewise, fixture_dialect, pieces
 from twproto.dialect import Dialect
 from twproto.sse import SSEDecoder
-from twproto.stream.hold import FailedBeforeContent, Holding
-from twproto.stream.translators import (
+from twproto.stream import (
     CollectedStream,
     ConvertedStream,
+    FailedBeforeContent,
+    FirstContent,
+    Holding,
     RelayedStream,
+    UpstreamStream,
     new_stream_translator,
 )
-from twproto.stream.upstream import FirstContent, UpstreamStream
 
 STREAMS = sorted(p for p in (FIXTURES / "streams").iterdir() if p.suffix in (".sse", ".json"))
 NOW = 1_700_000_000.0

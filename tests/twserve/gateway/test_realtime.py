@@ -28,7 +28,7 @@ from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_pin
 from tests.twserve.support.stack import Stack, Upstream
 from tests.twserve.support.tls_front import certificates, tls_front
 from twmock.serve.realtime import REALTIME_TEXT, REALTIME_USAGE
-from twproto.sockets.realtime import (
+from twproto.sockets import (
     RealtimeEvent,
     read_realtime_event,
     realtime_cancel_event,

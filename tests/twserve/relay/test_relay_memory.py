@@ -17,8 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from twengine.attempt import AttemptSettings
-from twengine.attempt.ledger import AttemptLedger
+from twengine.attempt import AttemptLedger, AttemptSettings
 from twengine.config import build_config
 from twengine.destinations import Destination
 from twengine.router import Router

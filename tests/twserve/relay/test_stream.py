@@ -31,7 +31,7 @@ from twmock import run_mock
 from twmock.script import MockSettings, Script
 from twproto.dialect import Dialect
 from twproto.paths import Operation
-from twproto.stream.translators import StreamTranslator, new_stream_translator
+from twproto.stream import StreamTranslator, new_stream_translator
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from tests.support.servers import RedisServer, start_redis
-from twengine.config.model import Client, KeyLimit, LimitMeasure, LimitPeriod
+from twengine.config import Client, KeyLimit, LimitMeasure, LimitPeriod
 from twengine.limits import Admitted, KeyLimits, Refused, Reservation, Spend, Wait
 from twserve.shared.limits import SharedLimits, admit_args, read_verdict, windows
 from twserve.shared.redis import RedisDown, RedisState

@@ -1,11 +1,12 @@
 """The attempt machine of one request, its vocabulary and its ledger.
 
 `actions` holds what goes in and comes out (`CandidateRef`, `AttemptSettings`, `Send` …
-`Finish`, `AttemptRecord`); `machine` the per-request state machine (`State`, `Input`,
+`FinishRequest`, `AttemptRecord`); `machine` the per-request state machine (`State`, `Input`,
 `TRANSITIONS`, `AttemptMachine`); `ledger` the machine with its slot and health bookkeeping as
 actions (`AttemptLedger`), which is what an IO shell drives; `retry` the backoff schedule of
 retry rounds; `requests` what each attempt sends upstream, and again after a refusal
-(`twengine.attempt.requests.AttemptRequests`). docs/failover.md, "The attempt machine".
+(`AttemptRequests`). Every public name of these modules is exported here: the machine's states
+and inputs, its actions and the ledger's. docs/failover.md, "The attempt machine".
 """
 
 from twengine.attempt.actions import (
@@ -13,12 +14,13 @@ from twengine.attempt.actions import (
     Action,
     AttemptRecord,
     AttemptSettings,
+    AttemptSkipReason,
     Backoff,
     CancelAttempt,
     CandidateRef,
     Commit,
     EndStreamWithError,
-    Finish,
+    FinishRequest,
     Outcome,
     PassThroughUpstreamError,
     Resend,
@@ -26,7 +28,6 @@ from twengine.attempt.actions import (
     RespondError,
     Send,
     SendKeepAlive,
-    SkipReason,
     WaitForSlot,
 )
 from twengine.attempt.ledger import (
@@ -46,8 +47,21 @@ from twengine.attempt.machine import (
     Input,
     State,
 )
+from twengine.attempt.requests import (
+    AttemptRequests,
+)
+from twengine.attempt.retry import (
+    HINT_FLOOR_SECS,
+    JITTER,
+    SCHEDULE_SECS,
+    base_backoff,
+    next_backoff,
+)
 
 __all__ = (
+    "HINT_FLOOR_SECS",
+    "JITTER",
+    "SCHEDULE_SECS",
     "TERMINAL_ACTIONS",
     "TRANSITIONS",
     "AcquireSlot",
@@ -55,7 +69,9 @@ __all__ = (
     "AttemptLedger",
     "AttemptMachine",
     "AttemptRecord",
+    "AttemptRequests",
     "AttemptSettings",
+    "AttemptSkipReason",
     "AttemptStateError",
     "Backoff",
     "CancelAttempt",
@@ -63,7 +79,7 @@ __all__ = (
     "CandidateRef",
     "Commit",
     "EndStreamWithError",
-    "Finish",
+    "FinishRequest",
     "Input",
     "LedgerAction",
     "Outcome",
@@ -76,8 +92,9 @@ __all__ = (
     "RespondError",
     "Send",
     "SendKeepAlive",
-    "SkipReason",
     "State",
     "WaitForSlot",
     "attempt_view",
+    "base_backoff",
+    "next_backoff",
 )

@@ -2,7 +2,7 @@
 the records of its attempts (the machine itself: `twengine.attempt.machine`).
 
 These are the values an IO shell imports: a `CandidateRef` per upstream routing chose and the
-`AttemptSettings` of the config's ``failover`` section go in; the actions (`Send` … `Finish`)
+`AttemptSettings` of the config's ``failover`` section go in; the actions (`Send` … `FinishRequest`)
 come out, each a frozen dataclass named for what the shell must do; `AttemptRecord` is one
 attempt as the request row keeps it. Like h11's ``_events.py`` beside its ``_state.py``, the
 vocabulary is apart from the machine that speaks it.
@@ -25,12 +25,13 @@ __all__ = (
     "Action",
     "AttemptRecord",
     "AttemptSettings",
+    "AttemptSkipReason",
     "Backoff",
     "CancelAttempt",
     "CandidateRef",
     "Commit",
     "EndStreamWithError",
-    "Finish",
+    "FinishRequest",
     "Outcome",
     "PassThroughUpstreamError",
     "Resend",
@@ -38,7 +39,6 @@ __all__ = (
     "RespondError",
     "Send",
     "SendKeepAlive",
-    "SkipReason",
     "WaitForSlot",
 )
 
@@ -143,7 +143,7 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # never sent; `skipped` says why
 
 
-class SkipReason(StrEnum):
+class AttemptSkipReason(StrEnum):
     PAUSED = "paused"
     FULL = "full"
     # An earlier candidate's context window overflowed and this one's is not known to be larger.
@@ -175,7 +175,7 @@ class AttemptRecord:
     retry_round: int = 0
     backoff_ms: int | None = None
     queued_ms: int = 0
-    skipped: SkipReason | None = None
+    skipped: AttemptSkipReason | None = None
     resend: ResendReason | None = None
     status: int | None = None
     error: str | None = None
@@ -233,7 +233,7 @@ class Commit:
     commit of keep-alive: headers only, no upstream chosen yet. Otherwise the answer comes from
     `provider`: write what was held, and pass the rest through; no failover from here on. For a
     client that asked for a whole answer `send_headers` is always false: its status, headers and
-    body go out together at `Finish`.
+    body go out together at `FinishRequest`.
     """
 
     provider: str | None
@@ -304,7 +304,7 @@ class PassThroughUpstreamError:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Finish:
+class FinishRequest:
     """The request is over: the answer from `provider` ended cleanly, or the client left."""
 
     provider: str | None
@@ -322,12 +322,12 @@ Action = (
     | RespondError
     | EndStreamWithError
     | PassThroughUpstreamError
-    | Finish
+    | FinishRequest
 )
 
 #: After one of these the machine is done.
 TERMINAL_ACTIONS: tuple[type[Action], ...] = (
-    Finish,
+    FinishRequest,
     RespondError,
     EndStreamWithError,
     PassThroughUpstreamError,

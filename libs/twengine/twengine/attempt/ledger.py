@@ -9,12 +9,12 @@ list (docs/failover.md, "The attempt machine"; docs/balancing.md for slots and h
   `WaitForSlot` ticket delivered (`slot_granted`) is already held. A `Resend` keeps its slot.
 * `ReleaseSlot` when the attempt holding it ends: it failed, it was cancelled (idle timeout,
   slow start, the client left), or the request ended. A successful answer keeps its slot until
-  it has been passed on in full, so the release follows `Finish`.
+  it has been passed on in full, so the release follows `FinishRequest`.
 * `CancelWait` when the request stops waiting for a slot without getting one (the deadline
   passed, the client left). A grant that arrives after that is given straight back.
 * `RecordFailure` for every failure the request counts against an upstream (the `failed` input,
   an idle timeout's `CancelAttempt`), before anything else happens; `RecordSuccess` before
-  `Finish`, with the time from sending to first content for a streamed answer. A streamed
+  `FinishRequest`, with the time from sending to first content for a streamed answer. A streamed
   answer that stays silent until its idle timeout is slow as well as failed: its
   `RecordFailure` carries the whole wait as its first-content sample (docs/balancing.md).
 
@@ -35,7 +35,7 @@ from twengine.attempt.actions import (
     AttemptSettings,
     CancelAttempt,
     CandidateRef,
-    Finish,
+    FinishRequest,
     Resend,
     Send,
 )
@@ -267,7 +267,7 @@ class AttemptLedger:
                         )
                     )
                 out += self._release(action.provider)
-            elif isinstance(action, Finish) and not action.cancelled and action.provider:
+            elif isinstance(action, FinishRequest) and not action.cancelled and action.provider:
                 out.append(
                     RecordSuccess(
                         provider=action.provider, first_content_secs=self._first_content_secs()

@@ -14,7 +14,7 @@ must do (`Send`, `WaitForSlot`, `Commit`, `RespondError`…) — in the order it
 The machine does not consult the health, pause or slot bookkeeping. At each input that may choose
 a hop the caller passes two snapshots: ``free`` (candidates with a free slot right now) and
 ``paused`` (candidates paused right now). The caller records outcomes itself, from the actions
-(`CancelAttempt` carries the failure it counts, `Finish` means success) and from `attempts`.
+(`CancelAttempt` carries the failure it counts, `FinishRequest` means success) and from `attempts`.
 
 States. `State` is where the *request* is; at most one attempt is in flight at a time. "A hop"
 below leads to DISPATCHED (`Send`), WAITING_SLOT, BACKOFF or DONE::
@@ -77,9 +77,9 @@ below leads to DISPATCHED (`Send`), WAITING_SLOT, BACKOFF or DONE::
   is unpaused and free at that moment, the attempt is cancelled (outcome ``slow_start``, not a
   failure) and the request sent there. Otherwise — including on the last candidate — it waits.
 * `client_gone` ends everything at once: `CancelAttempt` (outcome ``cancelled``, not counted
-  against the upstream) for an attempt in flight, then ``Finish(cancelled=True)``.
+  against the upstream) for an attempt in flight, then ``FinishRequest(cancelled=True)``.
 
-Terminal actions are `Finish`, `RespondError`, `EndStreamWithError` and
+Terminal actions are `FinishRequest`, `RespondError`, `EndStreamWithError` and
 `PassThroughUpstreamError`; after one, `done` is true. Whatever upstream request is still open
 is then the IO layer's to close, and its slot to release.
 
@@ -100,12 +100,13 @@ from twengine.attempt.actions import (
     Action,
     AttemptRecord,
     AttemptSettings,
+    AttemptSkipReason,
     Backoff,
     CancelAttempt,
     CandidateRef,
     Commit,
     EndStreamWithError,
-    Finish,
+    FinishRequest,
     Outcome,
     PassThroughUpstreamError,
     Resend,
@@ -113,7 +114,6 @@ from twengine.attempt.actions import (
     RespondError,
     Send,
     SendKeepAlive,
-    SkipReason,
     WaitForSlot,
 )
 from twengine.attempt.retry import next_backoff
@@ -421,7 +421,7 @@ class AttemptMachine:
             if clean:
                 self._close_current(Outcome.OK, now)
                 self._state = State.DONE
-                return [Finish(provider=provider)]
+                return [FinishRequest(provider=provider)]
             self._close_current(Outcome.FAILED, now, error="gw.upstream.broken_after_content")
             error = GatewayError(
                 status=502,
@@ -445,7 +445,7 @@ class AttemptMachine:
             if self._current is not None:
                 actions.append(self._cancel_current(Outcome.CANCELLED, now))
             self._state = State.DONE
-            actions.append(Finish(provider=None, cancelled=True))
+            actions.append(FinishRequest(provider=None, cancelled=True))
             return actions
 
         return self._run(Input.CLIENT_GONE, step)
@@ -663,7 +663,7 @@ class AttemptMachine:
         for name in list(self._pending):
             if not self._fits(name):
                 self._pending.remove(name)
-                self._add(self._skip(name, SkipReason.CONTEXT_WINDOW))
+                self._add(self._skip(name, AttemptSkipReason.CONTEXT_WINDOW))
 
     def _fits(self, name: str) -> bool:
         """Whether `name` may be asked after the context overflows so far."""
@@ -695,11 +695,11 @@ class AttemptMachine:
         for name in list(self._pending):
             if name in paused and not everyone_paused:
                 self._pending.remove(name)
-                self._add(self._skip(name, SkipReason.PAUSED))
+                self._add(self._skip(name, AttemptSkipReason.PAUSED))
                 continue
             if name in free:
                 for passed in full:  # passed over, but still in the round
-                    self._add(self._skip(passed, SkipReason.FULL, queued))
+                    self._add(self._skip(passed, AttemptSkipReason.FULL, queued))
                 return self._send(name, now, queued_ms=queued)
             if name == self._sticky and self._can_wait(now):
                 self._waited_sticky = True
@@ -709,10 +709,10 @@ class AttemptMachine:
             return self._wait(tuple(full), now)
         for name in full:  # too late to wait for them
             self._pending.remove(name)
-            self._add(self._skip(name, SkipReason.FULL, queued))
+            self._add(self._skip(name, AttemptSkipReason.FULL, queued))
         return self._close_round(now)
 
-    def _skip(self, name: str, reason: SkipReason, queued_ms: int = 0) -> AttemptRecord:
+    def _skip(self, name: str, reason: AttemptSkipReason, queued_ms: int = 0) -> AttemptRecord:
         return AttemptRecord(
             provider=name,
             outcome=Outcome.SKIPPED,

@@ -26,21 +26,18 @@ from typing import Any
 from twengine.attempt.actions import ResendReason
 from twengine.destinations import Destination, reasoning_level
 from twproto import (
-    DEFAULT_MAX_TOKENS,
     ClientCall,
-    Effort,
-    ReasoningLevel,
-    ResumableStream,
     TranslatedRequest,
     UpstreamRequest,
     UpstreamStream,
     json_loads,
-    level_after_refusal,
-    parse_effort,
-    requested_effort,
     translate_request,
     upstream_request,
 )
+from twproto.effort import level_after_refusal, parse_effort, requested_effort
+from twproto.ir import Effort, ReasoningLevel
+from twproto.stream import ResumableStream
+from twproto.translate import DEFAULT_MAX_TOKENS
 
 __all__ = ("AttemptRequests",)
 
@@ -110,7 +107,8 @@ class AttemptRequests:
 
     def resent_levels(self) -> dict[str, str]:
         """The level each upstream's refused effort was resent with (``off``: without one), by
-        upstream name, as the request row and `twengine.reasoning.Reasoning.settle` take them."""
+        upstream name, as the request row and `twengine.reasoning.ReasoningMemory.settle` take
+        them."""
         return {name: reasoning_level(level).value for name, level in self.effort_after.items()}
 
     def _asked_effort(self, dest: Destination) -> Effort | None:

@@ -4,17 +4,29 @@ twserve reads ``config.yaml`` (stage 1: YAML parses) and calls `build_config` wi
 data; the schema, consistency and build stages run here and either return a `Config` or raise
 `ConfigError` listing every `Problem`, each with a stable code from `twengine.codes`. Secrets
 stay ``${VAR}`` templates in the `Config`; `resolve_template` expands one with an environment
-the caller passes in.
+the caller passes in; `resolve_credentials` turns a provider's credential templates into
+header values or a `CredentialFault`. `defaults` (the figures and ranges of every numeric field)
+and `schema` (which field each stage reads) are tables read by module: ``defaults.PORT``.
 """
 
 from __future__ import annotations
 
 from twengine.config.build import ConfigError, Problem, build_config
+from twengine.config.credentials import (
+    CredentialFault,
+    UpstreamCredentials,
+    bedrock_key,
+    credential_faults,
+    header_value_fault,
+    resolve_aws,
+    resolve_credentials,
+)
 from twengine.config.model import (
     ALL_UPSTREAMS,
     Alias,
     AnswerModel,
     BalanceBy,
+    BedrockSettings,
     Billing,
     Client,
     CompareOp,
@@ -44,10 +56,10 @@ from twengine.config.model import (
     Provider,
     ResponsesTransport,
     Retention,
-    Route,
-    Rule,
+    RouteConfig,
+    RoutingRule,
     SetOverrides,
-    State,
+    StateConfig,
     Store,
     Target,
     TargetKind,
@@ -62,6 +74,7 @@ __all__ = (
     "Alias",
     "AnswerModel",
     "BalanceBy",
+    "BedrockSettings",
     "Billing",
     "Client",
     "CompareOp",
@@ -69,6 +82,7 @@ __all__ = (
     "Config",
     "ConfigError",
     "ControlListen",
+    "CredentialFault",
     "Failover",
     "GatewayListen",
     "Group",
@@ -93,18 +107,24 @@ __all__ = (
     "Provider",
     "ResponsesTransport",
     "Retention",
-    "Route",
-    "Rule",
+    "RouteConfig",
+    "RoutingRule",
     "SetOverrides",
-    "State",
+    "StateConfig",
     "Store",
     "Target",
     "TargetKind",
     "TemplateError",
+    "UpstreamCredentials",
     "WebSocketListen",
     "When",
+    "bedrock_key",
     "build_config",
+    "credential_faults",
+    "header_value_fault",
     "parse_comparison",
+    "resolve_aws",
+    "resolve_credentials",
     "resolve_template",
     "template_variables",
 )

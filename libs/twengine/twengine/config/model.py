@@ -64,10 +64,10 @@ __all__ = (
     "Provider",
     "ResponsesTransport",
     "Retention",
-    "Route",
-    "Rule",
+    "RouteConfig",
+    "RoutingRule",
     "SetOverrides",
-    "State",
+    "StateConfig",
     "Store",
     "Target",
     "TargetKind",
@@ -560,7 +560,7 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
+class RoutingRule:
     """``routes[].rules[]``. `deny` holds the message of a deny rule, else None.
 
     A rule *decides* when it has `to` or `deny`; the first matching decider ends the matching.
@@ -586,9 +586,9 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Route:
+class RouteConfig:
     name: str
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[RoutingRule, ...] = ()
     resume: bool = False  # continue a broken stream on the next candidate (docs/failover.md)
 
 
@@ -654,7 +654,7 @@ class Pricing:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class State:
+class StateConfig:
     """``state`` (docs/configuration.md): state shared across instances through Redis."""
 
     redis_url: str | None = None
@@ -690,7 +690,7 @@ class Observability:
 # --- the whole config ---------------------------------------------------------------------
 
 
-_T = TypeVar("_T", Provider, Client, Alias, Group, Route, PriceSheet)
+_T = TypeVar("_T", Provider, Client, Alias, Group, RouteConfig, PriceSheet)
 
 
 def _index(items: tuple[_T, ...]) -> Mapping[str, _T]:
@@ -715,7 +715,7 @@ class Config:
     providers: tuple[Provider, ...] = ()
     aliases: tuple[Alias, ...] = ()
     groups: tuple[Group, ...] = ()
-    routes: tuple[Route, ...] = ()
+    routes: tuple[RouteConfig, ...] = ()
     default_route: str | None = None
     default_key: str | None = None
     failover: Failover = field(default_factory=Failover)
@@ -723,7 +723,7 @@ class Config:
     retention: Retention = field(default_factory=Retention)
     pricing: Pricing = field(default_factory=Pricing)
     # None without a ``state`` section: limits, slots, pauses and affinity are in-process.
-    state: State | None = None
+    state: StateConfig | None = None
     # Not built yet (docs/operations.md, "Not built yet"): `build_config` refuses the section,
     # so this stays None.
     store: Store | None = None
@@ -736,7 +736,7 @@ class Config:
     _clients: Mapping[str, Client] = _no_index()
     _aliases: Mapping[str, Alias] = _no_index()
     _groups: Mapping[str, Group] = _no_index()
-    _routes: Mapping[str, Route] = _no_index()
+    _routes: Mapping[str, RouteConfig] = _no_index()
     _sheets: Mapping[str, PriceSheet] = _no_index()
 
     def __post_init__(self) -> None:
@@ -756,7 +756,7 @@ class Config:
         """The group called `name`; KeyError if there is none."""
         return self._groups[name]
 
-    def route(self, name: str) -> Route:
+    def route(self, name: str) -> RouteConfig:
         """The route called `name`; KeyError if there is none."""
         return self._routes[name]
 

@@ -63,7 +63,7 @@ from twproto.failures.kinds import (
     PauseRule,
     TransportFault,
 )
-from twproto.failures.rules import RULES, TEMPORARY_STATUSES, Rule
+from twproto.failures.rules import RULES, TEMPORARY_STATUSES, FailureRule
 
 __all__ = (
     "KIND_POLICY",
@@ -73,9 +73,9 @@ __all__ = (
     "Evidence",
     "Failure",
     "FailureKind",
+    "FailureRule",
     "KindPolicy",
     "PauseRule",
-    "Rule",
     "TransportFault",
     "classify_response",
     "classify_stream_error",

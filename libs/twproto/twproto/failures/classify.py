@@ -26,7 +26,7 @@ from twproto.failures.kinds import (
     PauseRule,
     TransportFault,
 )
-from twproto.failures.rules import RULES, TEMPORARY_STATUSES, Rule
+from twproto.failures.rules import RULES, TEMPORARY_STATUSES, FailureRule
 
 __all__ = (
     "classify_response",
@@ -38,7 +38,7 @@ __all__ = (
 
 
 def _matches(
-    rule: Rule, status: int | None, ids: Sequence[str], text: str, facts: set[Evidence]
+    rule: FailureRule, status: int | None, ids: Sequence[str], text: str, facts: set[Evidence]
 ) -> bool:
     if rule.statuses is not None and status not in rule.statuses:
         return False

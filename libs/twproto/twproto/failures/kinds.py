@@ -66,7 +66,7 @@ class TransportFault(StrEnum):
 
 
 class Evidence(StrEnum):
-    """Facts read from headers and body that a `Rule` may require."""
+    """Facts read from headers and body that a `FailureRule` may require."""
 
     RETRY_HINT = "retry_hint"  # retry-after(-ms), Gemini RetryInfo, "retry in 5s" in the message
     DAILY_QUOTA = "daily_quota"  # a Gemini QuotaFailure naming a per-day quota

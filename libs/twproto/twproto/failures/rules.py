@@ -10,12 +10,12 @@ from twproto.failures.kinds import Evidence, FailureKind
 __all__ = (
     "RULES",
     "TEMPORARY_STATUSES",
-    "Rule",
+    "FailureRule",
 )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
+class FailureRule:
     """One row of the recognition table. Empty `codes` and `texts` match on status alone."""
 
     name: str
@@ -56,16 +56,16 @@ _MODEL_STATUSES = _statuses(400, 403, 404, 422, None)
 
 K = FailureKind
 
-RULES: tuple[Rule, ...] = (
+RULES: tuple[FailureRule, ...] = (
     # --- resend-once kinds: specific enough to go first --------------------------------------
-    Rule(
+    FailureRule(
         name="sealed_encrypted_content",
         kind=K.SEALED_REASONING,
         codes=frozenset({"invalid_encrypted_content"}),
         texts=(r"encrypted content .{0,200}could not be (?:verified|decrypted)",),
         statuses=_BAD_REQUEST,
     ),
-    Rule(
+    FailureRule(
         name="sealed_thinking_signature",
         kind=K.SEALED_REASONING,
         texts=(
@@ -74,7 +74,7 @@ RULES: tuple[Rule, ...] = (
         ),
         statuses=_BAD_REQUEST,
     ),
-    Rule(
+    FailureRule(
         name="effort_refused",
         kind=K.EFFORT_REFUSED,
         texts=(
@@ -90,7 +90,7 @@ RULES: tuple[Rule, ...] = (
         statuses=_statuses(400, 422),
     ),
     # --- the request does not fit the model's context window ---------------------------------
-    Rule(
+    FailureRule(
         name="context_overflow",
         kind=K.CONTEXT_OVERFLOW,
         codes=frozenset({"context_length_exceeded"}),
@@ -110,7 +110,7 @@ RULES: tuple[Rule, ...] = (
         statuses=_statuses(400, 413, 422, None, range(100, 400), _5XX),
     ),
     # --- money and quotas ---------------------------------------------------------------------
-    Rule(
+    FailureRule(
         name="no_balance",
         kind=K.NO_BALANCE,
         codes=frozenset(
@@ -137,19 +137,19 @@ RULES: tuple[Rule, ...] = (
             r"欠费",
         ),
     ),
-    Rule(
+    FailureRule(
         name="gemini_daily_quota",
         kind=K.QUOTA_USED_UP,
         codes=frozenset({"resource_exhausted"}),
         needs=frozenset({Evidence.DAILY_QUOTA}),
     ),
-    Rule(
+    FailureRule(
         name="gemini_retry_delay",
         kind=K.RATE_LIMITED,
         codes=frozenset({"resource_exhausted"}),
         needs=frozenset({Evidence.RETRY_HINT}),
     ),
-    Rule(
+    FailureRule(
         name="quota_used_up",
         kind=K.QUOTA_USED_UP,
         codes=frozenset({"usage_limit_reached", "quota_exceeded", "1304", "1308"}),
@@ -165,14 +165,14 @@ RULES: tuple[Rule, ...] = (
             r"额度已用",
         ),
     ),
-    Rule(
+    FailureRule(
         name="quota_headers_full",
         kind=K.QUOTA_USED_UP,
         statuses=_statuses(429, None),
         needs=frozenset({Evidence.QUOTA_HEADERS_FULL}),
     ),
     # --- capacity -------------------------------------------------------------------------------
-    Rule(
+    FailureRule(
         name="overloaded",
         kind=K.OVERLOADED,
         codes=frozenset(
@@ -196,7 +196,7 @@ RULES: tuple[Rule, ...] = (
             r"繁忙",
         ),
     ),
-    Rule(
+    FailureRule(
         name="rate_limited",
         kind=K.RATE_LIMITED,
         codes=frozenset(
@@ -225,7 +225,7 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     # --- the upstream cannot serve this model / this account ----------------------------------
-    Rule(
+    FailureRule(
         name="model_unavailable",
         kind=K.MODEL_UNAVAILABLE,
         codes=frozenset(
@@ -245,7 +245,7 @@ RULES: tuple[Rule, ...] = (
         ),
         statuses=_MODEL_STATUSES,
     ),
-    Rule(
+    FailureRule(
         name="auth_rejected",
         kind=K.AUTH_REJECTED,
         codes=frozenset(
@@ -278,7 +278,7 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     # --- a request error named in a 5xx (or status-less) body ---------------------------------
-    Rule(
+    FailureRule(
         name="request_error_in_body",
         kind=K.CLIENT_ERROR,
         codes=frozenset(
@@ -297,7 +297,7 @@ RULES: tuple[Rule, ...] = (
         ),
         statuses=_NOT_4XX,
     ),
-    Rule(
+    FailureRule(
         name="server_error_in_body",
         kind=K.SERVER,
         codes=frozenset(
@@ -327,16 +327,16 @@ RULES: tuple[Rule, ...] = (
         statuses=_NOT_4XX,
     ),
     # --- status alone -------------------------------------------------------------------------
-    Rule(name="status_402", kind=K.NO_BALANCE, statuses=_statuses(402)),
-    Rule(name="status_401_403", kind=K.AUTH_REJECTED, statuses=_statuses(401, 403)),
-    Rule(name="status_404", kind=K.MODEL_UNAVAILABLE, statuses=_statuses(404)),
-    Rule(name="status_429", kind=K.RATE_LIMITED, statuses=_statuses(429)),
-    Rule(name="status_503_529", kind=K.OVERLOADED, statuses=_statuses(503, 529)),
-    Rule(name="status_5xx", kind=K.SERVER, statuses=_statuses(_5XX)),
-    Rule(name="status_4xx", kind=K.CLIENT_ERROR, statuses=_statuses(_4XX)),
+    FailureRule(name="status_402", kind=K.NO_BALANCE, statuses=_statuses(402)),
+    FailureRule(name="status_401_403", kind=K.AUTH_REJECTED, statuses=_statuses(401, 403)),
+    FailureRule(name="status_404", kind=K.MODEL_UNAVAILABLE, statuses=_statuses(404)),
+    FailureRule(name="status_429", kind=K.RATE_LIMITED, statuses=_statuses(429)),
+    FailureRule(name="status_503_529", kind=K.OVERLOADED, statuses=_statuses(503, 529)),
+    FailureRule(name="status_5xx", kind=K.SERVER, statuses=_statuses(_5XX)),
+    FailureRule(name="status_4xx", kind=K.CLIENT_ERROR, statuses=_statuses(_4XX)),
     # Anything else — an in-stream error nothing above recognised, or an error body under a
     # 2xx/3xx status — is taken for an upstream fault.
-    Rule(name="unrecognised", kind=K.SERVER),
+    FailureRule(name="unrecognised", kind=K.SERVER),
 )
 
 del K

@@ -9,7 +9,69 @@
 4. `resume` — a stream that broke off, continued on another upstream and spliced into the same
    client answer (`ResumableStream`).
 
-A folder, not a facade: every public name is exported by ``twproto`` itself.
+Every public name of these modules is exported here (``from twproto.stream import UpstreamStream``).
 """
 
-__all__ = ()
+from twproto.stream.hold import (
+    EventRole,
+    FailedBeforeContent,
+    Holding,
+    HoldOutcome,
+    OpeningHold,
+    Released,
+    classify_event,
+    classify_payload,
+)
+from twproto.stream.resume import (
+    CONTINUE_INSTRUCTION,
+    MIN_REPEAT,
+    PREFILL_FORMATS,
+    OverlapTrimmer,
+    ResumableStream,
+    continued_request,
+    refuses_prefill,
+    uses_prefill,
+)
+from twproto.stream.translators import (
+    CollectedStream,
+    ConvertedStream,
+    RelayedStream,
+    StreamTranslator,
+    keepalive_comments,
+    new_stream_translator,
+)
+from twproto.stream.upstream import (
+    FirstContent,
+    OpeningOutcome,
+    UpstreamStream,
+    reported_usage,
+)
+
+__all__ = (
+    "CONTINUE_INSTRUCTION",
+    "MIN_REPEAT",
+    "PREFILL_FORMATS",
+    "CollectedStream",
+    "ConvertedStream",
+    "EventRole",
+    "FailedBeforeContent",
+    "FirstContent",
+    "HoldOutcome",
+    "Holding",
+    "OpeningHold",
+    "OpeningOutcome",
+    "OverlapTrimmer",
+    "RelayedStream",
+    "Released",
+    "ResumableStream",
+    "StreamTranslator",
+    "UpstreamStream",
+    "classify_event",
+    "classify_payload",
+    "continued_request",
+    "keepalive_comments",
+    "new_stream_translator",
+    "refuses_prefill",
+    "reported_usage",
+    "uses_prefill",
+)

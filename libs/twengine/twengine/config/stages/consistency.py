@@ -21,8 +21,8 @@ from twengine.config.model import (
     Group,
     Provider,
     Retention,
-    Route,
-    Rule,
+    RouteConfig,
+    RoutingRule,
     TargetKind,
 )
 from twengine.config.stages.fields import _at, _Placed, _Problems
@@ -181,9 +181,9 @@ def _check_routes(
     groups: set[str],
     clients: set[str],
     aliases: Mapping[str, Alias],
-) -> list[Route]:
+) -> list[RouteConfig]:
     first: dict[str, str] = {}
-    built: list[Route] = []
+    built: list[RouteConfig] = []
     for entry in routes:
         route_name, rules, resume = entry.value
         if route_name in first:
@@ -195,9 +195,9 @@ def _check_routes(
         else:
             first[route_name] = entry.path
         seen: dict[str, str] = {}
-        finished: list[Rule] = []
+        finished: list[RoutingRule] = []
         for placed in rules:
-            rule: Rule = placed.value
+            rule: RoutingRule = placed.value
             if rule.name in seen:
                 out.add(
                     "engine.rule_duplicate_name",
@@ -262,7 +262,7 @@ def _check_routes(
                             f"upstream {pin.provider!r} does not list model {pin.model!r}",
                         )
             finished.append(replace(rule, to=to))
-        built.append(Route(name=route_name, rules=tuple(finished), resume=resume))
+        built.append(RouteConfig(name=route_name, rules=tuple(finished), resume=resume))
     return built
 
 

@@ -23,7 +23,7 @@ from twengine.config.model import (
     GroupType,
     OnMatch,
     PinnedTarget,
-    Rule,
+    RoutingRule,
     SetOverrides,
     Target,
     TargetKind,
@@ -299,7 +299,7 @@ def _deny(out: _Problems, f: _Fields, rule_name: str | None) -> str | None:
     return None
 
 
-def _rule(out: _Problems, path: str, item: object) -> Rule | None:
+def _rule(out: _Problems, path: str, item: object) -> RoutingRule | None:
     f = _Fields.of(out, path, item, SECTIONS["routes[].rules[]"])
     if f is None:
         return None
@@ -335,7 +335,9 @@ def _rule(out: _Problems, path: str, item: object) -> Rule | None:
         )
     if name is None:
         return None
-    return Rule(name=name, when=when, to=to, overrides=overrides, deny=deny, on_match=on_match)
+    return RoutingRule(
+        name=name, when=when, to=to, overrides=overrides, deny=deny, on_match=on_match
+    )
 
 
 def _routes(out: _Problems, top: _Fields) -> list[_Placed]:

@@ -2,8 +2,8 @@
 
 Each reader takes the top level's `_Fields` (and the environment where ``${VAR}`` templates
 must be resolved at load) and returns the section's model: `Listen`, `Failover`, `Retention`,
-`State`, `Store`, or for the list sections (``clients``, ``pricing.sheets`` here; ``providers``
-in `twengine.config.stages.providers`; ``aliases``, ``groups`` and ``routes`` in
+`StateConfig`, `Store`, or for the list sections (``clients``, ``pricing.sheets`` here;
+``providers`` in `twengine.config.stages.providers`; ``aliases``, ``groups`` and ``routes`` in
 `twengine.config.stages.routing`) each entry as a `_Placed`, its value with the path it was read at,
 for the consistency checks of stage 3. A check that needs only the section's own fields is
 made here (a control plane on the gateway's port, a key's limits); one that needs another
@@ -39,7 +39,7 @@ from twengine.config.model import (
     Observability,
     PriceSheet,
     Retention,
-    State,
+    StateConfig,
     Store,
     WebSocketListen,
 )
@@ -478,13 +478,13 @@ def _observability(out: _Problems, top: _Fields) -> Observability:
     )
 
 
-def _state(out: _Problems, top: _Fields) -> State | None:
+def _state(out: _Problems, top: _Fields) -> StateConfig | None:
     sf = top.fields("state", SECTIONS["state"])
     if sf is None:
         return None
     url = sf.text("redis_url")
     if url is None:
-        return State()
+        return StateConfig()
     if _REDIS_URL.fullmatch(url.strip()) is None:
         # A Redis URL may carry a password: describe it without quoting it.
         shown = "the value" if "@" in url else repr(url)
@@ -494,7 +494,7 @@ def _state(out: _Problems, top: _Fields) -> State | None:
             f"{shown} is not a redis:// or rediss:// URL (host, port, database number)",
         )
         return None
-    return State(redis_url=url.strip())
+    return StateConfig(redis_url=url.strip())
 
 
 _DSN_SCHEMES = ("postgresql://", "postgres://")
