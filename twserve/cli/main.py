@@ -344,6 +344,9 @@ def cmd_mock(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from twserve.cli.demo import run_demo
 
+    # The demo's log lines as `serve` writes them, fields and all (docs/observability.md).
+    configure_logging("text", level=logging.getLogger().level)
+
     failed: list[ListenError] = []
     try:
         try:

@@ -61,3 +61,18 @@ def test_demo_on_a_taken_port_fails_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in demo.stderr and "ExceptionGroup" not in demo.stderr
     last = demo.stderr.strip().splitlines()[-1]
     assert last.startswith(f"gw.listen.cannot_bind: cannot listen on 127.0.0.1:{port}")
+
+
+def test_the_demo_logs_each_request_with_its_fields(tmp_path: Path) -> None:
+    demo = subprocess.run(
+        [sys.executable, "-m", "twserve.cli.main", "demo", "--once", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TWSERVE_HOME": str(tmp_path)},
+        timeout=120,
+    )
+    assert demo.returncode == 0, demo.stderr
+    access = [line for line in demo.stderr.splitlines() if "twserve.access" in line]
+    assert access, demo.stderr
+    # Each access line carries its fields (docs/observability.md), not the bare message.
+    assert all("request_id=" in line and "status=200" in line for line in access), access
