@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -90,6 +91,9 @@ def instances(
                 if line.startswith("twserve listening on http://"):
                     ports.append(int(line.rsplit(":", 1)[1]))
                     break
+            # Read the rest as it comes (each request writes an access line): a pipe nobody
+            # reads fills up and stops the process at its next write.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
         yield list(zip(procs, ports, strict=True))
     finally:
         for proc in procs:
@@ -97,10 +101,10 @@ def instances(
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             try:
-                proc.communicate(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.communicate()
+                proc.wait()
 
 
 def _body() -> bytes:
