@@ -101,10 +101,10 @@ def instances(
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             try:
-                proc.wait(timeout=30)
+                proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                proc.communicate()
 
 
 def _body() -> bytes:
