@@ -234,7 +234,7 @@ class UpstreamSockets:
         """The ``response.create`` event for `request`, when it goes over a socket."""
         if self.closed:
             return None
-        return ws_upstream_create(request.url, request.body)
+        return ws_upstream_create(request.url, request.body, request.fields)
 
     async def aclose(self) -> None:
         """Close every kept socket (the client socket ended)."""

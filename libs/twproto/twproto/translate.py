@@ -25,6 +25,7 @@ Streams are `twproto.stream.translators`'s (the three translators) and
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +70,9 @@ class TranslatedRequest:
     to `translate_response` / a stream translator for the answer. `hide_usage_chunk`: a Chat
     client's stream whose upstream was asked for usage the client did not ask for (see
     `_chat_stream_usage`); the stream's usage-only chunk is the gateway's, not relayed.
+    `fields`: for a Responses target, the top-level object `body` holds (read it, never change
+    it), so that a leg over the upstream's socket builds its ``response.create`` event without
+    parsing `body` again (`twproto.sockets.ws_upstream_create`); None for other targets.
     """
 
     body: bytes
@@ -77,6 +81,7 @@ class TranslatedRequest:
     dropped: tuple[str, ...] = ()
     tool_names: ir.ToolNames = field(default_factory=ir.ToolNames)
     hide_usage_chunk: bool = False
+    fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,11 +251,15 @@ def translate_request(
             changes["stream"] = stream
         if hide_usage:
             changes["stream_options"] = _chat_stream_usage(obj.get("stream_options"))
+        fields: Mapping[str, Any] | None = None
+        if target is Dialect.OPENAI_RESPONSES:
+            fields = {**obj, **changes} if changes else obj
         return TranslatedRequest(
             body=_set_top_level(body, changes) if changes else body,
             stream=body_stream if stream is None else stream,
             model=model if model is not None else str(body_model or ""),
             hide_usage_chunk=hide_usage,
+            fields=fields,
         )
     try:
         req = get(source).decode_request(obj)
@@ -287,6 +296,7 @@ def translate_request(
         dropped=merge_dropped(req.dropped, dropped),
         tool_names=tool_names_for(req.tools, target),
         hide_usage_chunk=hide_usage and req.stream,
+        fields=encoded if target is Dialect.OPENAI_RESPONSES else None,
     )
 
 

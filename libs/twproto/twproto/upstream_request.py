@@ -20,8 +20,9 @@ send (docs/operations.md, "What goes upstream"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from twproto.bedrock.invoke import AwsAuth, invoke_request
 from twproto.dialect import Dialect
@@ -139,7 +140,9 @@ class ClientCall:
 class UpstreamRequest:
     """The request to send upstream. `sse` tells how the upstream frames a streamed answer:
     SSE, or (False) Gemini's JSON array; `eventstream` True: AWS event-stream messages that
-    carry Anthropic SSE events (Bedrock's InvokeModelWithResponseStream)."""
+    carry Anthropic SSE events (Bedrock's InvokeModelWithResponseStream). `fields`: the
+    top-level object `body` holds, when the caller has it (`TranslatedRequest.fields`): read,
+    never changed, by a leg over the upstream's socket."""
 
     method: str
     url: str
@@ -147,6 +150,7 @@ class UpstreamRequest:
     body: bytes
     sse: bool
     eventstream: bool = False
+    fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def forwardable_headers(headers: Sequence[Header], dialect: Dialect) -> list[Header]:
@@ -160,10 +164,16 @@ def forwardable_headers(headers: Sequence[Header], dialect: Dialect) -> list[Hea
 
 
 def upstream_request(
-    target: UpstreamTarget, call: ClientCall, body: bytes, *, now: float = 0.0
+    target: UpstreamTarget,
+    call: ClientCall,
+    body: bytes,
+    *,
+    now: float = 0.0,
+    fields: Mapping[str, Any] | None = None,
 ) -> UpstreamRequest:
     """The request for `target`, carrying `body` (already translated for it); `now` (epoch
-    seconds) dates a Bedrock request's signature."""
+    seconds) dates a Bedrock request's signature; `fields`: `body`'s top-level object when the
+    caller has it (`TranslatedRequest.fields`), kept on the request."""
     if target.aws is not None:
         return _bedrock_request(target, call, body, now)
     same = target.dialect is call.dialect
@@ -194,6 +204,7 @@ def upstream_request(
         headers=headers,
         body=body,
         sse=sse,
+        fields=fields,
     )
 
 

@@ -206,3 +206,27 @@ def test_a_stream_opening_reads_the_upstream_and_writes_the_client(served: bool)
     first = json_loads(released.data.split(b"\n\n")[0].removeprefix(b"data: "))
     assert first["created"] == 1_700_000_000
     assert first["model"] == ("claude-up" if served else "gpt")
+
+
+@pytest.mark.parametrize("client", [Dialect.ANTHROPIC, Dialect.OPENAI_RESPONSES])
+def test_a_responses_socket_leg_builds_its_event_without_parsing_the_body(
+    monkeypatch: pytest.MonkeyPatch, client: Dialect
+) -> None:
+    from twproto.sockets import responses as sockets_module
+    from twproto.sockets import ws_upstream_create
+
+    body = (
+        CLAUDE
+        if client is Dialect.ANTHROPIC
+        else {"model": "gpt", "input": "hi", "stream": True, "store": False}
+    )
+    raw = json_dumps(body)
+    requests = AttemptRequests(call(client, stream=True), raw, "gpt", parsed=json_loads(raw))
+    request, _ = requests.build(dest("resp", Dialect.OPENAI_RESPONSES, "up-gpt"), now=0.0)
+    parses: list[object] = []
+    monkeypatch.setattr(sockets_module, "loads", lambda data: parses.append(data))
+    event = ws_upstream_create(request.url, request.body, request.fields)
+    assert event is not None and parses == []
+    created = json_loads(event)
+    assert created["type"] == "response.create" and created["model"] == "up-gpt"
+    assert "stream" not in created

@@ -8,7 +8,7 @@ import pytest
 from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
 from openai.types.responses.responses_server_event import ResponseWsError
 
-from twproto import Dialect, ErrorCategory, GatewayError, match_path
+from twproto import Dialect, ErrorCategory, GatewayError, match_path, translate_request
 from twproto.sockets import (
     WS_RESPONSES_PATHS,
     EventRejected,
@@ -284,3 +284,52 @@ def test_an_upstream_error_event_is_the_http_answer_it_stands_for() -> None:
     answer = ws_upstream_error_answer(json.dumps({"type": "error", "status": 200}))
     assert (answer.status, answer.headers) == (500, [])
     assert json.loads(answer.body)["error"]["message"]
+
+
+def test_a_socket_leg_reads_the_fields_it_is_given_and_parses_nothing() -> None:
+    fields = {"model": "m", "input": "hi", "stream": True, "background": False}
+    # The body is not read when its fields come with it: even bytes that are not JSON.
+    event = ws_upstream_create("http://h/v1/responses", b"{not json", fields)
+    assert event is not None
+    assert json.loads(event) == {"type": "response.create", "model": "m", "input": "hi"}
+    assert ws_upstream_create("http://h/v1/responses", b"", {"stream": False}) is None
+
+
+@pytest.mark.parametrize(
+    ("source", "body", "model"),
+    [
+        # Passed through as it came, with the model renamed, and converted from another format.
+        (Dialect.OPENAI_RESPONSES, {"model": "m", "input": "hi", "stream": True}, None),
+        (Dialect.OPENAI_RESPONSES, {"model": "m", "input": "hi", "stream": True}, "up-m"),
+        (
+            Dialect.OPENAI_CHAT,
+            {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+            "up-m",
+        ),
+        (
+            Dialect.ANTHROPIC,
+            {
+                "model": "m",
+                "stream": True,
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+            "up-m",
+        ),
+    ],
+)
+def test_the_translated_fields_make_the_same_event_as_the_body(
+    source: Dialect, body: dict[str, object], model: str | None
+) -> None:
+    raw = json.dumps(body).encode()
+    translated = translate_request(
+        raw, source, Dialect.OPENAI_RESPONSES, model=model, stream=True, parsed=json.loads(raw)
+    )
+    assert translated.fields is not None
+    url = "http://h/v1/responses"
+    from_fields = ws_upstream_create(url, b"", translated.fields)
+    assert from_fields is not None
+    assert from_fields == ws_upstream_create(url, translated.body)
+    # Other targets keep no fields: only a Responses leg can go over a socket.
+    other = translate_request(raw, source, Dialect.ANTHROPIC, model="x", stream=True)
+    assert other.fields is None

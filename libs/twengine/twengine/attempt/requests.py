@@ -150,7 +150,9 @@ class AttemptRequests:
             )
             self.translated[dest.name] = translated
             self.dropped = translated.dropped
-        request = upstream_request(dest.target, call, translated.body, now=now)
+        request = upstream_request(
+            dest.target, call, translated.body, now=now, fields=translated.fields
+        )
         if not call.stream:
             return request, None
         client_model = dest.client_model(self.model)

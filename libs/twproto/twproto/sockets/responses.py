@@ -346,22 +346,27 @@ def ws_upstream_url(url: str) -> str:
     raise ValueError(f"not an http(s) URL: {url!r}")
 
 
-def ws_upstream_create(url: str, body: bytes) -> str | None:
+def ws_upstream_create(
+    url: str, body: bytes, fields: Mapping[str, Any] | None = None
+) -> str | None:
     """The ``response.create`` event standing for an HTTP request to `url` with `body`, when
     that request is a streamed Responses create (``POST <base>/responses``, ``stream: true``):
     its fields, less those of the HTTP transport. None for any other request (a whole answer,
-    token counting, compaction), which stays on HTTP."""
+    token counting, compaction), which stays on HTTP. `fields`: `body`'s top-level object when
+    the caller already has it (`UpstreamRequest.fields`), read instead of parsing `body`."""
     path = urlsplit(url).path
     if not path.endswith("/responses"):
         return None
-    try:
-        obj = loads(body)
-    except ValueError:
+    obj: Any = fields
+    if obj is None:
+        try:
+            obj = loads(body)
+        except ValueError:
+            return None
+    if not isinstance(obj, Mapping) or obj.get("stream") is not True:
         return None
-    if not isinstance(obj, dict) or obj.get("stream") is not True:
-        return None
-    fields = {k: v for k, v in obj.items() if k not in _TRANSPORT_ONLY and k != "type"}
-    return dumps({"type": "response.create", **fields}).decode()
+    kept = {k: v for k, v in obj.items() if k not in _TRANSPORT_ONLY and k != "type"}
+    return dumps({"type": "response.create", **kept}).decode()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
