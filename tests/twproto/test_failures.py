@@ -911,9 +911,13 @@ def test_classify_transport(fault: TransportFault) -> None:
     failure = classify_transport(fault)
     expected = K.STREAM_ENDED_EARLY if fault is TransportFault.BODY_BROKEN else K.CONNECT
     assert failure.kind is expected
+    assert failure.rule == f"transport_{fault.value}"
+    if fault is TransportFault.POOL_FULL:
+        # The gateway's own bound: fails over, not retried there, nothing held against it.
+        assert (failure.failover, failure.temporary, failure.pause) == (True, False, P.NONE)
+        return
     assert (failure.failover, failure.temporary) == (True, True)
     assert failure.pause is P.UNEXPLAINED
-    assert failure.rule == f"transport_{fault.value}"
 
 
 def test_fixed_failures() -> None:

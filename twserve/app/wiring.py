@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, GroupType, Provider, resolve_template
+from twserve.app.loop_lag import watch_loop_lag
 from twserve.app.maintenance import Maintenance
 from twserve.app.transport_limits import transport_limits
 from twserve.config.check import ConfigRejection, Finding, locate
@@ -117,7 +118,7 @@ class GatewayApp:
         self.ws_limits: websocket.WebSocketLimits
         self._take_transport_limits(config)
         self.store = open_store(config, data_dir, self.env)
-        self.upstream = UpstreamClient()
+        self.upstream = UpstreamClient.for_pool(config.pool)
         # Prices from the user's refreshed copy or the shipped table; limits on `tz`'s calendar
         # (the machine's local one when None).
         self.usage = UsageKeeper(config, load_price_table(data_dir), wall=wall, clock=clock, tz=tz)
@@ -207,6 +208,7 @@ class GatewayApp:
                 tg.start_soon(self.maintenance.run)
                 tg.start_soon(self._end_pauses)
                 tg.start_soon(self._test_connections)
+                tg.start_soon(watch_loop_lag, self.gateway.load, lambda: self.config.listen.gateway)
                 try:
                     async with anyio.create_task_group() as serving:
                         self._serving = serving
@@ -511,6 +513,7 @@ class GatewayApp:
         tested = _url_test_members(self.config) if self.safe_mode is None else set()
         self.config = config
         self.gateway.apply_config(config)
+        self.upstream.apply_pool(config.pool)
         self._renew_transport_limits(config)
         if self._serving is not None:
             # Members a reload adds to url-test groups get their startup connection timing too.

@@ -392,6 +392,12 @@ class ControlPlane:
                 "bind": config.listen.gateway.bind,
                 "port": config.listen.gateway.port,
             },
+            "load": {
+                "in_progress": self.gateway.load.in_progress,
+                "loop_lag_ms": round(self.gateway.load.lag_ms, 1),
+                "shedding": self.gateway.load.shedding,
+                "shed": self.gateway.load.shed,
+            },
             "store": self.store.status(),
         } | (self.config_api.status() if self.config_api is not None else {})
 

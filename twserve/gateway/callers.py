@@ -1,14 +1,18 @@
 """The caller checks' refusal from a request's head, as a transport writes it.
 
 The checks themselves are twengine's (`twengine.callers.Callers`: the client address against
-``listen.gateway.allow_from``, web pages, the gateway key, the path; docs/operations.md). A
-transport asks `head_refusal` before it reads a request's body; the refusal is written in the
-shape the client's path and headers suggest, and the connection then closes.
+``listen.gateway.allow_from``, web pages, the gateway key, the path; docs/operations.md), and
+after them load shedding's (`twengine.shedding.LoadGauge`: a request that passes them is refused
+503 ``gw.overloaded`` while the gateway sheds load). A transport asks `head_refusal` before it
+reads a request's body; the refusal is written in the shape the client's path and headers
+suggest, and the connection then closes.
 """
 
 from __future__ import annotations
 
 from twengine.callers import Callers
+from twengine.config import GatewayListen
+from twengine.shedding import LoadGauge
 from twproto.errors import error_body, error_headers
 from twproto.paths import guess_client_dialect
 from twserve.server.base import HeadRefusal, Request
@@ -16,10 +20,13 @@ from twserve.server.base import HeadRefusal, Request
 __all__ = ["head_refusal"]
 
 
-def head_refusal(callers: Callers, request: Request) -> HeadRefusal | None:
+def head_refusal(
+    callers: Callers, request: Request, load: LoadGauge, listen: GatewayListen
+) -> HeadRefusal | None:
     """The answer to send instead of reading `request`'s body, or None to read it and go on
-    (`twengine.callers.Callers.head_refusal`)."""
-    err = callers.head_refusal(request)
+    (`twengine.callers.Callers.head_refusal`, then `LoadGauge.verdict` under `listen`'s
+    bounds)."""
+    err = callers.head_refusal(request) or load.verdict(listen)
     if err is None:
         return None
     dialect = guess_client_dialect(request.path, request.headers)

@@ -25,6 +25,7 @@ from twengine.pricing import PriceTable
 from twengine.reasoning import EffortMemory, ReasoningMemory
 from twengine.router import Router
 from twengine.rules import resumes
+from twengine.shedding import LoadGauge
 from twproto.dialect import Dialect
 from twproto.effort import sets_only_budget
 from twproto.errors import GatewayError
@@ -77,8 +78,7 @@ class Gateway:
         self.store = store
         # Prices, cost and key limits (twserve.usage.keeper): one admit and one finish per request.
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
-        # Body copies of requests in progress, by request id (retention.store_bodies); answers
-        # whose end waits for their row (store.commit_before_end).
+        # Body copies by request id (retention.store_bodies); ends waiting for their row.
         self.taps, self.ends = responders.BodyTaps(), responders.EndsAfterCommit()
         self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
@@ -87,13 +87,11 @@ class Gateway:
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
         self._configured = False
-        # A new request id per call (twserve.gateway.realtime records rows of its own, too).
-        self.next_request_id = request_ids()
-        self.rng = random.Random()
-        # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
-        # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
+        self.next_request_id, self.rng = request_ids(), random.Random()  # realtime's rows too
+        # twengine.reasoning's memories; the app loads (`use_effort_memory`) and saves efforts.
         self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
+        self.load = LoadGauge()  # load shedding: loop lag (sampled by the app), requests relayed
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -122,7 +120,7 @@ class Gateway:
 
     def check_head(self, request: Request) -> HeadRefusal | None:
         """The refusal a request's head is enough for, asked before the body is read."""
-        return head_refusal(self.callers, request)
+        return head_refusal(self.callers, request, self.load, self.config.listen.gateway)
 
     async def handle(self, request: Request, responder: Responder) -> None:
         route, client_name, verdict = self.callers.check(request)
@@ -235,6 +233,7 @@ class Gateway:
             return
         outcome = RelayOutcome()
         finished = False
+        self.load.in_progress += 1
         try:
             await relay(
                 self.upstream,
@@ -256,6 +255,7 @@ class Gateway:
             await fallback.answer_held()
             finished = True
         finally:
+            self.load.in_progress -= 1
             row.duration_ms = int((self.clock() - started) * 1000)
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}

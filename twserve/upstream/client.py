@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
+from twengine.config import UpstreamPool
 from twengine.destinations import Transport
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
@@ -107,10 +108,11 @@ class UpstreamClient:
     def __init__(
         self,
         *,
-        max_connections: int = 1000,
+        max_connections: int = 10_000,
         max_keepalive: int = 200,
         keepalive_expiry: float = 60.0,
         connect_timeout: float = 10.0,
+        wait_secs: float = 10.0,
     ) -> None:
         self.connect_timeout = connect_timeout
         self._bounds = (max_connections, max_keepalive, keepalive_expiry)
@@ -119,8 +121,30 @@ class UpstreamClient:
             max_connections=max_connections,
             max_keepalive=max_keepalive,
             keepalive_expiry=keepalive_expiry,
+            wait_secs=wait_secs,
         )
         self._h2: H2Pools | None = None
+
+    @classmethod
+    def for_pool(cls, pool: UpstreamPool) -> UpstreamClient:
+        """A client with the config's ``pool`` bounds (docs/configuration.md, "`pool`")."""
+        return cls(
+            max_connections=pool.max_connections,
+            max_keepalive=pool.max_idle,
+            keepalive_expiry=pool.idle_secs,
+            wait_secs=pool.wait_secs,
+        )
+
+    def apply_pool(self, pool: UpstreamPool) -> None:
+        """A reload's ``pool`` section: the HTTP/1.1 pool takes every bound at its next checkout;
+        the HTTP/2 pools, made with the bounds of their time, take the wait."""
+        self.pool.max_connections = pool.max_connections
+        self.pool.max_keepalive = pool.max_idle
+        self.pool.keepalive_expiry = pool.idle_secs
+        self.pool.wait_secs = pool.wait_secs
+        self._bounds = (pool.max_connections, pool.max_idle, pool.idle_secs)
+        if self._h2 is not None:
+            self._h2.wait_secs = pool.wait_secs
 
     async def aclose(self) -> None:
         await self.pool.aclose()
@@ -133,7 +157,10 @@ class UpstreamClient:
 
             connections, keepalive, expiry = self._bounds
             self._h2 = H2Pools(
-                max_connections=connections, max_keepalive=keepalive, keepalive_expiry=expiry
+                max_connections=connections,
+                max_keepalive=keepalive,
+                keepalive_expiry=expiry,
+                wait_secs=self.pool.wait_secs,
             )
         return self._h2
 

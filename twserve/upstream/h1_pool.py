@@ -13,7 +13,9 @@ writes and bounds what it keeps):
   older).
 * **Bounds.** ``max_connections`` bounds the connections open at once, in use or idle, over all
   origins (as httpcore's pool did): a request that needs a new connection at the bound closes
-  an idle one of another origin, or waits until a connection is closed or handed back.
+  an idle one of another origin, or waits until a connection is closed or handed back — at most
+  ``wait_secs`` (``pool.wait_secs``): past it the attempt fails as
+  ``TransportFault.POOL_FULL``, which fails over and counts nothing against the upstream.
   ``max_keepalive`` bounds the idle connections, over all origins: a connection handed back
   past it is closed.
 * **One write per request.** The request's head and body go out in one ``transport.write``;
@@ -178,14 +180,17 @@ class H1Pool:
     def __init__(
         self,
         *,
-        max_connections: int = 1000,
+        max_connections: int = 10_000,
         max_keepalive: int = 200,
         keepalive_expiry: float = 60.0,
+        wait_secs: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Plain attributes: a reload's ``pool`` section applies to the next checkout.
         self.max_connections = max_connections
         self.max_keepalive = max_keepalive
         self.keepalive_expiry = keepalive_expiry
+        self.wait_secs = wait_secs
         self._clock = clock
         self._idle: dict[Origin, list[H1Connection]] = {}
         self._idle_count = 0
@@ -250,7 +255,17 @@ class H1Pool:
             waiter = anyio.Event()
             self._waiters.append(waiter)
             try:
-                await waiter.wait()
+                with anyio.move_on_after(self.wait_secs):
+                    await waiter.wait()
+                if not waiter.is_set():
+                    self._waiters.remove(waiter)
+                    raise UpstreamUnreachable(
+                        TransportFault.POOL_FULL,
+                        f"all {self.max_connections} upstream connections in use for "
+                        f"{self.wait_secs:g} s (pool.max_connections, pool.wait_secs)",
+                    )
+            except UpstreamUnreachable:
+                raise
             except BaseException:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)

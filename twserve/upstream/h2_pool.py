@@ -65,8 +65,17 @@ class H2Pools:
     """The two HTTP/2 pools, with the HTTP/1.1 pool's bounds."""
 
     def __init__(
-        self, *, max_connections: int, max_keepalive: int, keepalive_expiry: float
+        self,
+        *,
+        max_connections: int,
+        max_keepalive: int,
+        keepalive_expiry: float,
+        wait_secs: float = 10.0,
     ) -> None:
+        # How long a request waits for a connection at the cap (httpcore's pool timeout); the
+        # pools' other bounds are fixed when they are made.
+        self.wait_secs = wait_secs
+
         def pool(*, http1: bool = True) -> httpcore.AsyncConnectionPool:
             return httpcore.AsyncConnectionPool(
                 max_connections=max_connections,
@@ -88,12 +97,15 @@ class H2Pools:
         self, request: UpstreamRequest, connect_timeout: float
     ) -> AbstractAsyncContextManager[_HttpcoreAnswer]:
         pool = self.tls if request.url.startswith("https:") else self.cleartext
-        return _open(pool, request, connect_timeout)
+        return _open(pool, request, connect_timeout, self.wait_secs)
 
 
 @asynccontextmanager
 async def _open(
-    pool: httpcore.AsyncConnectionPool, request: UpstreamRequest, connect_timeout: float
+    pool: httpcore.AsyncConnectionPool,
+    request: UpstreamRequest,
+    connect_timeout: float,
+    wait_secs: float,
 ) -> AsyncIterator[_HttpcoreAnswer]:
     # No read timeout here: the attempt machine's idle timer decides when silence is too
     # long, and cancelling the attempt closes the connection.
@@ -101,7 +113,7 @@ async def _open(
         "connect": connect_timeout,
         "read": None,
         "write": 60.0,
-        "pool": None,
+        "pool": wait_secs,
     }
     body = request.body
     headers = [*request.headers, (b"content-length", str(len(body)).encode())]
@@ -116,13 +128,17 @@ async def _open(
         response = await cm.__aenter__()
     except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
         raise UpstreamUnreachable(_fault_for(exc), str(exc) or type(exc).__name__) from exc
+    except httpcore.PoolTimeout as exc:
+        raise UpstreamUnreachable(
+            TransportFault.POOL_FULL,
+            f"every HTTP/2 upstream connection in use for {wait_secs:g} s (pool.wait_secs)",
+        ) from exc
     except (
         httpcore.ReadError,
         httpcore.WriteError,
         httpcore.RemoteProtocolError,
         httpcore.ReadTimeout,
         httpcore.WriteTimeout,
-        httpcore.PoolTimeout,
     ) as exc:
         raise UpstreamUnreachable(
             TransportFault.RESET_BEFORE_HEAD, str(exc) or type(exc).__name__

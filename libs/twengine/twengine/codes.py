@@ -192,6 +192,10 @@ _CODES = {
     ),
     "gw.request.unexpected_host": "The Host is not one listen.gateway.allow_hosts names (403).",
     "gw.request.unsupported_media_type": "A POST body's Content-Type is not JSON (415).",
+    "gw.overloaded": (
+        "The gateway sheds load: listen.gateway.max_requests in progress, or its event loop "
+        "behind by listen.gateway.shed_loop_lag_ms (503, Retry-After)."
+    ),
     "gw.listen.address_busy": (
         "The client's address holds listen.gateway.max_connections_per_address already (503)."
     ),

@@ -90,6 +90,9 @@ def test_every_field_is_documented() -> None:
         "allow_origins",
         "allow_hosts",
         "max_body_bytes",
+        "max_requests",
+        "shed_loop_lag_ms",
+        *defaults.POOL,
     ]
     # A field counts as documented when it appears inside inline code: `selected`,
     # `state.redis_url`, `model: {context_window, max_output_tokens}`.
@@ -104,3 +107,5 @@ def test_documented_failover_defaults_match() -> None:
         assert row in text, row
     for name, bound in defaults.RETENTION.items():
         assert f"| `{name}` | `{bound.default:g}` |" in text
+    for name, bound in defaults.POOL.items():
+        assert f"| `{name}` | `{bound.default:g}` |" in text, name

@@ -51,6 +51,7 @@ from twengine.config.stages.sections import (
     _listen,
     _not_built,
     _observability,
+    _pool,
     _pricing,
     _retention,
     _state,
@@ -124,6 +125,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     state = _state(out, top)
     store = _store(out, top, env)
     observability = _observability(out, top)
+    pool = _pool(out, top)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -180,5 +182,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         state=state,
         store=store,
         observability=observability,
+        pool=pool,
         warnings=tuple(out.warnings),
     )

@@ -25,7 +25,9 @@ __all__ = (
     "GATEWAY_MAX_CONNECTIONS",
     "GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
     "GATEWAY_MAX_MODEL_NAME_CHARS",
+    "GATEWAY_MAX_REQUESTS",
     "GATEWAY_PORT",
+    "GATEWAY_SHED_LOOP_LAG_MS",
     "GROUP_WEIGHT",
     "LIMIT_COST_USD",
     "LIMIT_REQUESTS",
@@ -36,6 +38,7 @@ __all__ = (
     "MIN_STREAM_START_WAIT_SECS",
     "MODEL_SPEC_TOKENS",
     "OFFICIAL_HOSTS",
+    "POOL",
     "PORT",
     "PRICE_MULTIPLIER",
     "PRICE_PER_MILLION",
@@ -90,6 +93,12 @@ CONTROL_MAX_BODY_BYTES = Bound(low=1024, high=64 * 1024 * 1024, default=1024 * 1
 # listen.gateway.max_model_name_chars: the longest model name a request may ask for. Real names
 # (dated snapshots, vendor/ prefixes, Bedrock ARNs) stay well under 256.
 GATEWAY_MAX_MODEL_NAME_CHARS = Bound(low=16, high=65_536, default=256)
+# listen.gateway.max_requests: requests in progress at once over every connection, beyond which
+# a new one is refused at once (503 gw.overloaded); 0: no such bound.
+GATEWAY_MAX_REQUESTS = Bound(low=0, high=10_000_000, default=0)
+# listen.gateway.shed_loop_lag_ms: the event loop's lag (the median of its last second) at which
+# new requests are refused at once (503 gw.overloaded) until it is back under half of it; 0: never.
+GATEWAY_SHED_LOOP_LAG_MS = Bound(low=0, high=60_000, default=250)
 
 _KIB = 1024
 _MIB = 1024 * 1024
@@ -156,6 +165,20 @@ PRICE_MULTIPLIER = Bound(low=0, high=100, default=1, integer=False)
 PRICE_PER_MILLION = Bound(low=0, high=1_000_000, integer=False)
 
 # `failover:` fields in the order the docs list them. Seconds may be fractional.
+# pool: the upstream connection pools (HTTP/1.1, and the HTTP/2 pools with the same bounds).
+POOL: Mapping[str, Bound] = MappingProxyType(
+    {
+        # Connections open at once over every upstream; each running HTTP/1.1 attempt holds one.
+        "max_connections": Bound(low=1, high=1_000_000, default=10_000),
+        # Idle connections kept for reuse, over every upstream.
+        "max_idle": Bound(low=0, high=1_000_000, default=200),
+        # An idle connection unused this long is closed.
+        "idle_secs": Bound(low=1, high=3600, default=60, integer=False),
+        # How long an attempt waits for a connection while max_connections are all in use; past
+        # it the attempt ends as `pool_full` (fails over, not counted against the upstream).
+        "wait_secs": Bound(low=0.1, high=600, default=10, integer=False),
+    }
+)
 FAILOVER: Mapping[str, Bound] = MappingProxyType(
     {
         "failures_to_pause": Bound(low=1, high=100, default=3),

@@ -71,6 +71,7 @@ __all__ = (
     "Store",
     "Target",
     "TargetKind",
+    "UpstreamPool",
     "WebSocketListen",
     "When",
     "parse_comparison",
@@ -201,6 +202,10 @@ class GatewayListen:
     # The longest model name a request may ask for (400 `gw.request.model_name_too_long`):
     # the name is echoed in headers, rows, events and answers.
     max_model_name_chars: int = 256
+    # Requests in progress at once beyond which a new one is refused (503 `gw.overloaded`); 0:
+    # no bound. `shed_loop_lag_ms`: the loop lag at which new requests are refused; 0: never.
+    max_requests: int = 0
+    shed_loop_lag_ms: int = 250
 
     def allows(self, address: str) -> bool:
         """Whether a client at `address` may connect (checked before the key)."""
@@ -654,6 +659,16 @@ class Pricing:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamPool:
+    """``pool`` (docs/configuration.md): the upstream connection pools' bounds."""
+
+    max_connections: int = 10_000
+    max_idle: int = 200
+    idle_secs: float = 60.0
+    wait_secs: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StateConfig:
     """``state`` (docs/configuration.md): state shared across instances through Redis."""
 
@@ -728,6 +743,7 @@ class Config:
     # so this stays None.
     store: Store | None = None
     observability: Observability = field(default_factory=Observability)
+    pool: UpstreamPool = field(default_factory=UpstreamPool)
     # Problems worth telling the operator that do not stop the config from serving (an upstream
     # key's variable not set yet).
     warnings: tuple[Problem, ...] = ()

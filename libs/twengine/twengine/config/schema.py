@@ -48,6 +48,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "state",
             "store",
             "observability",
+            "pool",
         ),
         "listen": ("gateway", "control", "http", "http2", "websocket"),
         "listen.http": tuple(defaults.LISTEN_HTTP),
@@ -62,6 +63,8 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "allow_origins",
             "allow_hosts",
             "max_model_name_chars",
+            "max_requests",
+            "shed_loop_lag_ms",
         ),
         "listen.control": (
             "enabled",
@@ -123,6 +126,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
         "observability": ("log_format", "access_log"),
+        "pool": tuple(defaults.POOL),
     }
 )
 
@@ -166,6 +170,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "listen.gateway.allow_origins": _reads("twengine.browser", "allow_origins"),
         "listen.gateway.allow_hosts": _reads("twengine.browser", "allow_hosts"),
         "listen.gateway.max_model_name_chars": _reads("twengine.admission", "max_model_name_chars"),
+        "listen.gateway.max_requests": _reads("twengine.shedding", "max_requests"),
+        "listen.gateway.shed_loop_lag_ms": _reads("twengine.shedding", "shed_loop_lag_ms"),
         # The transports' bounds: read into the servers' limits when a connection is set up.
         **{f"listen.{section}": _SECTION for section in ("http", "http2", "websocket")},
         **{
@@ -296,6 +302,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "observability": _SECTION,
         "observability.log_format": _reads("twserve.observe.logs", "log_format"),
         "observability.access_log": _reads("twserve.observe.logs", "access_log"),
+        "pool": _SECTION,
+        **{f"pool.{name}": _reads("twserve.upstream.client", name) for name in defaults.POOL},
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

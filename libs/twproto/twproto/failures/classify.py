@@ -175,6 +175,15 @@ def classify_transport(fault: TransportFault) -> Failure:
             message="the upstream connection broke before any content",
             rule=f"transport_{fault.value}",
         )
+    if fault is TransportFault.POOL_FULL:
+        return Failure(
+            kind=FailureKind.CONNECT,
+            failover=True,
+            temporary=False,
+            pause=PauseRule.NONE,
+            message="every upstream connection of the gateway is in use (pool.max_connections)",
+            rule=f"transport_{fault.value}",
+        )
     return _fixed(
         FailureKind.CONNECT,
         message=f"could not reach the upstream ({fault.value})",

@@ -63,6 +63,9 @@ class TransportFault(StrEnum):
     RESET_BEFORE_HEAD = "reset_before_head"  # connection closed or reset before the status line
     PROTOCOL_ERROR = "protocol_error"  # the response head could not be parsed
     BODY_BROKEN = "body_broken"  # the connection broke after the head, before any content
+    # The gateway's own upstream connections were all in use for its pool wait: not the
+    # upstream's doing, so it fails over without counting against the upstream.
+    POOL_FULL = "pool_full"
 
 
 class Evidence(StrEnum):

@@ -41,6 +41,7 @@ from twengine.config.model import (
     Retention,
     StateConfig,
     Store,
+    UpstreamPool,
     WebSocketListen,
 )
 from twengine.config.schema import NOT_BUILT, SECTIONS
@@ -157,6 +158,8 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             "max_connections_per_address", defaults.GATEWAY_MAX_CONNECTIONS_PER_ADDRESS
         )
         model_chars = gf.integer("max_model_name_chars", defaults.GATEWAY_MAX_MODEL_NAME_CHARS)
+        max_requests = gf.integer("max_requests", defaults.GATEWAY_MAX_REQUESTS)
+        lag_ms = gf.integer("shed_loop_lag_ms", defaults.GATEWAY_SHED_LOOP_LAG_MS)
         gateway = GatewayListen(
             bind=bind,
             port=port or defaults.GATEWAY_PORT,
@@ -166,6 +169,8 @@ def _listen(out: _Problems, top: _Fields) -> Listen:
             allow_origins=_origins(out, gf),
             allow_hosts=_hosts(out, gf),
             max_model_name_chars=model_chars or 256,
+            max_requests=max_requests or 0,
+            shed_loop_lag_ms=250 if lag_ms is None else lag_ms,
         )
     control = ControlListen()
     cf = lf.fields("control", SECTIONS["listen.control"])
@@ -475,6 +480,23 @@ def _observability(out: _Problems, top: _Fields) -> Observability:
     return Observability(
         log_format=of.choice("log_format", LogFormat, LogFormat.TEXT),
         access_log=of.boolean("access_log", True),
+    )
+
+
+def _pool(out: _Problems, top: _Fields) -> UpstreamPool:
+    pf = top.fields("pool", SECTIONS["pool"])
+    if pf is None:
+        return UpstreamPool()
+    values: dict[str, float] = {}
+    for name, bound in defaults.POOL.items():
+        found = pf.number(name, bound)
+        assert found is not None
+        values[name] = found
+    return UpstreamPool(
+        max_connections=int(values["max_connections"]),
+        max_idle=int(values["max_idle"]),
+        idle_secs=values["idle_secs"],
+        wait_secs=values["wait_secs"],
     )
 
 
