@@ -53,6 +53,8 @@ READ_SIZE = 65536
 REFUSED_LINGER_SECS = 0.5
 # accept() failing for want of descriptors or memory: wait, doubling, up to the last value.
 ACCEPT_BACKOFF = (0.01, 1.0)
+# Connections taken from the backlog in one loop turn, beyond the one `accept` returned.
+ACCEPT_BATCH = 64
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
@@ -169,6 +171,42 @@ class Server:
             backoff = 0.0
             self.open_count += 1
             tg.start_soon(self._run, stream)
+            self._accept_waiting(listener, tg, cap)
+
+    def _accept_waiting(
+        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup, cap: int | None
+    ) -> None:
+        """Take the connections already waiting in the backlog in this same loop turn, up to
+        `ACCEPT_BATCH` (and the cap): one ``accept`` per loop turn lets clients time out in the
+        backlog when a turn carries thousands of streams. Each is wrapped in its own task; an
+        error here is left for the next ``accept`` to meet."""
+        raw: socket.socket | None = listener.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        if raw is None:
+            return
+        for _ in range(ACCEPT_BATCH):
+            if cap is not None and self.open_count >= cap:
+                return
+            try:
+                sock, _addr = raw.accept()
+            except OSError:  # nothing waiting (BlockingIOError), or an error accept will see
+                return
+            sock.setblocking(False)
+            self.open_count += 1
+            tg.start_soon(self._run_accepted, sock)
+
+    async def _run_accepted(self, sock: socket.socket) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream = await anyio.abc.SocketStream.from_socket(sock)
+        except OSError:  # the client reset it while it waited: that one client's trouble
+            sock.close()
+            self.open_count -= 1
+            return
+        except BaseException:
+            sock.close()
+            self.open_count -= 1
+            raise
+        await self._run(stream)
 
     async def _make_room(self, listener: anyio.abc.SocketListener, cap: int) -> None:
         """At the connection cap. New clients stay in the kernel's backlog; once one waits
