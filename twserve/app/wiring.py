@@ -101,9 +101,13 @@ class GatewayApp:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         tz: dt.tzinfo | None = None,
+        worker: int | None = None,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
+        # One of `serve --workers N`'s processes (twserve/app/workers.py): the gateway's port is
+        # shared (SO_REUSEPORT); worker 0 alone serves the control plane and cleans up rows.
+        self.worker = worker
         for warning in config.warnings:
             log.warning("config: %s", warning)
         self.env = dict(os.environ) if env is None else env
@@ -176,7 +180,7 @@ class GatewayApp:
         self.control_host = config.listen.control.bind
         self.control_port = control_port if control_port is not None else config.listen.control.port
         self.control: control.ControlPlane | None = None
-        if config.listen.control.enabled:
+        if config.listen.control.enabled and not worker:
             self.control = control.ControlPlane(
                 gw, store=self.store, events=self.events, metrics=self.metrics, env=self.env
             )
@@ -205,7 +209,8 @@ class GatewayApp:
                 tg.start_soon(self._write_rows)
                 if self.sharing is not None:
                     tg.start_soon(self.sharing.run)
-                tg.start_soon(self.maintenance.run)
+                if not self.worker:
+                    tg.start_soon(self.maintenance.run)
                 tg.start_soon(self._end_pauses)
                 tg.start_soon(self._test_connections)
                 tg.start_soon(watch_loop_lag, self.gateway.load, lambda: self.config.listen.gateway)
@@ -389,7 +394,7 @@ class GatewayApp:
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         # listen: a bind that fails is one ListenError line (gw.listen.*), no traceback.
-        listener = await listen(self.host, self.port)
+        listener = await listen(self.host, self.port, reuse_port=self.worker is not None)
         bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self.gateway_port = bound
         task_status.started(bound)

@@ -22,6 +22,7 @@ from twengine.config import Config, ConfigError
 from twserve.app import process
 from twserve.app.process import FD_RESERVE, raise_fd_limit
 from twserve.app.wiring import GatewayApp
+from twserve.app.workers import worker_count
 from twserve.config.files import (
     data_dir,
     load_config,
@@ -135,7 +136,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"cannot use the data directory {args.data_dir}: {exc}", file=sys.stderr)
         return 1
-    app = _serving_app(path, home, port=args.port, safe=args.safe)
+    try:
+        workers = worker_count(args.workers) if args.worker is None else 1
+    except ValueError:
+        print(
+            f"--workers takes a count of at least 1 or auto, not {args.workers!r}", file=sys.stderr
+        )
+        return 2
+    if workers > 1:
+        from twserve.cli.workers import serve_workers
+
+        return serve_workers(args, path, home, workers)
+    app = _serving_app(path, home, port=args.port, safe=args.safe, worker=args.worker)
     if app is None:
         return 1
     # The log's format: --log-format, else the config's (followed across reloads).
@@ -162,6 +174,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             async with anyio.create_task_group() as tg:
                 bound = await tg.start(app.run)
                 process.settle_heap()  # what startup built is not walked again
+                if args.worker is not None:
+                    supervisor = int(os.environ.get("TWSERVE_SUPERVISOR", os.getppid()))
+                    tg.start_soon(_stop_with_supervisor, app, supervisor, tg)
                 if bound.gateway_port is not None:
                     print(
                         f"twserve listening on http://{app.host}:{bound.gateway_port}", flush=True
@@ -196,7 +211,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serving_app(path: Path, home: Path, *, port: int | None, safe: bool) -> GatewayApp | None:
+def _serving_app(
+    path: Path, home: Path, *, port: int | None, safe: bool, worker: int | None = None
+) -> GatewayApp | None:
     """The app `serve` runs: from the config on disk, or in safe mode when it cannot load (or
     `safe` asks for it) — only the control plane, naming the problem."""
     from twserve.config.check import ConfigRejection, Finding
@@ -227,7 +244,9 @@ def _serving_app(path: Path, home: Path, *, port: int | None, safe: bool) -> Gat
             ]
         )
     if rejection is None:
-        return GatewayApp(config, home, port=port, config_path=path, config_data=data)
+        return GatewayApp(
+            config, home, port=port, config_path=path, config_data=data, worker=worker
+        )
     print(f"{path}: starting in safe mode (control plane only):", file=sys.stderr)
     for f in rejection.findings:
         line = f" line {f.line}" if f.line is not None else ""
@@ -313,6 +332,16 @@ def _leaves(group: BaseExceptionGroup[BaseException], kind: type[ListenError]) -
         elif isinstance(exc, kind):
             found.append(exc)
     return found
+
+
+async def _stop_with_supervisor(app: GatewayApp, supervisor: int, tg: anyio.abc.TaskGroup) -> None:
+    """A worker whose supervisor is gone (killed: it could not pass a stop on) drains and
+    stops, rather than serve on unwatched."""
+    while os.getppid() == supervisor:
+        await anyio.sleep(1.0)
+    log.warning("the supervisor (pid %d) is gone: stopping", supervisor)
+    app.request_stop()
+    await _stop_when_done(app, tg)
 
 
 async def _stop_when_done(app: GatewayApp, tg: anyio.abc.TaskGroup) -> None:
@@ -461,6 +490,14 @@ def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="the log's lines: text or one JSON object each (default: observability.log_format)",
     )
+    p.add_argument(
+        "--workers",
+        default="1",
+        help="gateway processes on one port (auto: one per core); more than one needs "
+        "state.redis_url (default: 1)",
+    )
+    # One of --workers' processes, started by the supervisor (twserve/app/workers.py).
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("config", help="the config history: list it, roll back to an entry")

@@ -70,10 +70,15 @@ class ListenError(Exception):
         self.detail = detail
 
 
-async def listen(host: str, port: int) -> anyio.abc.Listener[anyio.abc.SocketStream]:
-    """A TCP listener on `host:port`; `ListenError` (one line, with a code) when there is none."""
+async def listen(
+    host: str, port: int, *, reuse_port: bool = False
+) -> anyio.abc.Listener[anyio.abc.SocketStream]:
+    """A TCP listener on `host:port`; `ListenError` (one line, with a code) when there is none.
+    `reuse_port`: shared with other processes that bind it so (``serve --workers``)."""
     try:
-        return await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+        return await anyio.create_tcp_listener(
+            local_host=host, local_port=port, reuse_port=reuse_port
+        )
     except socket.gaierror as exc:
         raise ListenError(
             "gw.listen.bind_unresolved", host, port, f"{host!r} does not resolve ({exc.strerror})"

@@ -196,6 +196,9 @@ _CODES = {
         "The gateway sheds load: listen.gateway.max_requests in progress, or its event loop "
         "behind by listen.gateway.shed_loop_lag_ms (503, Retry-After)."
     ),
+    "gw.workers.no_shared_state": (
+        "`serve --workers` with more than one worker and no state.redis_url (exit status 2)."
+    ),
     "gw.listen.address_busy": (
         "The client's address holds listen.gateway.max_connections_per_address already (503)."
     ),
