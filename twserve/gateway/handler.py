@@ -122,10 +122,10 @@ class Gateway:
 
     def check_head(self, request: Request) -> HeadRefusal | None:
         """The refusal a request's head is enough for, asked before the body is read."""
-        return head_refusal(self.callers, request)
+        return head_refusal(self.callers, request, now=self.wall())
 
     async def handle(self, request: Request, responder: Responder) -> None:
-        route, client_name, verdict = self.callers.check(request)
+        route, client_name, verdict = self.callers.check(request, now=self.wall())
         listing = route is not None and route.operation in self._LISTINGS
         if verdict is None and not listing:
             assert route is not None and route.dialect is not None and client_name is not None
