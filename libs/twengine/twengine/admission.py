@@ -167,6 +167,13 @@ def routing_view(plan: RoutePlan) -> dict[str, Any]:
         "paused": list(plan.paused),
         "full": list(plan.full),
         "sticky": plan.sticky,
+        # Whether the conversation stayed on the upstream that last answered it, and why.
+        "affinity": (
+            {"upstream": plan.last_upstream, "kept": plan.sticky is not None, "why": plan.affinity}
+            if plan.affinity is not None
+            else None
+        ),
+        "held": plan.held,  # the routing decision made at the turn's start, kept for it
     }
 
 
