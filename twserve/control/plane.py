@@ -181,6 +181,13 @@ def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str 
         return None
 
 
+def _source(by_hand: bool, figure: int | None) -> str | None:
+    """Where a model's figure in `/providers` came from."""
+    if by_hand:
+        return "model_specs"
+    return "price_table" if figure is not None else None
+
+
 def _query(request: Request) -> dict[str, str]:
     # The last value of each parameter; blank values kept, so "stream=" reads as false.
     return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
@@ -440,14 +447,23 @@ class ControlPlane:
                 if name not in models:
                     models.append(name)
             model_rows = []
+            catalog = self.gateway.catalog
             for name in models:
                 spec = p.model_spec(name)
+                window = catalog.context_window(config, p.name, name)
+                output = catalog.max_output_tokens(config, p.name, name)
+                hand_window = spec is not None and spec.context_window is not None
+                hand_output = spec is not None and spec.max_output_tokens is not None
                 model_rows.append(
                     {
                         "model": name,
                         "offered": p.offers(name),
-                        "context_window": spec.context_window if spec else None,
-                        "max_output_tokens": spec.max_output_tokens if spec else None,
+                        "context_window": window,
+                        "max_output_tokens": output,
+                        # Where each figure came from: `model_specs` (set by hand, editable with
+                        # PUT /provider-model-spec), the price table, or nowhere (null).
+                        "context_window_from": _source(hand_window, window),
+                        "max_output_tokens_from": _source(hand_output, output),
                     }
                 )
             rows.append(
