@@ -462,6 +462,10 @@ class EventBus:
             )
         )
 
+    def request_aborted(self, request_id: str, stage: str, reason: str | None) -> None:
+        """`RequestAborted`: the control plane aborted a request running here."""
+        self.publish(RequestAborted(id=request_id, ts=self.wall(), stage=stage, reason=reason))
+
     def request_retrying(self, request_id: str, *, retry: int, backoff_ms: int) -> None:
         self.publish(
             RequestRetrying(id=request_id, ts=self.wall(), retry=retry, backoff_ms=backoff_ms)

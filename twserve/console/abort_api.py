@@ -14,10 +14,11 @@ the request (docs/console.md, "Aborting a request").
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twproto import json_loads
-from twserve.events import EventBus, RequestAborted
+from twserve.events import EventBus
 from twserve.gateway.handler import Gateway
 from twserve.relay.abort import abort_error
 from twserve.server.base import Request
@@ -41,6 +42,8 @@ class RequestAborter:
 
     def __init__(self, gateway: Gateway, store: Store, events: EventBus) -> None:
         self.gateway, self.store, self.events = gateway, store, events
+        # With shared state: asks the other instances (twserve.shared.aborts.abort_elsewhere).
+        self.elsewhere: Callable[[str, str | None], Awaitable[str | None]] | None = None
         # A request is finished once its row is written (the store may take a moment more).
         aborts = gateway.aborts
         gateway.row_listeners.append(lambda row: aborts.ended(row.id))
@@ -63,12 +66,16 @@ class RequestAborter:
         aborts = self.gateway.aborts
         stage = aborts.abort(request_id, abort_error(reason))
         if stage:
-            self.events.publish(
-                RequestAborted(id=request_id, ts=self.gateway.wall(), stage=stage, reason=reason)
-            )
-            return 200, {"id": request_id, "aborted": True, "stage": stage}
+            self.events.request_aborted(request_id, stage, reason)
+            return 200, {"id": request_id, "aborted": True, "stage": stage, "elsewhere": False}
         if stage == "" or aborts.finished_lately(request_id):
             return self._finished(request_id)
+        if self.elsewhere is not None:
+            stage = await self.elsewhere(request_id, reason)
+            if stage:
+                return 200, {"id": request_id, "aborted": True, "stage": stage, "elsewhere": True}
+            if stage == "":
+                return self._finished(request_id)
         try:
             rows = await self.store.page(RequestFilter(limit=1, find=request_id))
         except StoreReadError as exc:

@@ -198,7 +198,10 @@ def test_an_sdk_stream_aborted_mid_stream_raises(
         served = named(events, "RequestRouted")[0].candidates[0]
         before = _upstream(st, served)
         status, body = control(st, "POST", f"/requests/{rid}/abort", {"reason": "test"})
-        assert (status, body) == (200, {"id": rid, "aborted": True, "stage": "relay"})
+        assert (status, body) == (
+            200,
+            {"id": rid, "aborted": True, "stage": "relay", "elsewhere": False},
+        )
         error = streamer.join()
     assert isinstance(error, ERRORS[fmt]), repr(error)
     assert "aborted" in str(error)
