@@ -308,10 +308,15 @@ def test_allowed_models_refuse_other_models(live: Live) -> None:
                 model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
             )
     assert "may not use the model 'm'" in str(refused.value)
+    # The key's model listing shows only what it may ask for.
+    with openai.OpenAI(base_url=live.url + "/v1", api_key=secret, max_retries=0) as listing:
+        assert [m.id for m in listing.models.list()] == []
     # The module's own key has no list: any model.
     assert _refusal(live, KEY, "m") == (200, None)
     live.control("PATCH", "/keys/narrow", {"allowed_models": "m"})
     assert _refusal(live, secret, "m") == (200, None)
+    with openai.OpenAI(base_url=live.url + "/v1", api_key=secret, max_retries=0) as listing:
+        assert [m.id for m in listing.models.list()] == ["m"]
     live.control("PATCH", "/keys/narrow", {"allowed_models": None})
     assert _key_row(live, "narrow")["allowed_models"] is None
     status, body = live.control("PATCH", "/keys/narrow", {"allowed_models": []})
