@@ -145,6 +145,22 @@ def test_paused_or_not_a_candidate_is_not_held() -> None:
     assert aff.sticky_upstream("unknown", 1.0, CANDIDATES, set(), new_turn=False) is None
 
 
+def test_stickiness_says_why_the_last_upstream_is_kept_or_not() -> None:
+    aff = book()
+    assert aff.stickiness("c", 0.0, CANDIDATES, set(), new_turn=True) == (None, None, None)
+    aff.record_answer("c", 100.0, upstream="a", cached_tokens=1024)
+    cases = [
+        (CANDIDATES, set(), False, 101.0, ("a", "a", "same_turn")),
+        (CANDIDATES, set(), True, 101.0, ("a", "a", "cache_warm")),
+        (CANDIDATES, set(), True, 400.0, (None, "a", "cache_cold")),
+        (CANDIDATES, {"a"}, False, 101.0, (None, "a", "paused")),
+        ({"b"}, set(), False, 101.0, (None, "a", "not_a_candidate")),
+    ]
+    for names, paused, new_turn, now, want in cases:
+        assert aff.stickiness("c", now, names, paused, new_turn=new_turn) == want
+        assert aff.sticky_upstream("c", now, names, paused, new_turn=new_turn) == want[0]
+
+
 def test_conversations_expire_and_are_bounded() -> None:
     aff = Affinity[str](max_conversations=3, ttl_secs=100.0)
     for i in range(5):

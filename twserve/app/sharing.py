@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import anyio
 
+from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
+from twserve.shared.aborts import SharedAborts
 from twserve.shared.limits import SharedLimits
 from twserve.shared.redis import RedisDown, RedisState
 from twserve.shared.router import SharedRouter
@@ -24,7 +26,7 @@ __all__ = ["Sharing"]
 
 
 class Sharing:
-    """Redis-backed limits, slots, pauses and affinity for one instance."""
+    """Redis-backed limits, slots, pauses, affinity and aborts for one instance."""
 
     def __init__(
         self,
@@ -32,6 +34,7 @@ class Sharing:
         hooks: RouterHooks,
         usage: UsageKeeper,
         *,
+        aborts: Aborts | None = None,
         wall: Callable[[], float],
         clock: Callable[[], float],
         prefix: str = "twserve:",
@@ -47,6 +50,11 @@ class Sharing:
         self.router = SharedRouter(
             self.state, hooks, instance=self.instance, wall=wall, clock=clock
         )
+        # Aborts of requests running on another instance (twserve.shared.aborts).
+        self.aborts = SharedAborts(
+            self.state, aborts if aborts is not None else Aborts(), instance=self.instance
+        )
+        self.router.handlers["abort"] = self.aborts.heard
 
     async def connect(self) -> bool:
         """Reach Redis once before serving; False: serving starts on in-process state."""

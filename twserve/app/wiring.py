@@ -164,9 +164,15 @@ class GatewayApp:
         self.sharing: Sharing | None = None
         if config.state is not None and config.state.redis_url is not None:
             self.sharing = _sharing()(
-                config.state.redis_url, gw.hooks, self.usage, wall=gw.wall, clock=gw.clock
+                config.state.redis_url,
+                gw.hooks,
+                self.usage,
+                aborts=gw.aborts,
+                wall=gw.wall,
+                clock=gw.clock,
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)
+            self.sharing.aborts.on_aborted = self.events.request_aborted
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # One budget for the gateway's request bodies held in memory, whichever protocol they
         # came in on (the control plane has its own).
@@ -184,6 +190,8 @@ class GatewayApp:
             self.control = control.ControlPlane(
                 gw, store=self.store, events=self.events, metrics=self.metrics, env=self.env
             )
+            if self.sharing is not None:  # an abort for a request another instance runs
+                self.control.aborter.elsewhere = self.sharing.aborts.abort_elsewhere
         self._host_pinned = host is not None
         self._init_live_config(
             config_path,
@@ -369,7 +377,7 @@ class GatewayApp:
 
     def _key_name(self, request: Request) -> str | None:
         """The name of the gateway key `request` presents (None: none the config lists)."""
-        return self.gateway.callers.check(request)[1]
+        return self.gateway.callers.check(request, now=self.gateway.wall())[1]
 
     def _new_control_server(self) -> Server:
         """The control plane's HTTP server: the control key checked before the body, its own

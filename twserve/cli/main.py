@@ -550,10 +550,12 @@ def build_parser(*, mock_options: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_dryrun)
 
     from twserve.cli import connect as cli_connect
+    from twserve.cli import top as cli_top
     from twserve.cli import usage as cli_usage
 
     cli_usage.add_commands(sub)
     cli_connect.add_commands(sub)
+    cli_top.add_commands(sub)
     return parser
 
 

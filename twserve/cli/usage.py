@@ -1,6 +1,6 @@
 """``twserve usage`` and ``twserve prices``: spend in a terminal, and refreshing the prices.
 
-* ``twserve usage [--by key|model|provider|day] [--since 7d] [--until …] [--json]`` reads the
+* ``twserve usage [--by key|model|provider|day|hour] [--since 7d] [--until …] [--json]`` reads the
   request store — PostgreSQL when the config (``--config``, else the data directory's) sets
   ``store.postgres_dsn``, else the SQLite file in the data directory — and prints a table
   (`rich`) with a total row.
@@ -172,7 +172,7 @@ def cmd_prices_show(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add ``usage`` and ``prices`` to the CLI's subcommands."""
     p = sub.add_parser("usage", help="requests, tokens and cost from the request store")
-    p.add_argument("--by", default="key", help="key, model, provider or day (default: key)")
+    p.add_argument("--by", default="key", help="key, model, provider, day or hour (default: key)")
     p.add_argument("--since", default="7d", help="unix seconds, ISO date, or span (default 7d)")
     p.add_argument("--until", help="end of the range (same forms; default: now)")
     p.add_argument("--data-dir", help="data directory (default: $TWSERVE_HOME or ~/.twserve)")

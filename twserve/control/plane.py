@@ -42,6 +42,7 @@ from twengine.slots import SlotScope
 from twproto import json_dumps
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
+from twserve.console.abort_api import RequestAborter
 from twserve.console.requests_query import parse_filter
 from twserve.control.metrics import CONTENT_TYPE, Metrics
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
@@ -60,7 +61,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 7
+CONTROL_API_VERSION = 8
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0
@@ -180,6 +181,13 @@ def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str 
         return None
 
 
+def _source(by_hand: bool, figure: int | None) -> str | None:
+    """Where a model's figure in `/providers` came from."""
+    if by_hand:
+        return "model_specs"
+    return "price_table" if figure is not None else None
+
+
 def _query(request: Request) -> dict[str, str]:
     # The last value of each parameter; blank values kept, so "stream=" reads as false.
     return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
@@ -238,6 +246,8 @@ class ControlPlane:
         self.generation = 1
         # Set by the app when it runs from a config file: GET/PUT /config and the small writes.
         self.config_api: ConfigEndpoints | None = None
+        # POST /requests/{id}/abort (twserve.console.abort_api), with or without a file.
+        self.aborter = RequestAborter(gateway, store, events)
         self.started_wall = gateway.wall()
         self.started = gateway.clock()
         self._views: dict[str, View] = {
@@ -268,12 +278,13 @@ class ControlPlane:
                 self._only_get(request)
                 await self._send(responder, 200, self.metrics.exposition(), CONTENT_TYPE.encode())
                 return
-            if self.config_api is not None:
+            answer = await self.aborter.handle(request)
+            if answer is None and self.config_api is not None:
                 answer = await self.config_api.handle(request)
-                if answer is not None:
-                    status, payload = answer
-                    await self._send(responder, status, json_dumps(payload))
-                    return
+            if answer is not None:
+                status, payload = answer
+                await self._send(responder, status, json_dumps(payload))
+                return
             view = self._views.get(request.path)
             if view is None:
                 raise ControlRequestError(
@@ -442,14 +453,23 @@ class ControlPlane:
                 if name not in models:
                     models.append(name)
             model_rows = []
+            catalog = self.gateway.catalog
             for name in models:
                 spec = p.model_spec(name)
+                window = catalog.context_window(config, p.name, name)
+                output = catalog.max_output_tokens(config, p.name, name)
+                hand_window = spec is not None and spec.context_window is not None
+                hand_output = spec is not None and spec.max_output_tokens is not None
                 model_rows.append(
                     {
                         "model": name,
                         "offered": p.offers(name),
-                        "context_window": spec.context_window if spec else None,
-                        "max_output_tokens": spec.max_output_tokens if spec else None,
+                        "context_window": window,
+                        "max_output_tokens": output,
+                        # Where each figure came from: `model_specs` (set by hand, editable with
+                        # PUT /provider-model-spec), the price table, or nowhere (null).
+                        "context_window_from": _source(hand_window, window),
+                        "max_output_tokens_from": _source(hand_output, output),
                     }
                 )
             rows.append(
@@ -498,13 +518,22 @@ class ControlPlane:
 
     async def _keys(self, request: Request) -> dict[str, Any]:
         slots = self.gateway.router.slots
+        wall = self.gateway.wall()
         rows = []
         for c in self.config.clients:
+            until = c.previous_key_until if c.previous_key else None
             rows.append(
                 {
                     "name": c.name,
                     "key": mask_secret(c.key),
                     "route": c.route,
+                    "disabled": c.disabled,
+                    "expires_at": c.expires_at,
+                    "expired": c.expires_at is not None and wall >= c.expires_at,
+                    "allowed_models": list(c.allowed_models) or None,
+                    # A rotation's old secret, accepted until then (never shown).
+                    "previous_key_until": until,
+                    "previous_key_active": until is not None and wall < until,
                     "max_concurrent": c.max_concurrent,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),
                     # Each limit with its usage (reservations included) and reset time; with

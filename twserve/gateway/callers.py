@@ -11,7 +11,7 @@ suggest, and the connection then closes.
 from __future__ import annotations
 
 from twengine.callers import Callers
-from twengine.config import GatewayListen
+from twengine.config import Config
 from twengine.shedding import LoadGauge
 from twproto.errors import error_body, error_headers
 from twproto.paths import guess_client_dialect
@@ -21,12 +21,12 @@ __all__ = ["head_refusal"]
 
 
 def head_refusal(
-    callers: Callers, request: Request, load: LoadGauge, listen: GatewayListen
+    callers: Callers, request: Request, load: LoadGauge, config: Config, *, now: float
 ) -> HeadRefusal | None:
     """The answer to send instead of reading `request`'s body, or None to read it and go on
-    (`twengine.callers.Callers.head_refusal`, then `LoadGauge.verdict` under `listen`'s
-    bounds)."""
-    err = callers.head_refusal(request) or load.verdict(listen)
+    (`twengine.callers.Callers.head_refusal`, `now` the wall clock for keys that expire; then
+    `LoadGauge.verdict` under `config`'s ``listen.gateway`` bounds)."""
+    err = callers.head_refusal(request, now=now) or load.verdict(config.listen.gateway)
     if err is None:
         return None
     dialect = guess_client_dialect(request.path, request.headers)

@@ -43,6 +43,7 @@ from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream import keepalive_comments
 from twproto.upstream_request import ClientCall
+from twserve.relay.abort import AbortPosted, Running, end_aborted, settle_gone
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
@@ -72,7 +73,6 @@ class RelayRequest:
     body: bytes
     model: str
     parsed: dict[str, Any] | None = None  # the body as admission parsed it, never parsed again
-    owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
     arrival: float | None = None
@@ -81,9 +81,14 @@ class RelayRequest:
     # A Responses WebSocket turn: its client socket's own upstream sockets, which attempts to
     # a `Transport.RESPONSES_SOCKET` destination use (twserve.upstream.responses_socket).
     sockets: UpstreamSockets | None = None
+    running: Running | None = None  # its id; where an abort reaches it (twserve.relay.abort)
+
+    @property
+    def owner(self) -> str:  # request id, for slot bookkeeping
+        return self.running.id if self.running is not None else ""
 
 
-_Taken = AttemptItem | Granted
+_Taken = AttemptItem | Granted | AbortPosted
 _Item = _Taken | Wake
 
 
@@ -136,6 +141,7 @@ class _Relay:
         # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
         self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
+        self.running = req.running.attach(self.inbox.send_nowait) if req.running else None
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -151,6 +157,9 @@ class _Relay:
                         self.inbox, self.wake, ledger.next_deadline
                     )
                     now = self.clock()
+                    if isinstance(item, AbortPosted) or (self.running and self.running.error):
+                        await end_aborted(self, now)  # the control plane's abort
+                        break
                     if isinstance(item, Granted):
                         self.slots.granted(item.permit)
                         await self._do(ledger.slot_granted(item.permit.name, now))
@@ -183,14 +192,7 @@ class _Relay:
                 actions = self.ledger.ended(now, clean=True)
             else:
                 actions = self.ledger.client_gone(now)
-            for action in actions:
-                match action:
-                    case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
-                        self.slots.book(action)
-                    case act.CancelAttempt() | act.FinishRequest():
-                        self.feed.end_attempt()
-                    case _:
-                        pass  # the client is gone: nothing more is written
+            settle_gone(actions, self.slots, self.feed)  # nothing more is written
         elif not out.cancelled and not out.delivered:
             # The ledger was done and its last verbs were being carried out when the client
             # left (the stream's end, the row's wait): its answer was delivered if every byte
@@ -202,6 +204,8 @@ class _Relay:
         if self.sockets is not None:
             out.over_socket = {a.index for a in self.started if a.reader.over_socket}
         self.slots.close()  # a grant posted but never read, a wait cut short
+        if self.running is not None:
+            self.running.post = None
         self.wake.cancel()
         self.inbox.close()
 

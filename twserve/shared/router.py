@@ -79,6 +79,8 @@ class SharedRouter:
         self.clock = clock
         self.channel = state.channel("events")
         self._adopting = False
+        # Announcements of other kinds, by kind (``abort``: twserve.shared.aborts).
+        self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._set_pause = state.client.register_script(SET_PAUSE)
         hooks.listeners.append(self.pause_changed)
         hooks.answer_listeners.append(self.answered)
@@ -164,6 +166,10 @@ class SharedRouter:
     def _take(self, note: dict[str, Any]) -> None:
         kind = note["kind"]
         router = self.hooks.router
+        handler = self.handlers.get(kind)
+        if handler is not None:
+            handler(note)
+            return
         if kind == "conv":
             if router.config.has_provider(str(note["upstream"])):
                 router.record_answer(

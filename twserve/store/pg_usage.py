@@ -13,7 +13,13 @@ from twserve.store.sqlite import USAGE_GROUPS, usage_rows
 __all__ = ("usage_query", "usage_result")
 
 _QUARTER = 900
-_PG_GROUPS = {**USAGE_GROUPS, "day": f"floor(ts / {_QUARTER})::bigint"}
+_PG_GROUPS = {
+    **USAGE_GROUPS,
+    "day": f"floor(ts / {_QUARTER})::bigint",
+    "hour": f"floor(ts / {_QUARTER})::bigint",
+}
+# How a quarter hour's start is named on this process's local calendar, per grouping.
+_LOCAL_NAMES = {"day": "%Y-%m-%d", "hour": "%Y-%m-%dT%H:00"}
 
 
 def usage_query(by: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
@@ -51,16 +57,17 @@ def usage_query(by: str, since: float | None, until: float | None) -> tuple[str,
 
 def usage_result(by: str, found: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     rows = [tuple(int(v) if i else v for i, v in enumerate(r)) for r in found]
-    if by == "day":
-        rows = _by_local_day(rows)
+    if by in _LOCAL_NAMES:
+        rows = _by_local_time(rows, _LOCAL_NAMES[by])
     return usage_rows(by, rows)
 
 
-def _by_local_day(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Quarter-hour totals summed per day on this process's local calendar."""
+def _by_local_time(rows: list[tuple[Any, ...]], name: str) -> list[tuple[Any, ...]]:
+    """Quarter-hour totals summed per day or hour (`name`, a strftime format) on this
+    process's local calendar."""
     days: dict[str, list[int]] = {}
     for quarter, *figures in rows:
-        day = dt.datetime.fromtimestamp(quarter * _QUARTER).date().isoformat()
+        day = dt.datetime.fromtimestamp(quarter * _QUARTER).strftime(name)
         sums = days.setdefault(day, [0] * len(figures))
         for i, v in enumerate(figures):
             sums[i] += v

@@ -73,6 +73,8 @@ USAGE_GROUPS = {
     "model": "model",
     "provider": "provider",
     "day": "date(ts, 'unixepoch', 'localtime')",
+    # The local hour as ``2026-12-02T08:00`` (an hour the clock repeats in autumn is one row).
+    "hour": "strftime('%Y-%m-%dT%H:00', ts, 'unixepoch', 'localtime')",
 }
 
 

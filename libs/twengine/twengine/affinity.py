@@ -298,21 +298,38 @@ class Affinity(Generic[D]):
         new_turn: bool,
     ) -> str | None:
         """The upstream this request should go to first, or None to choose freely."""
+        return self.stickiness(key, now, candidates, paused, new_turn=new_turn)[0]
+
+    def stickiness(
+        self,
+        key: str,
+        now: float,
+        candidates: Collection[str],
+        paused: Collection[str],
+        *,
+        new_turn: bool,
+    ) -> tuple[str | None, str | None, str | None]:
+        """`sticky_upstream` with its reasons: the upstream to go to first (or None), the
+        upstream that last answered the conversation (None: none yet), and why it is kept or
+        not — ``same_turn``, ``cache_warm`` (kept); ``cache_cold``, ``paused``,
+        ``not_a_candidate`` (not kept); None for a conversation with no upstream yet."""
         conv = self._get(key, now)
         if conv is None or conv.upstream is None:
-            return None
+            return None, None, None
         upstream = conv.upstream
-        if upstream not in candidates or upstream in paused:
-            return None
+        if upstream not in candidates:
+            return None, upstream, "not_a_candidate"
+        if upstream in paused:
+            return None, upstream, "paused"
         if not new_turn:
-            return upstream
+            return upstream, upstream, "same_turn"
         if (
             conv.answered_at is not None
             and conv.cached_tokens >= self.cache_min_tokens
             and now - conv.answered_at < self.cache_ttl_secs
         ):
-            return upstream
-        return None
+            return upstream, upstream, "cache_warm"
+        return None, upstream, "cache_cold"
 
     def forget(self, key: str) -> None:
         self._conversations.pop(key, None)

@@ -96,12 +96,14 @@ def answer_models(
     table: PriceTable | None = None,
 ) -> LocalAnswer | Refusal:
     """The listing, or the one model `route` names, in `dialect`'s shape, of the models gateway
-    key `client` can reach; 404 for a model not listed."""
+    key `client` can reach (its ``allowed_models`` among them); 404 for a model not listed."""
     speakers = _SPEAKERS[dialect]
+    key = config.client(client) if client is not None and config.has_client(client) else None
     infos = [
         info
         for info in listed_models(config, table)
-        if may_reach(config, client, speakers, info.id)
+        if (key is None or key.allows_model(info.id))
+        and may_reach(config, client, speakers, info.id)
     ]
     if route.operation is Operation.GET_MODEL:
         wanted = (route.model or "").removeprefix("models/")

@@ -157,6 +157,9 @@ class RoutePlan:
     paused: tuple[str, ...] = ()
     full: tuple[str, ...] = ()
     balance: Balance | None = None
+    # The conversation's last upstream and why it was kept first or not (`Affinity.stickiness`).
+    last_upstream: str | None = None
+    affinity: str | None = None
 
     @property
     def denied(self) -> bool:
@@ -368,9 +371,9 @@ class Router:
         names = [c.provider for c in decision.candidates]
         paused = self._health.paused(names, now)
         full = self._slots.full(names)
-        sticky = None
+        sticky = last = why = None
         if conversation is not None:
-            sticky = self._affinity.sticky_upstream(
+            sticky, last, why = self._affinity.stickiness(
                 conversation, now, names, paused, new_turn=new_turn
             )
         balance = None
@@ -388,6 +391,8 @@ class Router:
             candidates=final,
             sticky=sticky,
             held=held,
+            last_upstream=last,
+            affinity=why,
             paused=tuple(c.provider for c in final if c.provider in paused),
             full=tuple(c.provider for c in final if c.provider in full),
             balance=balance,

@@ -201,7 +201,14 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
     assert [m["model"] for m in providers["a"]["models"]] == ["m", "m2"]
     assert providers["b"]["max_concurrent"] == 4
     assert providers["b"]["models"] == [
-        {"model": "m", "offered": True, "context_window": 200000, "max_output_tokens": None}
+        {
+            "model": "m",
+            "offered": True,
+            "context_window": 200000,
+            "max_output_tokens": None,
+            "context_window_from": "model_specs",
+            "max_output_tokens_from": None,
+        }
     ]
     answered = providers[view(stack, "/requests")["requests"][0]["provider"]]
     assert answered["attempts"] == 1
@@ -583,3 +590,21 @@ def test_events_are_json() -> None:
     data = json.loads(event_json(event))
     assert data["type"] == "RequestFinished"
     assert data["provider"] == "a" and data["input_tokens"] is None
+
+
+def test_model_rows_say_where_each_figure_came_from(tmp_path: Path) -> None:
+    """A figure set by hand (model_specs) is named so; one the price table knows, so too."""
+    ups = {
+        "t": Upstream(
+            "anthropic",
+            models=["claude-sonnet-4-5", "no-such-model"],
+            extra={"model_specs": {"claude-sonnet-4-5": {"max_output_tokens": 1000}}},
+        )
+    }
+    with running_stack(tmp_path, ups, control=True) as st:
+        rows = {m["model"]: m for m in view(st, "/providers")["providers"][0]["models"]}
+    known = rows["claude-sonnet-4-5"]
+    assert (known["max_output_tokens"], known["max_output_tokens_from"]) == (1000, "model_specs")
+    assert known["context_window"] and known["context_window_from"] == "price_table"
+    unknown = rows["no-such-model"]
+    assert unknown["context_window"] is None and unknown["context_window_from"] is None

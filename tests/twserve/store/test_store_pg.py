@@ -150,6 +150,14 @@ async def test_rows_are_written_and_read_back_the_same_on_both_backends(
     assert [(r["day"], r["requests"]) for r in by_day] == [
         (d, days.count(d)) for d in sorted(set(days))
     ]
+    by_hour = await store.usage(by="hour", since=T0, until=T0 + DAY)
+    hours = [
+        dt.datetime.fromtimestamp(T0 + i * 3600.0).strftime("%Y-%m-%dT%H:00") for i in range(24)
+    ]
+    assert [(r["hour"], r["requests"]) for r in by_hour] == [
+        (h, hours.count(h)) for h in sorted(set(hours))
+    ]
+    assert sum(r["requests"] for r in by_hour) == 24
 
     spends = await store.limit_spends(["alice"], T0 + 10 * 3600.0)
     assert sorted(spends)[0] == ("alice", T0 + 10 * 3600.0 + 1.5, 40, 0, 1010)
