@@ -599,6 +599,7 @@ class ControlPlane:
                     "key": mask_secret(c.key),
                     "route": c.route,
                     "max_concurrent": c.max_concurrent,
+                    "disabled": c.disabled,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),
                     # Each limit with its usage (reservations included) and reset time; with
                     # shared state, across instances.
