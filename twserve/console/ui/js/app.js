@@ -165,6 +165,7 @@ signout.addEventListener("click", () => {
   render();
 });
 unauthorized.addEventListener("401", () => {
+  if (document.getElementById("signin")) return; // the form says so itself
   setControlKey(null);
   signInPage({ code: "control.auth.bad_key", message: "the control key was refused; sign in again" });
 });

@@ -41,7 +41,7 @@ function usage(l) {
 export function keysPage(root) {
   const note = h("div", { id: "keys-note" });
   const out = h("div", { id: "keys" });
-  const name = h("input", { name: "name", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}" });
+  const name = h("input", { name: "name", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9_.@\\-]{0,63}" });
   const route = h("input", { name: "route", placeholder: "default route when blank" });
   const maxc = h("input", { name: "max_concurrent", type: "number", min: 1 });
   const limits = h("input", { name: "limits", placeholder: '[{"per": "day", "requests": 1000}]' });
@@ -61,7 +61,10 @@ export function keysPage(root) {
     const copy = h("button", { type: "button", class: "quiet" }, "Copy");
     copy.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(body.key));
     const done = h("button", { type: "button", id: "secret-done" }, "I have saved it");
-    done.addEventListener("click", () => clear(note));
+    done.addEventListener("click", () => {
+      clear(note);
+      refresh();
+    });
     clear(note, h("div", { class: "card secret-once", role: "status" }, h("h2", null, title), h("p", null, "Shown once: the gateway keeps it and will not show it again."), h("div", { class: "inline" }, value, copy, done)));
     value.select();
   }
