@@ -50,6 +50,7 @@ __all__ = [
     "HealthChanged",
     "KeyLimitAlert",
     "Published",
+    "RequestAborted",
     "RequestFailed",
     "RequestFinished",
     "RequestRouted",
@@ -127,6 +128,18 @@ class RequestFailed:
     duration_ms: int | None
     attempts: int
     cancelled: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAborted:
+    """The control plane aborted running request `id` (``POST /requests/{id}/abort``);
+    `stage` is where it was: ``key_wait`` (waiting for its key's turn) or ``relay``. Its
+    `RequestFailed` (``gw.request.aborted``, `cancelled`) follows when its row is written."""
+
+    id: str
+    ts: float
+    stage: str
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -261,6 +274,7 @@ Event = (
     | RequestDequeued
     | RequestFinished
     | RequestFailed
+    | RequestAborted
     | HealthChanged
     | KeyLimitAlert
     | SharedStateChanged
@@ -277,6 +291,7 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     RequestDequeued,
     RequestFinished,
     RequestFailed,
+    RequestAborted,
     HealthChanged,
     KeyLimitAlert,
     SharedStateChanged,

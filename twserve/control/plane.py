@@ -44,6 +44,7 @@ from twengine.slots import SlotScope
 from twproto import json_dumps
 from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
+from twserve.console.abort_api import RequestAborter
 from twserve.console.requests_query import parse_filter
 from twserve.console.static import SECURITY_HEADERS, UI_PREFIX, ui_file
 from twserve.control.metrics import CONTENT_TYPE, Metrics
@@ -63,7 +64,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 7
+CONTROL_API_VERSION = 8
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0
@@ -245,6 +246,8 @@ class ControlPlane:
         self.generation = 1
         # Set by the app when it runs from a config file: GET/PUT /config and the small writes.
         self.config_api: ConfigEndpoints | None = None
+        # POST /requests/{id}/abort (twserve.console.abort_api), with or without a file.
+        self.aborter = RequestAborter(gateway, store, events)
         self.started_wall = gateway.wall()
         self.started = gateway.clock()
         self._views: dict[str, View] = {
@@ -279,12 +282,13 @@ class ControlPlane:
                 self._only_get(request)
                 await self._send(responder, 200, self.metrics.exposition(), CONTENT_TYPE.encode())
                 return
-            if self.config_api is not None:
+            answer = await self.aborter.handle(request)
+            if answer is None and self.config_api is not None:
                 answer = await self.config_api.handle(request)
-                if answer is not None:
-                    status, payload = answer
-                    await self._send(responder, status, json_dumps(payload))
-                    return
+            if answer is not None:
+                status, payload = answer
+                await self._send(responder, status, json_dumps(payload))
+                return
             view = self._views.get(request.path)
             if view is None:
                 raise ControlRequestError(

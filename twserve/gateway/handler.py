@@ -14,6 +14,8 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
+import anyio
+
 from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
 from twengine.callers import Callers
@@ -35,7 +37,7 @@ from twserve.events import EventBus
 from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
-from twserve.gateway.key_turn import EarlyHead, key_turn
+from twserve.gateway.key_turn import EarlyHead, KeyTurn, key_turn
 from twserve.gateway.row import (
     fill_row,
     new_row,
@@ -46,6 +48,7 @@ from twserve.gateway.row import (
     retry_observer,
 )
 from twserve.observe.request_ids import IdentifiedResponder
+from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.server.base import HeadRefusal, Request, Responder
@@ -89,6 +92,8 @@ class Gateway:
         self._configured = False
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
+        # The requests running, by id, for the control plane's abort (twserve.relay.abort).
+        self.aborts = Aborts()
         self.rng = random.Random()
         # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
         # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
@@ -130,12 +135,15 @@ class Gateway:
         if verdict is None and not listing:
             assert route is not None and route.dialect is not None and client_name is not None
             rid, config = self.next_request_id(), self.config
-            if self._bare:  # nothing wraps the responder: no context managers to enter
-                await self._generate(request, responder, route, route.dialect, client_name, rid)
-                return
-            async with self.ends.hold(rid, responder, config.store) as held:
-                with self.taps.keep(rid, held, config.retention, request.body) as kept:
-                    await self._generate(request, kept, route, route.dialect, client_name, rid)
+            try:
+                if self._bare:  # nothing wraps the responder: no context managers to enter
+                    await self._generate(request, responder, route, route.dialect, client_name, rid)
+                    return
+                async with self.ends.hold(rid, responder, config.store) as held:
+                    with self.taps.keep(rid, held, config.retention, request.body) as kept:
+                        await self._generate(request, kept, route, route.dialect, client_name, rid)
+            finally:
+                self.aborts.end(rid)
             return
         # A refusal's or a listing's shape follows the client (a generated answer's, its path).
         dialect = guess_client_dialect(request.path, request.headers)
@@ -160,6 +168,7 @@ class Gateway:
         # settings it was admitted with (its candidates are fixed below, before any wait).
         started, settings = self.clock(), self.settings
         row = new_row(request_id, self.wall(), request, client_name, dialect)
+        running = self.aborts.begin(request_id)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -217,19 +226,30 @@ class Gateway:
             owner=row.id,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn
+            running=running,
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
-        turn = await key_turn(
-            self.hooks,
-            self.usage,
-            self.config,
-            client_name,
-            row.id,
-            deadline=started + self.config.failover.wait_secs,
-            estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
-            counted=not counting,
-            head=head,  # a streamed client's 200 and keep-alives while it waits
-        )
+        turn: KeyTurn | GatewayError | None = None
+        with anyio.CancelScope() as running.wait_scope:  # an abort cancels the wait
+            turn = await key_turn(
+                self.hooks,
+                self.usage,
+                self.config,
+                client_name,
+                row.id,
+                deadline=started + self.config.failover.wait_secs,
+                estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
+                counted=not counting,
+                head=head,  # a streamed client's 200 and keep-alives while it waits
+            )
+        running.wait_scope = None
+        if running.error is not None:  # aborted while it waited, or as its turn came
+            if isinstance(turn, KeyTurn):
+                turn.end(row, RelayOutcome(cancelled=True), {})
+            row.cancelled = True
+            await self._refuse(row, responder, dialect, running.error, head)
+            return
+        assert turn is not None
         if isinstance(turn, GatewayError):
             await self._refuse(row, responder, dialect, turn, head)
             return

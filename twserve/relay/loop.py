@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
+import anyio.lowlevel
 
 from twengine import AttemptRequests, Destination
 from twengine import attempt as act
@@ -39,10 +40,12 @@ from twengine.attempt import (
     RecordSuccess,
     ReleaseSlot,
 )
+from twproto.errors import GatewayError
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream import keepalive_comments
 from twproto.upstream_request import ClientCall
+from twserve.relay.abort import Running
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
@@ -81,9 +84,18 @@ class RelayRequest:
     # A Responses WebSocket turn: its client socket's own upstream sockets, which attempts to
     # a `Transport.RESPONSES_SOCKET` destination use (twserve.upstream.responses_socket).
     sockets: UpstreamSockets | None = None
+    # Where an abort from the control plane reaches this request (twserve.relay.abort).
+    running: Running | None = None
 
 
-_Taken = AttemptItem | Granted
+@dataclass(frozen=True, slots=True)
+class AbortPosted:
+    """The control plane aborted the request (`_Relay.aborting` holds its error)."""
+
+
+ABORT = AbortPosted()
+
+_Taken = AttemptItem | Granted | AbortPosted
 _Item = _Taken | Wake
 
 
@@ -136,21 +148,31 @@ class _Relay:
         # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
         self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
+        self.running = req.running
+        self.aborting: GatewayError | None = None  # the abort's error, once aborted
 
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self) -> RelayOutcome:
         ledger = self.ledger
+        running = self.running
+        if running is not None:
+            running.on_abort = self._abort_posted
         try:
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 now = self.clock()
                 await self._do(ledger.start(now, **self._snapshot(now)))
                 while not ledger.done:
+                    if self.aborting is not None:  # posted while the inbox was full
+                        await self._abort(self.aborting)
+                        break
                     item: _Taken | None = await next_item(
                         self.inbox, self.wake, ledger.next_deadline
                     )
                     now = self.clock()
+                    if isinstance(item, AbortPosted):
+                        continue  # the check above carries it out
                     if isinstance(item, Granted):
                         self.slots.granted(item.permit)
                         await self._do(ledger.slot_granted(item.permit.name, now))
@@ -168,8 +190,47 @@ class _Relay:
         except* ClientGone:
             pass  # the client left mid-answer; _cleanup records it
         finally:
+            if running is not None:
+                running.on_abort = None
             self._cleanup()
         return self.out
+
+    def _abort_posted(self, error: GatewayError) -> None:
+        """The control plane's abort (`Running.abort`): the loop carries it out at its next
+        turn; the inbox item wakes it when it waits."""
+        self.aborting = error
+        try:
+            self.inbox.send_nowait(ABORT)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the inbox is full (the loop takes an item soon, then sees `aborting`)
+
+    async def _abort(self, error: GatewayError) -> None:
+        """End the request for an abort: the ledger cancels it as if the client had left
+        (nothing counts against an upstream), then the client gets `error` in its format —
+        the in-stream error event once its stream's head is out, else an HTTP error."""
+        out, feed = self.out, self.feed
+        live, resumed = feed.ending()
+        writing = live is not None and live.stream.writing
+        for action in self.ledger.client_gone(self.clock()):
+            match action:
+                case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
+                    self.slots.book(action)
+                case act.CancelAttempt(index=index):
+                    feed.cancel(index, out)
+                case act.FinishRequest():
+                    feed.end_attempt()
+                case _:
+                    pass
+        out.cancelled = True
+        if writing:
+            # The reader was cut short inside a write: let its cancellation land first, so the
+            # error event is not written beside it.
+            await anyio.lowlevel.checkpoint()
+        committed = live is not None and live.stream.committed
+        if self.call.stream and (self.client.started or committed):
+            await self.client.end_stream_with_error(error, live, resumed)
+        else:
+            await self.client.error(error)
 
     def _cleanup(self) -> None:
         out = self.out

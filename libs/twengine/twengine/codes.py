@@ -162,6 +162,8 @@ _CODES = {
     "control.config.layout": (
         "A small write cannot be spliced into how this part of the file is written (409)."
     ),
+    "control.abort.unknown_request": "No request of that id runs or ran on this instance (404).",
+    "control.abort.finished": "The request to abort has finished, or is ending (409).",
     # --- gateway answers and attempt outcomes --------------------------------------------
     "gw.auth.missing_key": "The request carries no gateway key (401).",
     "gw.auth.bad_key": "The gateway key is not one the config lists (401).",
@@ -267,6 +269,9 @@ _CODES = {
     "gw.key_limit.cost_rolling": "The key's per-minute or per-hour cost limit is used up (429).",
     "gw.key_limit.period": "A day, week or month limit of the key is used up until reset (429).",
     "gw.key.busy": "The key's max_concurrent stayed full for failover.wait_secs (429).",
+    "gw.request.aborted": (
+        "The operator aborted the request from the control plane; not the upstream's fault (503)."
+    ),
     "gw.ws.upstream_closed": "The upstream closed the WebSocket during a turn; that turn failed.",
     "gw.ws.bad_event": "A WebSocket message is not JSON, or not a client event taken there (400).",
     "gw.ws.busy": "Too many turns already wait on this WebSocket; this one was not queued (429).",
