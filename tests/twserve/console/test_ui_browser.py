@@ -8,6 +8,7 @@ store starts with 100 000 rows, so every Traffic page here reads a large store.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -59,10 +60,16 @@ def config_text(ports: Mapping[str, int], control_port: int) -> str:
         "    protocol: openai-chat\n"
         f"    base_url: http://127.0.0.1:{ports['bad']}/v1\n"
         f"    key: {UPSTREAM_KEY}-bad\n"
-        "    models: [flaky]\n\n"
+        "    models: [flaky]\n"
+        "  - name: slow\n"
+        "    protocol: openai-chat\n"
+        f"    base_url: http://127.0.0.1:{ports['slow']}/v1\n"
+        f"    key: {UPSTREAM_KEY}-slow\n"
+        "    models: [slow]\n\n"
         "groups:\n  - name: fo\n    type: fallback\n    providers: [bad, a]\n\n"
         "routes:\n  - name: main\n    rules:\n"
         "      - {name: flaky, when: {model: flaky}, to: fo}\n"
+        "      - {name: slow, when: {model: slow}, to: slow}\n"
         "      - {name: all, to: a}\n"
         "default_route: main\n"
     )
@@ -97,6 +104,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     upstreams = {
         "a": MockSettings(),
         "bad": MockSettings(script=Script(error=ErrorSpec(status=500))),
+        # A stream of about ten seconds, to abort from the page.
+        "slow": MockSettings(script=Script(text="slow words " * 120, chunk_delay=0.03)),
     }
     with live_gateway(tmp, upstreams, config_text) as running:
         yield running
@@ -247,6 +256,54 @@ def test_a_request_that_failed_over_shows_both_attempts(console: Console, live: 
     decision = console.page.inner_text("#page-request section:has(h2:text('Decision'))")
     assert "fo" in decision and "flaky" in decision
     assert request_id in console.page.inner_text("#page-request")
+    assert console.unexpected_errors() == []
+
+
+def test_aborting_a_running_stream_from_the_page(console: Console, live: Live) -> None:
+    """The Abort button of a running request's Routing view ends the openai SDK's stream with
+    an error it raises, and the upstream is not paused or blamed for it."""
+    console.sign_in()
+    console.page.wait_for_selector("#traffic-table tbody tr")
+    wait_for(lambda: live.app.events.subscribers > 0, timeout=5)
+    outcome: dict[str, object] = {}
+
+    def stream() -> None:
+        client = openai.OpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+        try:
+            chunks = client.chat.completions.create(
+                model="slow", stream=True, messages=[{"role": "user", "content": "hi"}]
+            )
+            for chunk in chunks:
+                outcome["content"] = True
+        except openai.APIError as err:
+            outcome["error"] = err
+        finally:
+            client.close()
+        outcome["done"] = True
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    try:
+        running = console.page.locator("#traffic-table tr.running").first
+        running.wait_for()
+        wait_for(lambda: "content" in outcome, timeout=10)
+        running.click()
+        console.page.click("#abort")
+        console.page.wait_for_selector("#abort-result:has-text('Aborted')")
+        thread.join(timeout=10)
+    finally:
+        thread.join(timeout=30)
+    assert outcome.get("done") and isinstance(outcome.get("error"), openai.APIError), outcome
+    error = outcome["error"]
+    assert isinstance(error, openai.APIError)
+    assert "aborted by the gateway's operator" in str(error)
+    assert error.code == "gw.request.aborted", error.body
+    _, providers = live.control("GET", "/providers")
+    slow = next(p for p in providers["providers"] if p["name"] == "slow")
+    assert slow["paused_until"] is None and slow["failures_in_row"] == 0
+    # The page turns to the stored row: cancelled, with its attempt.
+    console.page.wait_for_selector("#page-request section:has(h2:text-matches('Attempts'))")
+    assert "cancelled" in console.page.inner_text("#page-request")
     assert console.unexpected_errors() == []
 
 

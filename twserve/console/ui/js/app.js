@@ -34,7 +34,7 @@ let current = null; // {leave} of the page shown
 function onEvent(name, data) {
   if (name === "RequestStarted") running.set(data.id, { ...data, started: data.ts });
   else if (name === "RequestRouted" && running.has(data.id)) Object.assign(running.get(data.id), { routed: data });
-  else if (name === "RequestFinished" || name === "RequestFailed") running.delete(data.id);
+  else if (name === "RequestFinished" || name === "RequestFailed" || name === "RequestAborted") running.delete(data.id);
   events.dispatchEvent(new CustomEvent("event", { detail: { name, data } }));
   if (name === "ConfigReloaded" || name === "ConfigRejected" || name === "HealthChanged") refreshStatus();
 }
