@@ -273,7 +273,7 @@ def test_aborting_a_running_stream_from_the_page(console: Console, live: Live) -
             chunks = client.chat.completions.create(
                 model="slow", stream=True, messages=[{"role": "user", "content": "hi"}]
             )
-            for chunk in chunks:
+            for _chunk in chunks:
                 outcome["content"] = True
         except openai.APIError as err:
             outcome["error"] = err

@@ -4,7 +4,7 @@ import { h, s } from "./dom.js";
 
 const W = 640;
 const H = 220;
-const PAD = { left: 56, right: 8, top: 10, bottom: 28 };
+const PAD = { left: 70, right: 8, top: 10, bottom: 28 };
 
 function niceMax(value) {
   if (value <= 0) return 1;
