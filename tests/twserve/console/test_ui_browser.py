@@ -399,6 +399,56 @@ def test_rollback_from_the_page(console: Console, live: Live) -> None:
     assert console.unexpected_errors() == []
 
 
+def test_upstreams_pause_resume_and_model_spec(console: Console, live: Live) -> None:
+    console.sign_in(fragment="#/upstreams")
+    card = console.page.locator('#upstreams .card[data-upstream="a"]')
+    card.wait_for()
+    card.locator("button[data-action=pause]").click()
+    card.locator("button[data-action=resume]").wait_for()
+    assert "paused manual until" in card.inner_text()
+    _, providers = live.control("GET", "/providers")
+    assert next(p for p in providers["providers"] if p["name"] == "a")["paused_until"]
+    card.locator("button[data-action=resume]").click()
+    card.locator("button[data-action=pause]").wait_for()
+    _, providers = live.control("GET", "/providers")
+    assert next(p for p in providers["providers"] if p["name"] == "a")["paused_until"] is None
+    # A model spec set by hand, shown with where it came from, and in the file.
+    card.locator("tr:has(td:text-is('m')) button").click()
+    form = console.page.locator("#spec-a form")
+    form.locator("input[name=context_window]").fill("64000")
+    form.locator("button[type=submit]").click()
+    console.page.wait_for_selector(
+        '#upstreams .card[data-upstream="a"] tr:has(td:text-is("m")):has-text("64,000")'
+    )
+    row = card.locator("tr:has(td:text-is('m'))").inner_text()
+    assert "set by hand" in row
+    assert "context_window: 64000" in live.path.read_text()
+    card.locator("tr:has(td:text-is('m')) button").click()
+    console.page.click("#spec-a form button:text('Clear spec')")
+    console.page.wait_for_selector(
+        '#upstreams .card[data-upstream="a"] tr:has(td:text-is("m")):not(:has-text("64,000"))'
+    )
+    assert "context_window: 64000" not in live.path.read_text()
+    assert console.unexpected_errors() == []
+
+
+def test_groups_show_factors_and_the_dry_run_names_the_next_upstream(
+    console: Console, live: Live
+) -> None:
+    console.sign_in(fragment="#/groups")
+    group = console.page.locator("#groups .card:has(h2:text-is('fo'))")
+    group.wait_for()
+    text = group.inner_text()
+    assert "fallback" in text and "bad" in text and "Automatic factor" in text
+    console.page.fill("#dryrun input[name=model]", "flaky")
+    console.page.click("#dryrun button[type=submit]")
+    console.page.wait_for_selector("#dryrun-next")
+    _, report = live.control("GET", "/dryrun?model=flaky")
+    assert console.page.inner_text("#dryrun-next") == report["next"]
+    assert "rule flaky" in console.page.inner_text("#dryrun-result")
+    assert console.unexpected_errors() == []
+
+
 #: Each page, and what shows once it has loaded its data.
 PAGES = {
     "#/traffic": "#traffic-table table",
