@@ -64,7 +64,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 8
+CONTROL_API_VERSION = 9
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0
