@@ -362,7 +362,7 @@ class GatewayApp:
 
     def _key_name(self, request: Request) -> str | None:
         """The name of the gateway key `request` presents (None: none the config lists)."""
-        return self.gateway.callers.check(request)[1]
+        return self.gateway.callers.check(request, now=self.gateway.wall())[1]
 
     def _new_control_server(self) -> Server:
         """The control plane's HTTP server: the control key checked before the body, its own

@@ -93,7 +93,7 @@ _CONSISTENCY = frozenset(
 _RUNTIME = frozenset({"config.runtime_failed", "config.listen_unavailable"})
 
 # Fields whose values are secrets wherever they appear; every value under `headers` is one too.
-_SECRET_FIELDS = frozenset({"key", "redis_url", "postgres_dsn"})
+_SECRET_FIELDS = frozenset({"key", "previous_key", "redis_url", "postgres_dsn"})
 _EXCERPT_MAX = 200
 _MASK = "***"
 

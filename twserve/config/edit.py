@@ -237,7 +237,7 @@ class Verbatim:
     text: str
 
 
-_SECRET_FIELDS = frozenset({"key", "redis_url", "postgres_dsn"})
+_SECRET_FIELDS = frozenset({"key", "previous_key", "redis_url", "postgres_dsn"})
 # A value that reads back as itself when written plain: no indicator, quote, comment or space.
 _PLAIN_SAFE = re.compile(r"[^\s#:'\"\[\]{},&*!|>%@`][^\s#'\"\[\]{},]*")
 

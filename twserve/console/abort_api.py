@@ -41,6 +41,9 @@ class RequestAborter:
 
     def __init__(self, gateway: Gateway, store: Store, events: EventBus) -> None:
         self.gateway, self.store, self.events = gateway, store, events
+        # A request is finished once its row is written (the store may take a moment more).
+        aborts = gateway.aborts
+        gateway.row_listeners.append(lambda row: aborts.ended(row.id))
 
     async def handle(self, request: Request) -> tuple[int, Any] | None:
         """The answer for an abort path, None for any other path."""

@@ -38,7 +38,16 @@ __all__ = [
 ]
 
 # The order fields are written in a new entry (the order docs/configuration.md lists them).
-_FIELD_ORDER = ("name", "key", "route", "max_concurrent", "disabled", "limits")
+_FIELD_ORDER = (
+    "name",
+    "key",
+    "route",
+    "max_concurrent",
+    "disabled",
+    "expires_at",
+    "allowed_models",
+    "limits",
+)
 
 
 def _clients(doc: Any) -> CommentedSeq | None:

@@ -3,8 +3,10 @@
 =================================  ===========================================================
 ``POST /keys``                     create a key; the answer holds its secret, once
 ``PATCH /keys/{name}``             change ``route``, ``max_concurrent``, ``limits``,
-                                   ``disabled`` (a field sent as null is removed)
-``POST /keys/{name}/rotate``       a new secret; the old one is refused from the answer on
+                                   ``disabled``, ``expires_at``, ``allowed_models`` (a field
+                                   sent as null is removed)
+``POST /keys/{name}/rotate``       a new secret; the old one is refused from the answer on, or
+                                   (``overlap_secs``) kept as ``previous_key`` until then
 ``DELETE /keys/{name}``            revoke: the entry leaves the file
 =================================  ===========================================================
 
@@ -24,6 +26,7 @@ gateway drew.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -45,13 +48,17 @@ from twserve.console.key_edit import (
 from twserve.control.plane import ControlPlane, ControlRequestError
 from twserve.server.base import Request
 
-__all__ = ["KEY_PREFIX", "KeysAPI", "new_secret"]
+__all__ = ["KEY_PREFIX", "MAX_OVERLAP_SECS", "KeysAPI", "new_secret", "utc_text"]
 
 KEY_PREFIX = "tw-"
 # A name a new key may have: it is written into URLs (`/keys/{name}`) and the file unquoted.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
-_PATCHABLE = ("route", "max_concurrent", "limits", "disabled")
+_PATCHABLE = ("route", "max_concurrent", "limits", "disabled", "expires_at", "allowed_models")
+#: The longest a rotated key's old secret may stay valid (``overlap_secs``): 30 days.
+MAX_OVERLAP_SECS = 30 * 86400
+# At most this many model patterns per key, each at most this long.
+_MAX_PATTERNS, _MAX_PATTERN_CHARS = 64, 200
 _LIMIT_FIELDS = frozenset({"per", "requests", "tokens", "cost", "cache_reads"})
 
 Answer = tuple[int, Any]
@@ -86,11 +93,52 @@ def _check_fields(body: dict[str, Any], *, creating: bool) -> dict[str, Any]:
             raise _invalid("max_concurrent must be a whole number")
         elif name == "disabled" and not isinstance(value, bool):
             raise _invalid("disabled must be true or false")
+        elif name == "expires_at" and (
+            isinstance(value, bool) or not isinstance(value, (int, float, str))
+        ):
+            raise _invalid("expires_at must be unix seconds or an ISO 8601 time")
+        elif name == "allowed_models":
+            out[name] = _check_patterns(value)
+            continue
         elif name == "limits":
             out[name] = _check_limits(value)
             continue
         out[name] = value
     return out
+
+
+def _check_patterns(value: object) -> list[str]:
+    patterns = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(patterns, list)
+        or not 1 <= len(patterns) <= _MAX_PATTERNS
+        or not all(isinstance(p, str) and 0 < len(p) <= _MAX_PATTERN_CHARS for p in patterns)
+    ):
+        raise _invalid(
+            f"allowed_models must be a model pattern or a list of 1-{_MAX_PATTERNS} of them "
+            f"(each at most {_MAX_PATTERN_CHARS} characters)"
+        )
+    return list(patterns)
+
+
+def utc_text(at: float) -> str:
+    """Unix seconds as the ISO 8601 time the file is written with (``…Z``)."""
+    when = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
+    return when.replace("+00:00", "Z")
+
+
+def _overlap(body: dict[str, Any]) -> float | None:
+    unknown = sorted(set(body) - {"overlap_secs", "base_version"})
+    if unknown:
+        raise _invalid(f"unknown fields {unknown} (known: ['base_version', 'overlap_secs'])")
+    secs = body.get("overlap_secs")
+    if secs is None:
+        return None
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)):
+        raise _invalid("overlap_secs must be a number of seconds")
+    if not 0 < secs <= MAX_OVERLAP_SECS:
+        raise _invalid(f"overlap_secs must be above 0 and at most {MAX_OVERLAP_SECS}")
+    return float(secs)
 
 
 def _check_limits(value: object) -> list[dict[str, Any]]:
@@ -258,11 +306,21 @@ class KeysAPI:
                 "control.key_from_env",
                 f"key {name!r} is read from {written}; rotate it where that variable is set",
             )
+        overlap = _overlap(body)
+        old = written if overlap is not None else None
+        until = None if overlap is None else utc_text(self.plane.gateway.wall() + overlap)
         secret = new_secret()
-        versions = await self._edit(
-            lambda text: set_client_field(text, name, "key", secret), self._base(body)
-        )
-        return 200, {"name": name, "key": secret, "shown_once": True} | versions
+
+        def edit(text: str) -> str:
+            # The old secret stays valid until `until` as `previous_key`, or goes at once
+            # (a previous key left by an earlier rotation goes too).
+            text = set_client_field(text, name, "key", secret)
+            text = set_client_field(text, name, "previous_key_until", until)
+            return set_client_field(text, name, "previous_key", old)
+
+        versions = await self._edit(edit, self._base(body))
+        answer = {"name": name, "key": secret, "shown_once": True, "previous_key_until": until}
+        return 200, answer | versions
 
     async def _revoke(self, request: Request, name: str) -> Answer:
         self._known(name)

@@ -595,13 +595,22 @@ class ControlPlane:
 
     async def _keys(self, request: Request) -> dict[str, Any]:
         slots = self.gateway.router.slots
+        wall = self.gateway.wall()
         rows = []
         for c in self.config.clients:
+            until = c.previous_key_until if c.previous_key else None
             rows.append(
                 {
                     "name": c.name,
                     "key": mask_secret(c.key),
                     "route": c.route,
+                    "disabled": c.disabled,
+                    "expires_at": c.expires_at,
+                    "expired": c.expires_at is not None and wall >= c.expires_at,
+                    "allowed_models": list(c.allowed_models) or None,
+                    # A rotation's old secret, accepted until then (never shown).
+                    "previous_key_until": until,
+                    "previous_key_active": until is not None and wall < until,
                     "max_concurrent": c.max_concurrent,
                     "disabled": c.disabled,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),

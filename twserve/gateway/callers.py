@@ -16,10 +16,10 @@ from twserve.server.base import HeadRefusal, Request
 __all__ = ["head_refusal"]
 
 
-def head_refusal(callers: Callers, request: Request) -> HeadRefusal | None:
+def head_refusal(callers: Callers, request: Request, *, now: float) -> HeadRefusal | None:
     """The answer to send instead of reading `request`'s body, or None to read it and go on
-    (`twengine.callers.Callers.head_refusal`)."""
-    err = callers.head_refusal(request)
+    (`twengine.callers.Callers.head_refusal`; `now`: the wall clock, for keys that expire)."""
+    err = callers.head_refusal(request, now=now)
     if err is None:
         return None
     dialect = guess_client_dialect(request.path, request.headers)

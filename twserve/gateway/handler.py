@@ -14,8 +14,6 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-import anyio
-
 from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
 from twengine.callers import Callers
@@ -37,7 +35,7 @@ from twserve.events import EventBus
 from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
-from twserve.gateway.key_turn import EarlyHead, KeyTurn, key_turn
+from twserve.gateway.key_turn import EarlyHead, key_turn, note_refusal
 from twserve.gateway.row import (
     fill_row,
     new_row,
@@ -48,7 +46,7 @@ from twserve.gateway.row import (
     retry_observer,
 )
 from twserve.observe.request_ids import IdentifiedResponder
-from twserve.relay.abort import Aborts
+from twserve.relay.abort import Aborts, Running
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.server.base import HeadRefusal, Request, Responder
@@ -92,9 +90,7 @@ class Gateway:
         self._configured = False
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
-        # The requests running, by id, for the control plane's abort (twserve.relay.abort).
-        self.aborts = Aborts()
-        self.rng = random.Random()
+        self.rng, self.aborts = random.Random(), Aborts()  # requests by id, to abort
         # The effort and sealed-reasoning memories (twengine.reasoning); the app loads the effort
         # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
         self.reasoning = ReasoningMemory()
@@ -120,30 +116,26 @@ class Gateway:
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def use_effort_memory(self, memory: EffortMemory) -> None:
-        """Take `memory` (effort-memory.json) for the upstreams configured
-        (`ReasoningMemory.use`)."""
+        """Take `memory` (effort-memory.json) for the configured upstreams (ReasoningMemory.use)."""
         if self.reasoning.use(memory, self.config, self.env):
             self.on_efforts_changed()
 
     def check_head(self, request: Request) -> HeadRefusal | None:
         """The refusal a request's head is enough for, asked before the body is read."""
-        return head_refusal(self.callers, request)
+        return head_refusal(self.callers, request, now=self.wall())
 
     async def handle(self, request: Request, responder: Responder) -> None:
-        route, client_name, verdict = self.callers.check(request)
+        route, client_name, verdict = self.callers.check(request, now=self.wall())
         listing = route is not None and route.operation in self._LISTINGS
         if verdict is None and not listing:
             assert route is not None and route.dialect is not None and client_name is not None
-            rid, config = self.next_request_id(), self.config
-            try:
-                if self._bare:  # nothing wraps the responder: no context managers to enter
-                    await self._generate(request, responder, route, route.dialect, client_name, rid)
-                    return
-                async with self.ends.hold(rid, responder, config.store) as held:
-                    with self.taps.keep(rid, held, config.retention, request.body) as kept:
-                        await self._generate(request, kept, route, route.dialect, client_name, rid)
-            finally:
-                self.aborts.end(rid)
+            run, config = self.aborts.begin(self.next_request_id()), self.config
+            if self._bare:  # nothing wraps the responder: no context managers to enter
+                await self._generate(request, responder, route, route.dialect, client_name, run)
+                return
+            async with self.ends.hold(run.id, responder, config.store) as held:
+                with self.taps.keep(run.id, held, config.retention, request.body) as kept:
+                    await self._generate(request, kept, route, route.dialect, client_name, run)
             return
         # A refusal's or a listing's shape follows the client (a generated answer's, its path).
         dialect = guess_client_dialect(request.path, request.headers)
@@ -161,14 +153,13 @@ class Gateway:
         route: PathRoute,
         dialect: Dialect,
         client_name: str,
-        request_id: str,
+        running: Running,  # its id, and where an abort reaches it
     ) -> None:
-        responder = IdentifiedResponder(plain, request_id)  # x-request-id; the answer's bytes
+        responder = IdentifiedResponder(plain, running.id)  # x-request-id; the answer's bytes
         # A reload may swap the config while this request waits for a key permit; it keeps the
         # settings it was admitted with (its candidates are fixed below, before any wait).
         started, settings = self.clock(), self.settings
-        row = new_row(request_id, self.wall(), request, client_name, dialect)
-        running = self.aborts.begin(request_id)
+        row = new_row(running.id, self.wall(), request, client_name, dialect)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -223,33 +214,22 @@ class Gateway:
             body=request.body,
             model=verdict.model,
             parsed=verdict.body,  # parsed once, by admission
-            owner=row.id,
+            running=running,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn
-            running=running,
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
-        turn: KeyTurn | GatewayError | None = None
-        with anyio.CancelScope() as running.wait_scope:  # an abort cancels the wait
-            turn = await key_turn(
-                self.hooks,
-                self.usage,
-                self.config,
-                client_name,
-                row.id,
-                deadline=started + self.config.failover.wait_secs,
-                estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
-                counted=not counting,
-                head=head,  # a streamed client's 200 and keep-alives while it waits
-            )
-        running.wait_scope = None
-        if running.error is not None:  # aborted while it waited, or as its turn came
-            if isinstance(turn, KeyTurn):
-                turn.end(row, RelayOutcome(cancelled=True), {})
-            row.cancelled = True
-            await self._refuse(row, responder, dialect, running.error, head)
-            return
-        assert turn is not None
+        turn = await key_turn(
+            self.hooks,
+            self.usage,
+            self.config,
+            client_name,
+            row.id,
+            deadline=started + self.config.failover.wait_secs,
+            estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
+            counted=not counting,
+            head=head,  # a streamed client's 200 and keep-alives while it waits
+        )
         if isinstance(turn, GatewayError):
             await self._refuse(row, responder, dialect, turn, head)
             return
@@ -303,7 +283,7 @@ class Gateway:
         err: GatewayError,
         head: EarlyHead | None = None,  # a refused key wait may have its 200 out already
     ) -> None:
-        row.status, row.error_code = err.status if head is None else head.row_status(err), err.code
+        note_refusal(row, err, head)
         self.record_row(row, responder)
         await (respond_error(responder, dialect, err) if head is None else head.refuse(err))
 

@@ -28,6 +28,7 @@ from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream import keepalive_comments
 from twserve.gateway.answers import respond_error
+from twserve.relay.abort import ABORTED_CODE, Running
 from twserve.relay.client import ClientAnswer, RelayOutcome, stream_head
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayRequest
@@ -35,7 +36,7 @@ from twserve.server.base import ClientGone, Responder
 from twserve.store.sqlite import RequestRow
 from twserve.usage.keeper import Admission, UsageKeeper
 
-__all__ = ["EarlyHead", "KeyTurn", "key_turn"]
+__all__ = ["EarlyHead", "KeyTurn", "key_turn", "note_refusal"]
 
 T = TypeVar("T")
 KEEPALIVE = encode_comment("keep-alive")
@@ -50,6 +51,13 @@ class KeyTurn:
     usage: UsageKeeper
     permit: Permit | None
     admission: Admission
+
+    def give_back(self) -> None:
+        """The request was aborted before it used its turn: the permit and the reservation
+        go back, nothing is booked."""
+        if self.permit is not None:
+            self.hooks.release(self.permit)
+        self.usage.settle(self.admission, None)
 
     def end(self, row: RequestRow, outcome: RelayOutcome, models: Mapping[str, str]) -> None:
         """Give the permit back; price the row and settle the key's limits (`models`: the model
@@ -170,7 +178,35 @@ async def key_turn(
     if head is None or not _may_wait(usage, config, client, counted):
         # Nothing to wait for: no keep-alive task (and its task group) for the request.
         return await turn
-    return await head.keeping_alive(turn)
+    if head.req.running is None:
+        return await head.keeping_alive(turn)
+    return await _abortable(head.req.running, head.keeping_alive(turn))
+
+
+async def _abortable(
+    running: Running, waiting: Awaitable[KeyTurn | GatewayError]
+) -> KeyTurn | GatewayError:
+    """`waiting` (the key's turn), cut short by an abort from the control plane
+    (twserve.relay.abort): then the abort's error, and a turn that came meanwhile goes back."""
+    result: KeyTurn | GatewayError | None = None
+    try:
+        with anyio.CancelScope() as running.wait_scope:
+            result = await waiting
+    finally:
+        running.wait_scope = None
+    if running.error is None:
+        assert result is not None
+        return result
+    if isinstance(result, KeyTurn):
+        result.give_back()
+    return running.error
+
+
+def note_refusal(row: RequestRow, err: GatewayError, head: EarlyHead | None) -> None:
+    """A refused request's row: its status (`EarlyHead.row_status` once its head is out) and
+    code; an aborted one is cancelled."""
+    row.status = err.status if head is None else head.row_status(err)
+    row.error_code, row.cancelled = err.code, row.cancelled or err.code == ABORTED_CODE
 
 
 def _may_wait(usage: UsageKeeper, config: Config, client: str, counted: bool) -> bool:

@@ -349,7 +349,7 @@ class _Proxy:
         if refusal is not None:
             await self._reject(refusal)
             return
-        _, client_name, _ = gw.callers.check(as_responses)
+        _, client_name, _ = gw.callers.check(as_responses, now=gw.wall())
         if client_name is None:  # not expected once the head check passed
             await self._reject_error(_error(401, ErrorCategory.AUTH, "gw.auth.bad_key", "no key"))
             return

@@ -17,14 +17,34 @@ takes no effect: `Running.abort` says so, and the control plane answers that it 
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
+import anyio.lowlevel
 
+from twengine import attempt as act
 from twproto.errors import ErrorCategory, GatewayError
+from twproto.upstream_request import ClientCall
 
-__all__ = ["ABORTED_CODE", "Aborts", "Running", "abort_error"]
+if TYPE_CHECKING:
+    from twengine.attempt import AttemptLedger, LedgerAction
+    from twserve.relay.client import ClientAnswer, RelayOutcome
+    from twserve.relay.feed import AttemptFeed
+    from twserve.relay.holds import SlotHolds
+
+__all__ = [
+    "ABORTED_CODE",
+    "AbortPosted",
+    "Aborts",
+    "Running",
+    "abort_error",
+    "end_aborted",
+    "settle_gone",
+]
 
 ABORTED_CODE = "gw.request.aborted"
 
@@ -46,25 +66,43 @@ def abort_error(reason: str | None = None) -> GatewayError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class AbortPosted:
+    """The relay's inbox item for an abort (`Running.error` holds its error)."""
+
+
+ABORT = AbortPosted()
+
+
 class Running:
     """One running request: where an abort reaches it now (`wait_scope` while it waits for its
-    key, `on_abort` while the relay carries it), and the abort's error once aborted."""
+    key, `post` — its relay's inbox — while the relay carries it), and the abort's error once
+    aborted."""
 
-    __slots__ = ("error", "on_abort", "wait_scope")
+    __slots__ = ("__weakref__", "error", "id", "post", "wait_scope")
 
-    def __init__(self) -> None:
+    def __init__(self, request_id: str = "") -> None:
+        self.id = request_id  # the row's id, the client's x-request-id
         self.error: GatewayError | None = None
         self.wait_scope: anyio.CancelScope | None = None
-        self.on_abort: Callable[[GatewayError], None] | None = None
+        self.post: Callable[[AbortPosted], None] | None = None
+
+    def attach(self, post: Callable[[AbortPosted], None]) -> Running:
+        """The relay carries the request from now on; an abort posts to it with `post`."""
+        self.post = post
+        return self
 
     def abort(self, error: GatewayError) -> str | None:
         """Abort the request with `error`: where it was (``key_wait``, ``relay``), or None when
         it is past the point of being aborted (finishing) or was aborted already."""
         if self.error is not None:
             return None
-        if self.on_abort is not None:
+        if self.post is not None:
             self.error = error
-            self.on_abort(error)
+            try:
+                self.post(ABORT)
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # a full inbox: the relay sees `error` with the next item it takes
             return "relay"
         if self.wait_scope is not None:
             self.error = error
@@ -73,19 +111,68 @@ class Running:
         return None
 
 
+class AbortedRelay(Protocol):
+    """What `end_aborted` uses of the relay (`twserve.relay.loop`)."""
+
+    ledger: AttemptLedger
+    feed: AttemptFeed
+    slots: SlotHolds
+    client: ClientAnswer
+    out: RelayOutcome
+    call: ClientCall
+    running: Running | None
+
+
+def settle_gone(actions: Sequence[LedgerAction], slots: SlotHolds, feed: AttemptFeed) -> None:
+    """Carry out the ledger's verbs for a request whose client is gone (or was aborted): the
+    slots and health records are booked, the attempt in flight is stopped, nothing is
+    written."""
+    for action in actions:
+        match action:
+            case act.ReleaseSlot() | act.CancelWait() | act.RecordFailure() | act.RecordSuccess():
+                slots.book(action)
+            case act.CancelAttempt() | act.FinishRequest():
+                feed.end_attempt()
+            case _:
+                pass
+
+
+async def end_aborted(relay: AbortedRelay, now: float) -> None:
+    """End `relay`'s request for its abort: the ledger cancels it as for a client that left
+    (nothing counts against an upstream), then the client gets the error in its format — the
+    in-stream error event once its stream's head is out, else an HTTP error."""
+    assert relay.running is not None and relay.running.error is not None
+    error, out, feed, client = relay.running.error, relay.out, relay.feed, relay.client
+    live, resumed = feed.ending()
+    writing = live is not None and live.stream.writing
+    feed.client_left(out, client.started)  # the upstream and usage of what went out
+    settle_gone(relay.ledger.client_gone(now), relay.slots, feed)
+    out.cancelled, out.delivered = True, False
+    if writing:
+        # The reader was cut short inside a write: let its cancellation land first, so the
+        # error event is not written beside it.
+        await anyio.lowlevel.checkpoint()
+    if relay.call.stream and (client.started or (live is not None and live.stream.committed)):
+        await client.end_stream_with_error(error, live, resumed)
+    else:
+        await client.error(error)
+
+
 class Aborts:
-    """The running requests by id, and the ids of those that finished lately."""
+    """The running requests by id (held weakly: a request gone without a row leaves no entry),
+    and the ids of those whose row was written lately (`ended`)."""
 
     def __init__(self) -> None:
-        self._running: dict[str, Running] = {}
+        self._running: weakref.WeakValueDictionary[str, Running] = weakref.WeakValueDictionary()
         self._finished: OrderedDict[str, None] = OrderedDict()
 
     def begin(self, request_id: str) -> Running:
-        entry = Running()
+        entry = Running(request_id)
         self._running[request_id] = entry
         return entry
 
-    def end(self, request_id: str) -> None:
+    def ended(self, request_id: str) -> None:
+        """The request's row is written: it is finished from now on."""
         if self._running.pop(request_id, None) is not None:
             finished = self._finished
             finished[request_id] = None

@@ -27,7 +27,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
-import anyio.lowlevel
 
 from twengine import AttemptRequests, Destination
 from twengine import attempt as act
@@ -40,12 +39,11 @@ from twengine.attempt import (
     RecordSuccess,
     ReleaseSlot,
 )
-from twproto.errors import GatewayError
 from twproto.paths import Operation
 from twproto.sse import encode_comment
 from twproto.stream import keepalive_comments
 from twproto.upstream_request import ClientCall
-from twserve.relay.abort import Running
+from twserve.relay.abort import AbortPosted, Running, end_aborted, settle_gone
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
@@ -75,7 +73,6 @@ class RelayRequest:
     body: bytes
     model: str
     parsed: dict[str, Any] | None = None  # the body as admission parsed it, never parsed again
-    owner: str = ""  # request id, for slot bookkeeping
     # When the request arrived (the caller's clock): wait_secs and the keep-alive clock run from
     # there, not from the end of a wait in the key's queue (docs/operations.md). None: now.
     arrival: float | None = None
@@ -84,16 +81,12 @@ class RelayRequest:
     # A Responses WebSocket turn: its client socket's own upstream sockets, which attempts to
     # a `Transport.RESPONSES_SOCKET` destination use (twserve.upstream.responses_socket).
     sockets: UpstreamSockets | None = None
-    # Where an abort from the control plane reaches this request (twserve.relay.abort).
-    running: Running | None = None
+    running: Running | None = None  # its id; where an abort reaches it (twserve.relay.abort)
 
+    @property
+    def owner(self) -> str:  # request id, for slot bookkeeping
+        return self.running.id if self.running is not None else ""
 
-@dataclass(frozen=True, slots=True)
-class AbortPosted:
-    """The control plane aborted the request (`_Relay.aborting` holds its error)."""
-
-
-ABORT = AbortPosted()
 
 _Taken = AttemptItem | Granted | AbortPosted
 _Item = _Taken | Wake
@@ -148,31 +141,25 @@ class _Relay:
         # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
         self.wake = DeadlineWake(self.inbox.send_nowait, clock)
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
-        self.running = req.running
-        self.aborting: GatewayError | None = None  # the abort's error, once aborted
+        self.running = req.running.attach(self.inbox.send_nowait) if req.running else None
 
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self) -> RelayOutcome:
         ledger = self.ledger
-        running = self.running
-        if running is not None:
-            running.on_abort = self._abort_posted
         try:
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 now = self.clock()
                 await self._do(ledger.start(now, **self._snapshot(now)))
                 while not ledger.done:
-                    if self.aborting is not None:  # posted while the inbox was full
-                        await self._abort(self.aborting)
-                        break
                     item: _Taken | None = await next_item(
                         self.inbox, self.wake, ledger.next_deadline
                     )
                     now = self.clock()
-                    if isinstance(item, AbortPosted):
-                        continue  # the check above carries it out
+                    if isinstance(item, AbortPosted) or (self.running and self.running.error):
+                        await end_aborted(self, now)  # the control plane's abort
+                        break
                     if isinstance(item, Granted):
                         self.slots.granted(item.permit)
                         await self._do(ledger.slot_granted(item.permit.name, now))
@@ -190,47 +177,8 @@ class _Relay:
         except* ClientGone:
             pass  # the client left mid-answer; _cleanup records it
         finally:
-            if running is not None:
-                running.on_abort = None
             self._cleanup()
         return self.out
-
-    def _abort_posted(self, error: GatewayError) -> None:
-        """The control plane's abort (`Running.abort`): the loop carries it out at its next
-        turn; the inbox item wakes it when it waits."""
-        self.aborting = error
-        try:
-            self.inbox.send_nowait(ABORT)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the inbox is full (the loop takes an item soon, then sees `aborting`)
-
-    async def _abort(self, error: GatewayError) -> None:
-        """End the request for an abort: the ledger cancels it as if the client had left
-        (nothing counts against an upstream), then the client gets `error` in its format —
-        the in-stream error event once its stream's head is out, else an HTTP error."""
-        out, feed = self.out, self.feed
-        live, resumed = feed.ending()
-        writing = live is not None and live.stream.writing
-        for action in self.ledger.client_gone(self.clock()):
-            match action:
-                case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
-                    self.slots.book(action)
-                case act.CancelAttempt(index=index):
-                    feed.cancel(index, out)
-                case act.FinishRequest():
-                    feed.end_attempt()
-                case _:
-                    pass
-        out.cancelled = True
-        if writing:
-            # The reader was cut short inside a write: let its cancellation land first, so the
-            # error event is not written beside it.
-            await anyio.lowlevel.checkpoint()
-        committed = live is not None and live.stream.committed
-        if self.call.stream and (self.client.started or committed):
-            await self.client.end_stream_with_error(error, live, resumed)
-        else:
-            await self.client.error(error)
 
     def _cleanup(self) -> None:
         out = self.out
@@ -244,14 +192,7 @@ class _Relay:
                 actions = self.ledger.ended(now, clean=True)
             else:
                 actions = self.ledger.client_gone(now)
-            for action in actions:
-                match action:
-                    case ReleaseSlot() | CancelWait() | RecordFailure() | RecordSuccess():
-                        self.slots.book(action)
-                    case act.CancelAttempt() | act.FinishRequest():
-                        self.feed.end_attempt()
-                    case _:
-                        pass  # the client is gone: nothing more is written
+            settle_gone(actions, self.slots, self.feed)  # nothing more is written
         elif not out.cancelled and not out.delivered:
             # The ledger was done and its last verbs were being carried out when the client
             # left (the stream's end, the row's wait): its answer was delivered if every byte
@@ -263,6 +204,8 @@ class _Relay:
         if self.sockets is not None:
             out.over_socket = {a.index for a in self.started if a.reader.over_socket}
         self.slots.close()  # a grant posted but never read, a wait cut short
+        if self.running is not None:
+            self.running.post = None
         self.wake.cancel()
         self.inbox.close()
 

@@ -24,6 +24,7 @@ decision but a wait, and stays with the caller.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -210,6 +211,14 @@ def admit(
     view = RequestView(
         model=model, stream=stream, session=session[:_SESSION_LIMIT] if session else None
     )
+    if config.has_client(request.client) and not config.client(request.client).allows_model(model):
+        error = GatewayError(
+            status=403,
+            category=ErrorCategory.DENIED,
+            code="gw.key.model_not_allowed",
+            message=f"this gateway key may not use the model {model!r}",
+        )
+        return Refusal(error=error, view=view)
     facts = RequestFacts(
         model=model,
         dialect=dialect,
@@ -302,10 +311,12 @@ def check_caller(
     client: str | None,
     key_presented: bool,
     browser: GatewayError | None = None,
+    expired_at: float | None = None,
 ) -> Refusal | LocalAnswer | None:
     """The checks every request passes first, in order: the client's address (before the key),
     the path, what gives a web page's request away (`browser`: `twengine.browser`'s verdict),
-    the gateway key. None: go on (model listing or generation).
+    the gateway key (`expired_at`: the wall-clock time the client's key expired, if it has).
+    None: go on (model listing or generation).
 
     A path the gateway does not serve is 404, except ``HEAD`` anything and ``GET /``, Claude
     Code's warm-up probe, answered 200 at once without a key; ``/healthz`` answers ``ok``.
@@ -331,6 +342,11 @@ def check_caller(
         if key_presented:
             return _refused(401, ErrorCategory.AUTH, "gw.auth.bad_key", "invalid gateway key")
         return _refused(401, ErrorCategory.AUTH, "gw.auth.missing_key", "missing gateway key")
+    if expired_at is not None:
+        when = dt.datetime.fromtimestamp(expired_at, dt.UTC).isoformat(timespec="seconds")
+        return _refused(
+            401, ErrorCategory.AUTH, "gw.auth.key_expired", f"this gateway key expired at {when}"
+        )
     return None
 
 

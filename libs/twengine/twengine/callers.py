@@ -46,23 +46,32 @@ _HEAD_REFUSED = frozenset((401, 403, 415))
 
 @dataclass(frozen=True, slots=True)
 class KeyRing:
-    """The configured gateway keys, each with the name of the client it belongs to."""
+    """The configured gateway keys, each with the name of the client it belongs to and the
+    wall-clock time it stops opening the gateway (None: never; a rotation's previous key)."""
 
-    entries: tuple[tuple[bytes, str], ...]
+    entries: tuple[tuple[bytes, str, float | None], ...]
 
     @classmethod
-    def of(cls, pairs: Sequence[tuple[str, str]]) -> KeyRing:
-        """The ring of `(key, client name)` pairs; an empty key is no key."""
-        return cls(tuple((key.encode(), name) for key, name in pairs if key))
+    def of(
+        cls, pairs: Sequence[tuple[str, str]], until: Sequence[tuple[str, str, float]] = ()
+    ) -> KeyRing:
+        """The ring of `(key, client name)` pairs and `(key, client name, until)` triples; an
+        empty key is no key."""
+        entries: list[tuple[bytes, str, float | None]] = [
+            (key.encode(), name, None) for key, name in pairs if key
+        ]
+        entries += [(key.encode(), name, at) for key, name, at in until if key]
+        return cls(tuple(entries))
 
-    def lookup(self, presented: str | None) -> str | None:
-        """The client name for `presented`, or None; constant time in the key's content."""
+    def lookup(self, presented: str | None, now: float = 0.0) -> str | None:
+        """The client name for `presented` at wall-clock `now`, or None; constant time in the
+        key's content (every entry is compared, a lapsed one too)."""
         if not presented:
             return None
         raw = presented.encode("utf-8", "surrogateescape")
         match: str | None = None
-        for key, name in self.entries:
-            if hmac.compare_digest(key, raw) and match is None:
+        for key, name, until in self.entries:
+            if hmac.compare_digest(key, raw) and match is None and (until is None or now < until):
                 match = name
         return match
 
@@ -122,24 +131,37 @@ def announces_body(headers: Sequence[Header]) -> bool:
 class Callers:
     """The caller checks of one config."""
 
-    __slots__ = ("addresses", "config", "keys", "listen")
+    __slots__ = ("addresses", "config", "expiry", "keys", "listen")
 
     def __init__(self, config: Config) -> None:
         self.config = config
         # A disabled key is not on the ring: it is refused as a wrong key is, so a caller
         # holding it learns nothing about the entry.
-        self.keys = KeyRing.of([(c.key, c.name) for c in config.clients if not c.disabled])
+        usable = [c for c in config.clients if not c.disabled]
+        self.keys = KeyRing.of(
+            [(c.key, c.name) for c in usable],
+            [
+                (c.previous_key, c.name, c.previous_key_until)
+                for c in usable
+                if c.previous_key and c.previous_key_until is not None
+            ],
+        )
+        # The keys with an expiry (`clients[].expires_at`), by name.
+        self.expiry = {c.name: c.expires_at for c in usable if c.expires_at is not None}
         self.addresses = AddressFilter(list(config.listen.gateway.allow_from))
         self.listen = config.listen.gateway
 
     def check(
-        self, head: CallerHead, *, browser: GatewayError | None = None
+        self, head: CallerHead, *, now: float, browser: GatewayError | None = None
     ) -> tuple[PathRoute | None, str | None, Refusal | LocalAnswer | None]:
-        """The request's route, its key's client name, and `check_caller`'s verdict; `browser`
-        is `web_page`'s (the head check asks it, once per request)."""
+        """The request's route, its key's client name, and `check_caller`'s verdict at
+        wall-clock `now` (keys expire, a rotation's previous key lapses); `browser` is
+        `web_page`'s (the head check asks it, once per request)."""
         route = match_path(head.method, head.path, head.query)
         presented = find_key(head.headers, head.query)
-        client = self.config.client_for(self.keys.lookup(presented), presented=bool(presented))
+        matched = self.keys.lookup(presented, now)
+        client = self.config.client_for(matched, presented=bool(presented))
+        expires = self.expiry.get(client) if self.expiry and client is not None else None
         verdict = check_caller(
             method=head.method,
             path=head.path,
@@ -148,6 +170,7 @@ class Callers:
             client=client,
             key_presented=bool(presented),
             browser=browser,
+            expired_at=expires if expires is not None and now >= expires else None,
         )
         return route, client, verdict
 
@@ -181,12 +204,12 @@ class Callers:
             host=host,
         )
 
-    def head_refusal(self, head: CallerHead) -> GatewayError | None:
+    def head_refusal(self, head: CallerHead, *, now: float) -> GatewayError | None:
         """The refusal a request's head is enough for — address, web page, content type, key,
         and the path when a body follows — so that no body is buffered for a request that would
         be refused anyway; None lets the request on, to the handler, which makes the same checks
         again (`check`) but for the web page's, made once here."""
-        _, _, verdict = self.check(head, browser=self.web_page(head))
+        _, _, verdict = self.check(head, now=now, browser=self.web_page(head))
         if not isinstance(verdict, Refusal):
             return None  # the handler answers (generation, listing, warm-up probe, health)
         err = verdict.error

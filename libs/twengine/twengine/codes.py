@@ -49,6 +49,10 @@ _CODES = {
     "config.control_key_missing": "The control plane is enabled but has no key.",
     "config.key_empty": "A gateway, upstream or control key is empty.",
     "config.client_duplicate_name": "Two gateway keys have the same name.",
+    "config.time_invalid": (
+        "A time (expires_at, previous_key_until) is not unix seconds or ISO 8601."
+    ),
+    "config.previous_key_until_missing": "A key's previous_key has no previous_key_until.",
     "config.client_duplicate_key": "Two gateway keys have the same key.",
     "config.client_key_is_control_key": "A gateway key is the same as the control key.",
     "config.key_concurrency_range": "clients[].max_concurrent is outside 1–1000.",
@@ -167,6 +171,7 @@ _CODES = {
     # --- gateway answers and attempt outcomes --------------------------------------------
     "gw.auth.missing_key": "The request carries no gateway key (401).",
     "gw.auth.bad_key": "The gateway key is not one the config lists (401).",
+    "gw.auth.key_expired": "The gateway key's expires_at has passed (401).",
     "gw.auth.denied_address": "The client's address is outside listen.gateway.allow_from (403).",
     "gw.request.not_found": "No API or model at this path (404).",
     "gw.request.method_not_allowed": "The path exists, but not for this HTTP method (405).",
@@ -269,6 +274,7 @@ _CODES = {
     "gw.key_limit.cost_rolling": "The key's per-minute or per-hour cost limit is used up (429).",
     "gw.key_limit.period": "A day, week or month limit of the key is used up until reset (429).",
     "gw.key.busy": "The key's max_concurrent stayed full for failover.wait_secs (429).",
+    "gw.key.model_not_allowed": "The model is not one the key's allowed_models matches (403).",
     "gw.request.aborted": (
         "The operator aborted the request from the control plane; not the upstream's fault (503)."
     ),

@@ -311,6 +311,18 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "clients[1].key",
     ),
     (
+        "expires_at not a time",
+        client(expires_at="next week"),
+        "config.time_invalid",
+        "clients[0].expires_at",
+    ),
+    (
+        "previous key without its time",
+        client(previous_key="k-old"),
+        "config.previous_key_until_missing",
+        "clients[0].previous_key",
+    ),
+    (
         "key is control key",
         with_(listen={"control": {"key": "k-me"}}),
         "config.client_key_is_control_key",

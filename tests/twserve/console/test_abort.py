@@ -283,6 +283,8 @@ def test_a_request_waiting_for_its_key_is_aborted_there(st: Stack, events: list[
         first_id = named(events, "RequestStarted")[0].id
         assert control(st, "POST", f"/requests/{first_id}/abort")[0] == 200
         assert isinstance(first.join(), anthropic.APIError)
+    # No entry is left behind for requests that ended.
+    wait_for(lambda: len(st.app.gateway.aborts) == 0)
 
 
 @pytest.mark.sdk

@@ -9,9 +9,11 @@ of its own names, so the order of the tests does not matter.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
@@ -245,3 +247,101 @@ def test_request_listing_filters_and_pages_over_the_control_listener(live: Live)
     assert none == {"requests": [], "limit": 50, "next": None}
     status, body = live.control("GET", "/requests?status=teapot")
     assert (status, body["error"]["code"]) == (400, "control.request.invalid")
+
+
+def _refusal(live: Live, key: str, model: str = "m") -> tuple[int, str | None]:
+    """The status and gateway code a chat through the openai SDK ends with (200, None: ok)."""
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key=key, max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as err:
+        body = err.body if isinstance(err.body, dict) else {}
+        return err.status_code, body.get("code")
+    finally:
+        client.close()
+    return 200, None
+
+
+def _key_row(live: Live, name: str) -> dict[str, object]:
+    _, keys = live.control("GET", "/keys")
+    return next(k for k in keys["keys"] if k["name"] == name)
+
+
+def test_expires_at_refuses_the_key_from_then_on(live: Live) -> None:
+    _, created = live.control("POST", "/keys", {"name": "expiring", "expires_at": 4102444800})
+    secret = created["key"]
+    assert _refusal(live, secret) == (200, None)
+    row = _key_row(live, "expiring")
+    assert (row["expires_at"], row["expired"]) == (4102444800.0, False)
+    # An ISO time in the past: refused at once, in the client's format, with its code.
+    status, body = live.control("PATCH", "/keys/expiring", {"expires_at": "2020-01-01T00:00:00Z"})
+    assert (status, body["changed"]) == (200, ["expires_at"])
+    assert "    expires_at: 2020-01-01T00:00:00Z" in live.path.read_text()
+    assert _refusal(live, secret) == (401, "gw.auth.key_expired")
+    with anthropic.Anthropic(base_url=live.url, api_key=secret, max_retries=0) as client:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            client.messages.create(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert "expired at 2020-01-01T00:00:00+00:00" in str(refused.value)
+    assert _key_row(live, "expiring")["expired"] is True
+    # Removed: the key opens the gateway again.
+    live.control("PATCH", "/keys/expiring", {"expires_at": None})
+    assert _refusal(live, secret) == (200, None)
+    # Not a time: the config's own check refuses the write, with its code and line.
+    status, body = live.control("PATCH", "/keys/expiring", {"expires_at": "soon"})
+    assert status == 422
+    assert [p["code"] for p in body["error"]["problems"]] == ["config.time_invalid"]
+
+
+def test_allowed_models_refuse_other_models(live: Live) -> None:
+    _, created = live.control(
+        "POST", "/keys", {"name": "narrow", "allowed_models": ["gpt-*", "claude-*"]}
+    )
+    secret = created["key"]
+    assert "    allowed_models: [gpt-*, claude-*]" in live.path.read_text()
+    assert _key_row(live, "narrow")["allowed_models"] == ["gpt-*", "claude-*"]
+    assert _refusal(live, secret, "m") == (403, "gw.key.model_not_allowed")
+    with anthropic.Anthropic(base_url=live.url, api_key=secret, max_retries=0) as client:
+        with pytest.raises(anthropic.PermissionDeniedError) as refused:
+            client.messages.create(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert "may not use the model 'm'" in str(refused.value)
+    # The module's own key has no list: any model.
+    assert _refusal(live, KEY, "m") == (200, None)
+    live.control("PATCH", "/keys/narrow", {"allowed_models": "m"})
+    assert _refusal(live, secret, "m") == (200, None)
+    live.control("PATCH", "/keys/narrow", {"allowed_models": None})
+    assert _key_row(live, "narrow")["allowed_models"] is None
+    status, body = live.control("PATCH", "/keys/narrow", {"allowed_models": []})
+    assert (status, body["error"]["code"]) == (400, "control.key_invalid")
+
+
+def test_rotate_with_an_overlap_keeps_the_old_secret_until_then(live: Live) -> None:
+    _, created = live.control("POST", "/keys", {"name": "overlap"})
+    old = created["key"]
+    status, body = live.control("POST", "/keys/overlap/rotate", {"overlap_secs": 2})
+    assert status == 200, body
+    new = body["key"]
+    assert body["previous_key_until"] is not None
+    # Both secrets open the gateway during the overlap; the old one is never shown.
+    assert _refusal(live, old) == (200, None) and _refusal(live, new) == (200, None)
+    row = _key_row(live, "overlap")
+    assert row["previous_key_active"] is True and old[-4:] not in json.dumps(row)
+    _, config = live.control("GET", "/config")
+    assert old not in config["yaml"] and new not in config["yaml"]
+    # Then the old one lapses: refused as a wrong key.
+    wait_for(lambda: _refusal(live, old) == (401, "gw.auth.bad_key"), timeout=10, step=0.3)
+    assert _refusal(live, new) == (200, None)
+    assert _key_row(live, "overlap")["previous_key_active"] is False
+    # A rotation without an overlap refuses the old secret at once and drops the previous one.
+    _, again = live.control("POST", "/keys/overlap/rotate", {"overlap_secs": 3600})
+    assert _refusal(live, new) == (200, None)
+    _, last = live.control("POST", "/keys/overlap/rotate")
+    assert _refusal(live, again["key"]) == (401, "gw.auth.bad_key")
+    assert _refusal(live, last["key"]) == (200, None)
+    assert "previous_key" not in live.path.read_text().split("name: overlap")[1].split("- name")[0]
+    for wrong in ({"overlap_secs": 0}, {"overlap_secs": 10**9}, {"overlap_secs": "1h"}):
+        status, body = live.control("POST", "/keys/overlap/rotate", wrong)
+        assert (status, body["error"]["code"]) == (400, "control.key_invalid")

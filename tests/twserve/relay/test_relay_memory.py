@@ -25,6 +25,7 @@ from twproto.dialect import Dialect
 from twproto.failures import TransportFault
 from twproto.paths import Operation
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget
+from twserve.relay.abort import Running
 from twserve.relay.client import ClientAnswer
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import RouterHooks, SlotHolds
@@ -163,7 +164,7 @@ class Setup:
             ),
             body=json.dumps(payload).encode(),
             model="m",
-            owner="req-1",
+            running=Running("req-1"),
         )
         out = RelayOutcome()
         with anyio.fail_after(10), anyio.CancelScope() as responder.scope:

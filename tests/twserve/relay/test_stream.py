@@ -33,6 +33,7 @@ from twproto.dialect import Dialect
 from twproto.paths import Operation
 from twproto.stream import StreamTranslator, new_stream_translator
 from twproto.upstream_request import ClientCall, UpstreamRequest, UpstreamTarget
+from twserve.relay.abort import Running
 from twserve.relay.holds import RouterHooks
 from twserve.relay.loop import RelayOutcome, RelayRequest, relay
 from twserve.relay.reader import Attempt, Destination
@@ -417,7 +418,7 @@ async def relayed(up: Any, dests: list[Destination], client: Writers, router: Ro
             }
         ).encode(),
         model="m",
-        owner="req-1",
+        running=Running("req-1"),
     )
     client.loop = asyncio.current_task()
     out = RelayOutcome()

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -322,6 +323,17 @@ class Client:
     limits: tuple[KeyLimit, ...] = ()
     # A disabled key stays in the file (name, limits, history) but opens nothing.
     disabled: bool = False
+    # From this wall-clock time on (unix seconds) the key is refused (gw.auth.key_expired).
+    expires_at: float | None = None
+    # Model globs the key may ask for (fnmatchcase, as rules match models); empty: any model.
+    allowed_models: tuple[str, ...] = ()
+    # The secret a rotation replaced, still accepted until `previous_key_until` (unix seconds).
+    previous_key: str | None = None
+    previous_key_until: float | None = None
+
+    def allows_model(self, model: str) -> bool:
+        """Whether the key may ask for `model` (`allowed_models`; none listed: any)."""
+        return not self.allowed_models or any(fnmatchcase(model, p) for p in self.allowed_models)
 
 
 # --- providers (upstreams) ----------------------------------------------------------------

@@ -54,20 +54,23 @@ def _check_clients(
     keys: dict[str, str] = {}
     for entry in clients:
         client: Client = entry.value
-        if client.key:
+        # A rotation's previous key opens the gateway too, until its time: it counts here.
+        for field, secret in (("key", client.key), ("previous_key", client.previous_key)):
+            if not secret:
+                continue
             # The message names the other entry, never the key itself.
-            if client.key in keys:
+            if secret in keys:
                 out.add(
                     "config.client_duplicate_key",
-                    _at(entry.path, "key"),
-                    f"the same key is already given to {keys[client.key]!r}",
+                    _at(entry.path, field),
+                    f"the same key is already given to {keys[secret]!r}",
                 )
             else:
-                keys[client.key] = client.name
-            if control_key is not None and client.key == control_key:
+                keys[secret] = client.name
+            if control_key is not None and secret == control_key:
                 out.add(
                     "config.client_key_is_control_key",
-                    _at(entry.path, "key"),
+                    _at(entry.path, field),
                     "a gateway key must differ from the control key",
                 )
         if client.route is not None and client.route not in routes:

@@ -18,6 +18,7 @@ Nothing here is API: these are the shared tools of `build_config`'s stages
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import math
 import re
@@ -94,6 +95,34 @@ def _as_text(out: _Problems, path: str, value: object) -> str | None:
         return str(value)
     out.add("config.wrong_type", path, f"expected text, got {_kind(value)}")
     return None
+
+
+def _as_time(out: _Problems, path: str, value: object) -> float | None:
+    """A wall-clock time: unix seconds, or an ISO 8601 date or date-time (YAML may have read it
+    as one already); without an offset it is UTC."""
+    when: dt.datetime | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and 0 <= value < 1e11:
+            return float(value)
+    elif isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, dt.date):
+        when = dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            when = None
+    if when is None:
+        out.add(
+            "config.time_invalid",
+            path,
+            f"expected unix seconds or an ISO 8601 time (2026-12-31T23:00:00Z), got {value!r}",
+        )
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 def _as_bool(out: _Problems, path: str, value: object) -> bool | None:

@@ -51,10 +51,12 @@ from twengine.config.stages.fields import (
     _as_number,
     _as_secret,
     _as_text,
+    _as_time,
     _at,
     _entries,
     _Fields,
     _is_seq,
+    _one_or_many,
     _Placed,
     _Problems,
 )
@@ -326,6 +328,44 @@ def _client_key(out: _Problems, path: str, key: str, env: Mapping[str, str] | No
     return value
 
 
+def _time(out: _Problems, f: _Fields, name: str) -> float | None:
+    return _as_time(out, f.at(name), f.raw(name)) if f.has(name) else None
+
+
+def _model_globs(out: _Problems, f: _Fields) -> tuple[str, ...]:
+    """``allowed_models``: one model glob or a list of them (as a rule's ``when.model``)."""
+    if not f.has("allowed_models"):
+        return ()
+    items = _one_or_many(out, f.at("allowed_models"), f.raw("allowed_models")) or []
+    globs: list[str] = []
+    for path, item in items:
+        text = _as_text(out, path, item)
+        if text is not None and not text.strip():
+            out.add("config.model_name_invalid", path, "a model pattern cannot be blank")
+        elif text is not None:
+            globs.append(text)
+    return tuple(globs)
+
+
+def _previous_key(
+    out: _Problems, f: _Fields, env: Mapping[str, str] | None
+) -> tuple[str | None, float | None]:
+    """``previous_key`` (the secret a rotation replaced) and ``previous_key_until``."""
+    if not f.has("previous_key"):
+        return None, None
+    raw = _as_secret(out, f.at("previous_key"), f.raw("previous_key"))
+    key = None if raw is None else _client_key(out, f.at("previous_key"), raw, env)
+    until = _time(out, f, "previous_key_until")
+    if until is None and not f.has("previous_key_until"):
+        out.add(
+            "config.previous_key_until_missing",
+            f.at("previous_key"),
+            "previous_key needs previous_key_until: the time it stops being accepted",
+        )
+        return None, None
+    return key, until
+
+
 def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> list[_Placed]:
     placed: list[_Placed] = []
     for path, item in _entries(out, top, "clients"):
@@ -345,6 +385,9 @@ def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> lis
         )
         limits = [(p, _limit(out, p, i)) for p, i in _entries(out, f, "limits")]
         disabled = f.boolean("disabled", False)
+        expires_at = _time(out, f, "expires_at")
+        allowed = _model_globs(out, f)
+        previous = _previous_key(out, f, env)
         if name is None:
             continue
         client = Client(
@@ -354,6 +397,10 @@ def _clients(out: _Problems, top: _Fields, env: Mapping[str, str] | None) -> lis
             max_concurrent=max_concurrent,
             limits=tuple(lim for _, lim in limits if lim is not None),
             disabled=disabled,
+            expires_at=expires_at,
+            allowed_models=allowed,
+            previous_key=previous[0],
+            previous_key_until=previous[1],
         )
         parts = tuple(p for p, lim in limits if lim is not None)
         placed.append(_Placed(path=path, value=client, parts=parts))
