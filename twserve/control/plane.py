@@ -612,7 +612,6 @@ class ControlPlane:
                     "previous_key_until": until,
                     "previous_key_active": until is not None and wall < until,
                     "max_concurrent": c.max_concurrent,
-                    "disabled": c.disabled,
                     "in_flight": slots.in_flight(c.name, SlotScope.KEY),
                     # Each limit with its usage (reservations included) and reset time; with
                     # shared state, across instances.
