@@ -345,6 +345,52 @@ def test_a_key_created_on_the_page_works_from_anthropic_until_revoked(
     assert console.unexpected_errors() == []
 
 
+def _openai_status(live: Live, key: str, model: str = "m") -> tuple[int, str | None]:
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key=key, max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as err:
+        body = err.body if isinstance(err.body, dict) else {}
+        return err.status_code, body.get("code")
+    finally:
+        client.close()
+    return 200, None
+
+
+def test_allowed_models_expiry_and_a_rotation_overlap_from_the_page(
+    console: Console, live: Live
+) -> None:
+    console.sign_in(fragment="#/keys")
+    console.page.fill("#key-create input[name=name]", "scoped")
+    console.page.fill("#key-create input[name=allowed_models]", "m")
+    console.page.click("#key-create button[type=submit]")
+    old = console.page.input_value("#new-secret")
+    console.page.click("#secret-done")
+    assert _openai_status(live, old) == (200, None)
+    assert _openai_status(live, old, "flaky") == (403, "gw.key.model_not_allowed")
+    row = console.page.locator('#keys tr[data-key="scoped"]')
+    row.wait_for()
+    # Rotate keeping the old secret for an hour: both work.
+    row.locator("button[data-action=rotate]").click()
+    row.locator("input[name=overlap_secs]").fill("3600")
+    row.locator("button:text('Rotate now')").click()
+    new = console.page.input_value("#new-secret")
+    assert new != old
+    assert _openai_status(live, new) == (200, None) and _openai_status(live, old) == (200, None)
+    console.page.click("#secret-done")
+    row.locator("text=old secret until").wait_for()
+    # An expiry in the past: the key is refused from then on.
+    row.locator("button[data-action=edit]").click()
+    row.locator("input[name=expires_at]").fill("2020-01-01T00:00")
+    row.locator(".edit button[type=submit]").click()
+    row.locator(".badge:text('expired')").wait_for()
+    assert _openai_status(live, new)[0] == 401
+    row.locator("button[data-action=revoke]").click()
+    row.locator("button[data-action=revoke]").click()
+    console.page.wait_for_selector('#keys tr[data-key="scoped"]', state="detached")
+    assert console.unexpected_errors() == []
+
+
 def test_a_config_with_a_typo_is_refused_with_its_code_and_line(
     console: Console, live: Live
 ) -> None:

@@ -2,7 +2,7 @@
 // and create (the secret shown once) / rotate / disable / edit / revoke.
 
 import { api, get } from "./api.js";
-import { badge, clear, errorBox, field, fmtNum, h, section, table } from "./dom.js";
+import { badge, clear, errorBox, field, fmtNum, fmtTime, h, section, table } from "./dom.js";
 
 function limitsText(limits) {
   // The written form of a key's limits, for the edit box: [{per, requests|tokens|cost}].
@@ -25,6 +25,23 @@ function parseLimits(text) {
   return value;
 }
 
+// "gpt-*, claude-*" → ["gpt-*", "claude-*"]; blank → null (every model).
+function models(text) {
+  const list = text.split(",").map((m) => m.trim()).filter(Boolean);
+  return list.length ? list : null;
+}
+
+// An <input type=datetime-local> value (local time) → unix seconds; blank → null.
+function when(value) {
+  return value ? Math.floor(new Date(value).getTime() / 1000) : null;
+}
+
+function localInput(ts) {
+  if (ts === null || ts === undefined) return "";
+  const d = new Date(ts * 1000 - new Date().getTimezoneOffset() * 60000);
+  return d.toISOString().slice(0, 16);
+}
+
 function usage(l) {
   const pct = Math.min(100, Math.round(l.percent ?? 0));
   const amount = l.measure === "cost" ? `$${l.amount}` : fmtNum(l.amount);
@@ -45,6 +62,8 @@ export function keysPage(root) {
   const route = h("input", { name: "route", placeholder: "default route when blank" });
   const maxc = h("input", { name: "max_concurrent", type: "number", min: 1 });
   const limits = h("input", { name: "limits", placeholder: '[{"per": "day", "requests": 1000}]' });
+  const allowed = h("input", { name: "allowed_models", placeholder: "every model when blank: gpt-*, claude-*" });
+  const expires = h("input", { name: "expires_at", type: "datetime-local" });
   const create = h(
     "form",
     { class: "filters", id: "key-create" },
@@ -52,6 +71,8 @@ export function keysPage(root) {
     field("Route", route),
     field("Max concurrent", maxc),
     field("Limits (JSON)", limits),
+    field("Allowed models", allowed),
+    field("Expires", expires),
     h("div", { class: "buttons" }, h("button", { type: "submit" }, "Create key")),
   );
   clear(root, h("h1", null, "Keys"), note, out, section("New key", create));
@@ -90,6 +111,8 @@ export function keysPage(root) {
     const body = { name: name.value.trim() };
     if (route.value.trim()) body.route = route.value.trim();
     if (maxc.value) body.max_concurrent = Number(maxc.value);
+    if (models(allowed.value)) body.allowed_models = models(allowed.value);
+    if (when(expires.value)) body.expires_at = when(expires.value);
     try {
       const l = parseLimits(limits.value);
       if (l.length) body.limits = l;
@@ -108,7 +131,18 @@ export function keysPage(root) {
     const r = h("input", { name: "route", value: k.route || "" });
     const m = h("input", { name: "max_concurrent", type: "number", min: 1, value: k.max_concurrent ?? "" });
     const l = h("input", { name: "limits", value: limitsText(k.limits || []) });
-    const form = h("form", { class: "inline" }, field("Route", r), field("Max concurrent", m), field("Limits (JSON)", l), h("button", { type: "submit" }, "Save"));
+    const a = h("input", { name: "allowed_models", value: (k.allowed_models || []).join(", ") });
+    const x = h("input", { name: "expires_at", type: "datetime-local", value: localInput(k.expires_at) });
+    const form = h(
+      "form",
+      { class: "inline" },
+      field("Route", r),
+      field("Max concurrent", m),
+      field("Limits (JSON)", l),
+      field("Allowed models", a),
+      field("Expires", x),
+      h("button", { type: "submit" }, "Save"),
+    );
     form.addEventListener("submit", (e) => {
       e.preventDefault();
       let parsed;
@@ -122,7 +156,20 @@ export function keysPage(root) {
         route: r.value.trim() || null,
         max_concurrent: m.value ? Number(m.value) : null,
         limits: parsed.length ? parsed : null,
+        allowed_models: models(a.value),
+        expires_at: when(x.value),
       });
+    });
+    return form;
+  }
+
+  function rotator(k) {
+    const overlap = h("input", { name: "overlap_secs", type: "number", min: 1, placeholder: "none: the old secret stops at once" });
+    const form = h("form", { class: "inline" }, field("Old secret still accepted for (seconds)", overlap), h("button", { type: "submit" }, "Rotate now"));
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const body = overlap.value ? { overlap_secs: Number(overlap.value) } : undefined;
+      write("POST", `/keys/${encodeURIComponent(k.name)}/rotate`, body, (a) => secretOnce(`Key ${k.name} rotated`, a));
     });
     return form;
   }
@@ -140,7 +187,7 @@ export function keysPage(root) {
     return h(
       "div",
       { class: "actions" },
-      h("button", { type: "button", class: "quiet", "data-action": "rotate", onclick: () => write("POST", `/keys/${encodeURIComponent(k.name)}/rotate`, undefined, (a) => secretOnce(`Key ${k.name} rotated`, a)) }, "Rotate"),
+      h("button", { type: "button", class: "quiet", "data-action": "rotate", onclick: () => clear(edit, rotator(k)) }, "Rotate"),
       h("button", { type: "button", class: "quiet", "data-action": "disable", onclick: () => write("PATCH", `/keys/${encodeURIComponent(k.name)}`, { disabled: k.disabled ? null : true }) }, k.disabled ? "Enable" : "Disable"),
       h("button", { type: "button", class: "quiet", "data-action": "edit", onclick: () => clear(edit, editor(k)) }, "Edit"),
       revoke,
@@ -156,6 +203,14 @@ export function keysPage(root) {
           { title: "Name", cell: (k) => [k.name, k.name === default_key ? [" ", badge("default", "ok")] : null, k.disabled ? [" ", badge("disabled", "bad")] : null] },
           { title: "Key", cell: (k) => h("code", null, k.key) },
           { title: "Route", cell: (k) => k.route ?? "default" },
+          { title: "Models", cell: (k) => (k.allowed_models ? k.allowed_models.join(", ") : "any") },
+          {
+            title: "Expires",
+            cell: (k) => [
+              k.expires_at ? (k.expired ? badge("expired", "bad") : fmtTime(k.expires_at)) : "never",
+              k.previous_key_active ? h("div", null, h("small", { class: "muted" }, `old secret until ${fmtTime(k.previous_key_until)}`)) : null,
+            ],
+          },
           { title: "In flight", cell: (k) => `${k.in_flight} / ${k.max_concurrent ?? "∞"}`, cls: "num" },
           { title: "Limits", cell: (k) => (k.limits.length ? k.limits.map(usage) : h("span", { class: "muted" }, "none")) },
           { title: "Unpriced models", cell: (k) => (k.unpriced_models.length ? k.unpriced_models.map((u) => `${u.provider}/${u.model}`).join(", ") : "—") },
