@@ -178,6 +178,34 @@ def test_a_write_from_another_origin_is_refused(live: Live) -> None:
     assert "csrf" not in live.path.read_text()
 
 
+def test_config_tools_over_the_api(live: Live) -> None:
+    text = live.path.read_text()
+    _, config = live.control("GET", "/config")
+    status, ok = live.control("POST", "/config/check", {"yaml": config["yaml"]})
+    assert (status, ok["ok"], ok["problems"]) == (200, True, [])
+    status, bad = live.control("POST", "/config/check", {"yaml": "version: 1\nprovidrs: []\n"})
+    assert status == 200 and bad["ok"] is False and bad["problems"][0]["line"] == 2
+    assert live.path.read_text() == text  # a check writes nothing
+    history = live.control("GET", "/config/history")[1]["history"]
+    status, entry = live.control("GET", f"/config/history/{history[-1]['number']}")
+    assert status == 200 and entry["current"] is True and CONTROL_KEY not in entry["yaml"]
+    status, missing = live.control("GET", "/config/history/9999")
+    assert (status, missing["error"]["code"]) == (404, "control.request.not_found")
+    status, stale = live.control(
+        "POST", "/config/rollback", {"number": history[-1]["number"], "base_version": "blake3:0"}
+    )
+    assert (status, stale["error"]["code"]) == (409, "control.config.stale_version")
+    status, wrong = live.control("GET", "/config/rollback")
+    assert (status, wrong["error"]["code"]) == (405, "control.request.method_not_allowed")
+    status, invalid = live.control("POST", "/config/rollback", {"number": "x"})
+    assert (status, invalid["error"]["code"]) == (400, "control.request.invalid")
+    # /ui goes to /ui/; HEAD answers without a body.
+    redirect = _get(f"http://127.0.0.1:{live.control_port}/ui")
+    assert redirect.status == 308 and (b"location", b"/ui/") in redirect.headers
+    head = httpcore.request("HEAD", f"http://127.0.0.1:{live.control_port}/ui/app.css")
+    assert head.status == 200 and head.content == b""
+
+
 def test_sign_in(console: Console) -> None:
     console.sign_in("not-the-key")
     console.page.wait_for_selector("#signin .error")
