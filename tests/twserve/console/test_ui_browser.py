@@ -55,7 +55,7 @@ def config_text(ports: Mapping[str, int], control_port: int) -> str:
         "    protocol: openai-chat\n"
         f"    base_url: http://127.0.0.1:{ports['a']}/v1\n"
         f"    key: {UPSTREAM_KEY}-a\n"
-        "    models: [m, flaky]\n"
+        "    models: [m, flaky, gpt-4o]\n"
         "  - name: bad\n"
         "    protocol: openai-chat\n"
         f"    base_url: http://127.0.0.1:{ports['bad']}/v1\n"
@@ -486,6 +486,9 @@ def test_upstreams_pause_resume_and_model_spec(console: Console, live: Live) -> 
     card.locator("button[data-action=pause]").wait_for()
     _, providers = live.control("GET", "/providers")
     assert next(p for p in providers["providers"] if p["name"] == "a")["paused_until"] is None
+    # Figures from the price table say so.
+    priced = card.locator("tr:has(td:text-is('gpt-4o'))").inner_text()
+    assert "128,000" in priced and "price table" in priced
     # A model spec set by hand, shown with where it came from, and in the file.
     card.locator("tr:has(td:text-is('m')) button").click()
     form = console.page.locator("#spec-a form")
