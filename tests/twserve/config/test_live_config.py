@@ -300,7 +300,17 @@ def test_small_writes_keep_every_other_byte(tmp_path: Path) -> None:
         )
         status, providers = live.control("GET", "/providers")
         assert [r["models"] for r in providers["providers"] if r["name"] == "b"] == [
-            [{"model": "m", "offered": True, "context_window": None, "max_output_tokens": None}]
+            [
+                {
+                    "model": "m",
+                    "offered": True,
+                    "context_window": None,
+                    "context_window_source": None,
+                    "max_output_tokens": None,
+                    "max_output_tokens_source": None,
+                    "set_by_hand": False,
+                }
+            ]
         ]
         assert os.stat(live.path).st_mode & 0o777 == 0o600
         origins = [e["origin"] for e in live.control("GET", "/config/history")[1]["history"]]
