@@ -36,7 +36,9 @@ from urllib.parse import parse_qs
 
 import anyio
 
+from twengine.balance import balance_factors
 from twengine.config import Config, Problem, TemplateError, resolve_template
+from twengine.groups import URL_TEST_MIN_SAMPLES
 from twengine.rules import RequestFacts
 from twengine.slots import SlotScope
 from twproto import json_dumps
@@ -44,6 +46,7 @@ from twproto.dialect import Dialect
 from twproto.sse import SSEEvent, encode_comment, encode_event
 from twserve.console.abort_api import RequestAborter
 from twserve.console.requests_query import parse_filter
+from twserve.console.static import SECURITY_HEADERS, UI_PREFIX, ui_file
 from twserve.control.metrics import CONTENT_TYPE, Metrics
 from twserve.events import EVENT_TYPES, Dropped, EventBus, event_json, event_name
 from twserve.gateway.handler import Gateway
@@ -61,7 +64,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 8
+CONTROL_API_VERSION = 9
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0
@@ -181,16 +184,14 @@ def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str 
         return None
 
 
-def _source(by_hand: bool, figure: int | None) -> str | None:
-    """Where a model's figure in `/providers` came from."""
-    if by_hand:
-        return "model_specs"
-    return "price_table" if figure is not None else None
-
 
 def _query(request: Request) -> dict[str, str]:
     # The last value of each parameter; blank values kept, so "stream=" reads as false.
     return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
+
+
+def _is_ui(path: str) -> bool:
+    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
 
 
 def _presented_key(request: Request) -> bytes | None:
@@ -268,8 +269,12 @@ class ControlPlane:
     # -- the handler -----------------------------------------------------------------------
 
     async def handle(self, request: Request, responder: Responder) -> None:
+        if _is_ui(request.path):
+            await self._ui(request, responder)
+            return
         try:
             self._authenticate(request)
+            self._same_origin(request)
             if request.path == "/events":
                 self._only_get(request)
                 await self._events(request, responder)
@@ -306,7 +311,10 @@ class ControlPlane:
 
     def check_head(self, request: Request) -> HeadRefusal | None:
         """The transport's head check: a request without the right control key is answered
-        401 from its head, before a byte of its body is read (`handle` checks again)."""
+        401 from its head, before a byte of its body is read (`handle` checks again). The
+        console page's files need no key (twserve.console.static)."""
+        if _is_ui(request.path):
+            return None
         try:
             self._authenticate(request)
         except ControlRequestError as err:
@@ -331,6 +339,55 @@ class ControlPlane:
         ok = hmac.compare_digest(presented, expected or b"\0")
         if not (ok and expected):
             raise ControlRequestError(401, "control.auth.bad_key", "invalid control key")
+
+    @staticmethod
+    def _same_origin(request: Request) -> None:
+        """A write a browser sends names its page's origin; one from another site's page is
+        refused (a browser sends ``Origin`` with every write; tools send none)."""
+        if request.method in ("GET", "HEAD"):
+            return
+        origin = request.header(b"origin")
+        if origin is None:
+            return
+        host = request.header(b"host") or b""
+        _, _, authority = origin.partition(b"://")
+        if not host or authority.lower() != host.lower():
+            raise ControlRequestError(
+                403,
+                "control.request.cross_origin",
+                "a write from a page of another origin is refused",
+            )
+
+    async def _ui(self, request: Request, responder: Responder) -> None:
+        """The console page's files (twserve.console.static), GET or HEAD, without the key."""
+        headers: Headers = [*SECURITY_HEADERS, (API_HEADER, str(CONTROL_API_VERSION).encode())]
+        if request.method not in ("GET", "HEAD"):
+            body = error_json("control.request.method_not_allowed", "the page answers GET")
+            status, content_type = 405, b"application/json"
+            headers.append((b"allow", b"GET, HEAD"))
+        elif request.path == UI_PREFIX:
+            body, status, content_type = b"", 308, b"text/plain"
+            headers.append((b"location", UI_PREFIX.encode() + b"/"))
+        else:
+            found = ui_file(request.path)
+            if found is None:
+                body = error_json("control.request.not_found", f"no page file at {request.path}")
+                status, content_type = 404, b"application/json"
+            else:
+                content_type, body = found
+                status = 200
+        await responder.start(
+            status,
+            [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-cache"),
+                *headers,
+            ],
+        )
+        if request.method != "HEAD":
+            await responder.send(body)
+        await responder.end()
 
     def _expected_key(self) -> bytes | None:
         key = control_key_of(self.config, self.env)
@@ -452,26 +509,7 @@ class ControlPlane:
             for name, _ in p.model_specs:
                 if name not in models:
                     models.append(name)
-            model_rows = []
-            catalog = self.gateway.catalog
-            for name in models:
-                spec = p.model_spec(name)
-                window = catalog.context_window(config, p.name, name)
-                output = catalog.max_output_tokens(config, p.name, name)
-                hand_window = spec is not None and spec.context_window is not None
-                hand_output = spec is not None and spec.max_output_tokens is not None
-                model_rows.append(
-                    {
-                        "model": name,
-                        "offered": p.offers(name),
-                        "context_window": window,
-                        "max_output_tokens": output,
-                        # Where each figure came from: `model_specs` (set by hand, editable with
-                        # PUT /provider-model-spec), the price table, or nowhere (null).
-                        "context_window_from": _source(hand_window, window),
-                        "max_output_tokens_from": _source(hand_output, output),
-                    }
-                )
+            model_rows = [self._model_row(config, p.name, name) for name in models]
             rows.append(
                 {
                     "name": p.name,
@@ -502,14 +540,60 @@ class ControlPlane:
             )
         return {"providers": rows}
 
+    def _model_row(self, config: Config, provider: str, model: str) -> dict[str, Any]:
+        """One model of an upstream: its figures as routing reads them (the gateway's catalog)
+        and where each came from: ``manual`` (``model_specs``, editable with PUT
+        /provider-model-spec), ``price_table`` or None (unknown)."""
+        upstream = config.provider(provider)
+        spec = upstream.model_spec(model)
+        catalog = self.gateway.catalog
+        window = catalog.context_window(config, provider, model)
+        output = catalog.max_output_tokens(config, provider, model)
+
+        def source(value: int | None, written: int | None) -> str | None:
+            if value is None:
+                return None
+            return "manual" if written is not None else "price_table"
+
+        return {
+            "model": model,
+            "offered": upstream.offers(model),
+            "context_window": window,
+            "context_window_source": source(window, spec.context_window if spec else None),
+            "max_output_tokens": output,
+            "max_output_tokens_source": source(output, spec.max_output_tokens if spec else None),
+            "set_by_hand": spec is not None,
+        }
+
     async def _groups(self, request: Request) -> dict[str, Any]:
         rows = []
+        health = self.gateway.router.health
+        now = self._now()
         for g in self.config.groups:
+            names = [m.provider for m in g.members]
+            # The automatic factor balance_by multiplies each weight by, as routing works it
+            # out now (twengine.balance).
+            factors = balance_factors(
+                names,
+                g.balance_by,
+                first_content={
+                    n: health.first_content_median(n, min_samples=URL_TEST_MIN_SAMPLES)
+                    for n in names
+                },
+                success_rate={n: health.success_rate(n, now) for n in names},
+            )
             rows.append(
                 {
                     "name": g.name,
                     "type": g.type.value,
-                    "members": [{"provider": m.provider, "weight": m.weight} for m in g.members],
+                    "members": [
+                        {
+                            "provider": m.provider,
+                            "weight": m.weight,
+                            "factor": round(factors.get(m.provider, 1.0), 4),
+                        }
+                        for m in g.members
+                    ],
                     "selected": g.selected,
                     "balance_by": g.balance_by.value,
                 }

@@ -145,6 +145,9 @@ _CODES = {
     "control.request.not_found": "No control-plane view at this path (404).",
     "control.request.method_not_allowed": "The control-plane path exists, not for this method.",
     "control.request.bad_json": "A control-plane request body is not valid JSON (400).",
+    "control.request.cross_origin": (
+        "A control-plane write sent by a page of another origin is refused (403)."
+    ),
     "control.request.invalid": "A control-plane request lacks a field or has a wrong one (400).",
     "control.config.stale_version": (
         "A config write was based on an older version than the current one (409)."

@@ -305,9 +305,10 @@ def test_small_writes_keep_every_other_byte(tmp_path: Path) -> None:
                     "model": "m",
                     "offered": True,
                     "context_window": None,
+                    "context_window_source": None,
                     "max_output_tokens": None,
-                    "context_window_from": None,
-                    "max_output_tokens_from": None,
+                    "max_output_tokens_source": None,
+                    "set_by_hand": False,
                 }
             ]
         ]

@@ -200,14 +200,16 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
     assert providers["a"]["max_concurrent"] is None
     assert [m["model"] for m in providers["a"]["models"]] == ["m", "m2"]
     assert providers["b"]["max_concurrent"] == 4
+    # Each figure as routing reads it, and where it came from (set by hand, the price table).
     assert providers["b"]["models"] == [
         {
             "model": "m",
             "offered": True,
             "context_window": 200000,
+            "context_window_source": "manual",
             "max_output_tokens": None,
-            "context_window_from": "model_specs",
-            "max_output_tokens_from": None,
+            "max_output_tokens_source": None,
+            "set_by_hand": True,
         }
     ]
     answered = providers[view(stack, "/requests")["requests"][0]["provider"]]
@@ -220,7 +222,11 @@ def test_views_have_their_shape_and_no_secret(stack: Stack) -> None:
         {
             "name": "lb",
             "type": "load-balance",
-            "members": [{"provider": "a", "weight": 3}, {"provider": "b", "weight": 1}],
+            # balance_by: weights multiplies by nothing (factor 1).
+            "members": [
+                {"provider": "a", "weight": 3, "factor": 1.0},
+                {"provider": "b", "weight": 1, "factor": 1.0},
+            ],
             "selected": None,
             "balance_by": "weights",
         }
