@@ -18,7 +18,6 @@ Anthropic stream then lacks its ``message_stop`` and the caller ends it as a bro
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from twproto import _json, ir
@@ -26,6 +25,7 @@ from twproto.errors import GatewayError
 from twproto.eventstream.classify import classify_eventstream_message
 from twproto.eventstream.decoder import EVENTSTREAM_MAX_MESSAGE_SIZE, EventStreamDecoder
 from twproto.eventstream.errors import EventStreamError
+from twproto.eventstream.message import EventStreamHeader, HeaderValue
 from twproto.failures import FailureKind
 from twproto.stream.hold import Released
 from twproto.stream.translators import StreamTranslator
@@ -57,11 +57,13 @@ class InvokeStreamReframer:
     """Event-stream bytes in (split anywhere), Anthropic SSE bytes out. Sans-IO; `now` dates
     the classification of an exception frame (a quota's reset)."""
 
-    __slots__ = ("_decoder", "_done")
+    __slots__ = ("_decoder", "_done", "_seen", "_seen_types")
 
     def __init__(self, *, max_message_size: int = EVENTSTREAM_MAX_MESSAGE_SIZE) -> None:
         self._decoder = EventStreamDecoder(max_message_size=max_message_size)
         self._done = False
+        self._seen: tuple[EventStreamHeader, ...] | None = None
+        self._seen_types: tuple[HeaderValue | None, HeaderValue | None] = (None, None)
 
     def feed(self, chunk: bytes, *, now: float = 0.0) -> bytes:
         """The SSE bytes for the messages `chunk` completes."""
@@ -74,13 +76,21 @@ class InvokeStreamReframer:
             return _error_event("api_error", f"Bedrock event stream: {exc}")
         out: list[bytes] = []
         for message in messages:
-            # One pass over the (three) headers: this runs once per chunk.
-            kind = name = None
-            for header in message.headers:
-                if header.name == ":message-type":
-                    kind = header.value
-                elif header.name == ":event-type":
-                    name = header.value
+            headers = message.headers
+            if headers is self._seen:
+                kind, name = self._seen_types
+            else:
+                # One pass over the (three) headers. The decoder hands out the same tuple for
+                # every message with the same header block, so a stream's run of chunks pays
+                # it once.
+                kind = name = None
+                for header in headers:
+                    if header.name == ":message-type":
+                        kind = header.value
+                    elif header.name == ":event-type":
+                        name = header.value
+                self._seen = headers
+                self._seen_types = (kind, name)
             if kind == "event":
                 if name != "chunk":
                     continue  # Bedrock sends only chunks; anything else carries no event
@@ -98,7 +108,8 @@ class InvokeStreamReframer:
     def _chunk(self, payload: bytes) -> bytes:
         try:
             encoded = _json.loads(payload)["bytes"]
-            data = base64.b64decode(encoded, validate=True)
+            # base64.b64decode(validate=True) without its argument checks in Python.
+            data = binascii.a2b_base64(encoded, strict_mode=True)
         except (ValueError, KeyError, TypeError, binascii.Error):
             self._done = True
             return _error_event("api_error", "Bedrock event stream: a chunk without its bytes")
