@@ -97,3 +97,20 @@ def test_aws_fields_belong_to_bedrock_only() -> None:
             {**BASE, "providers": [{"name": "a", "base_url": "http://x", "region": "r"}]}, {}
         )
     assert "config.aws_field_protocol" in str(caught.value)
+
+
+def test_count_tokens_belongs_to_bedrock_and_takes_three_values() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_config(
+            {
+                **BASE,
+                "providers": [{"name": "a", "base_url": "http://x", "count_tokens": "estimate"}],
+            },
+            {},
+        )
+    assert "config.aws_field_protocol" in str(caught.value)
+    for value in ("upstream", "estimate", "refuse"):
+        assert _config({"count_tokens": value}).provider("br").bedrock.count_tokens == value  # type: ignore[union-attr]
+    assert _config({}).provider("br").bedrock.count_tokens == "upstream"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError):
+        _config({"count_tokens": "sometimes"})

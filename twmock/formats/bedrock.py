@@ -24,7 +24,7 @@ from twmock.plan import Break, Chunk, End, Head, Plan, ResetBeforeHead, Silence,
 from twproto import json_loads
 from twproto.eventstream import EVENTSTREAM_CONTENT_TYPE, eventstream_event, eventstream_exception
 
-__all__ = ["STATUS_EXCEPTIONS", "bedrock_error", "bedrock_plan", "chunk_frame"]
+__all__ = ["STATUS_EXCEPTIONS", "bedrock_error", "bedrock_plan", "chunk_frame", "count_plan"]
 
 # Bedrock's exception for each HTTP status it answers with (bedrock-runtime's service model).
 STATUS_EXCEPTIONS: dict[int, tuple[int, str]] = {
@@ -130,3 +130,22 @@ def bedrock_plan(plan: Plan, *, stream: bool) -> Plan:
         else:
             steps.append(step)
     return Plan(steps=tuple(steps), outcome=plan.outcome)
+
+
+def count_plan(plan: Plan) -> Plan:
+    """The Anthropic token count `plan` as CountTokens answers: ``{"inputTokens": N}``, or
+    Bedrock's error (`bedrock_plan`)."""
+    head = plan.head
+    if head is None or head.status != 200:
+        return bedrock_plan(plan, stream=False)
+    counted = json_loads(plan.body)
+    body = compact({"inputTokens": counted["input_tokens"]})
+    headers = (
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    )
+    tail = [s for s in plan.steps if isinstance(s, (End, Break, Silence))]
+    return Plan(
+        steps=(Head(status=200, headers=headers, delay=head.delay), Chunk(data=body), *tail[:1]),
+        outcome=plan.outcome,
+    )

@@ -1,4 +1,4 @@
-"""The mock's Bedrock endpoint: InvokeModel and InvokeModelWithResponseStream.
+"""The mock's Bedrock endpoint: InvokeModel, InvokeModelWithResponseStream and CountTokens.
 
 ``POST /model/{modelId}/invoke`` and ``…/invoke-with-response-stream`` (after an optional
 profile segment) carry an Anthropic Messages body without ``model`` and ``stream``
@@ -6,6 +6,12 @@ profile segment) carry an Anthropic Messages body without ``model`` and ``stream
 plans it as the Anthropic request it wraps — so every script knob (errors, ``fail_first``,
 stream errors, cuts, stalls) plays the same — and writes the answer as Bedrock frames it
 (`twmock.formats.bedrock`).
+
+``POST /model/{modelId}/count-tokens`` is CountTokens: ``{"input": {"invokeModel": {"body":
+<base64 of the InvokeModel body>}}}``, planned as the Anthropic token count it wraps and
+answered ``{"inputTokens": N}``. As on Bedrock, only Anthropic models count: any other model id
+is refused with the 400 ``ValidationException`` "The provided model doesn't support counting
+tokens.".
 
 Authentication, as `MockSettings` configures it (neither set: any request is served):
 
@@ -17,6 +23,7 @@ Authentication, as `MockSettings` configures it (neither set: any request is ser
 
 from __future__ import annotations
 
+import binascii
 import re
 from dataclasses import dataclass, replace
 from urllib.parse import unquote
@@ -25,18 +32,29 @@ from twmock.formats._wire import compact
 from twmock.plan import Chunk, End, Head, Plan, RequestInfo
 from twmock.script import MockSettings
 from twproto import json_dumps, json_loads
+from twproto.bedrock import COUNT_UNSUPPORTED_MESSAGE
 from twproto.sigv4 import SIGV4_REFUSALS, SignatureCheck, verify_request
 
-__all__ = ["BedrockCall", "as_anthropic", "bedrock_call", "bedrock_refusal", "validation_plan"]
+__all__ = [
+    "BedrockCall",
+    "as_anthropic",
+    "as_anthropic_count",
+    "bedrock_call",
+    "bedrock_refusal",
+    "validation_plan",
+]
 
 _AGAIN = "please reformat your input and try again."
-_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<action>invoke|invoke-with-response-stream)")
+_PATH = re.compile(
+    r"/model/(?P<model>[^/]+)/(?P<action>invoke|invoke-with-response-stream|count-tokens)"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class BedrockCall:
     model: str
     stream: bool
+    count: bool = False
 
 
 def bedrock_call(method: str, path: str) -> BedrockCall | None:
@@ -45,7 +63,8 @@ def bedrock_call(method: str, path: str) -> BedrockCall | None:
     if method != "POST" or found is None:
         return None
     stream = found["action"] == "invoke-with-response-stream"
-    return BedrockCall(model=unquote(found["model"]), stream=stream)
+    count = found["action"] == "count-tokens"
+    return BedrockCall(model=unquote(found["model"]), stream=stream, count=count)
 
 
 def _refuse(name: str, message: str) -> Plan:
@@ -116,6 +135,25 @@ def as_anthropic(info: RequestInfo, call: BedrockCall) -> RequestInfo | str:
     if call.stream:
         body["stream"] = True
     return replace(info, path="/v1/messages", query="", body=json_dumps(body))
+
+
+def as_anthropic_count(info: RequestInfo, call: BedrockCall) -> RequestInfo | str:
+    """A CountTokens request as the Anthropic token count it wraps, or Bedrock's validation
+    message for one it refuses."""
+    if "anthropic." not in call.model:
+        return COUNT_UNSUPPORTED_MESSAGE
+    try:
+        body = json_loads(info.body)
+        invoke = body["input"]["invokeModel"]["body"]
+        inner = binascii.a2b_base64(invoke, strict_mode=True)
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return "Malformed input request, " + _AGAIN
+    wrapped = as_anthropic(replace(info, body=inner), BedrockCall(model=call.model, stream=False))
+    if isinstance(wrapped, str):
+        return wrapped
+    counted = json_loads(wrapped.body)
+    counted.pop("max_tokens", None)  # InvokeModel's; the Anthropic count takes none
+    return replace(wrapped, path="/v1/messages/count_tokens", body=json_dumps(counted))
 
 
 def validation_plan(message: str) -> Plan:

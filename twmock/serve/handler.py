@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from twmock.formats.bedrock import bedrock_plan
+from twmock.formats.bedrock import bedrock_plan, count_plan
 from twmock.plan import (
     Break,
     Chunk,
@@ -42,6 +42,7 @@ from twmock.script import MockSettings, Script, ScriptError
 from twmock.serve.bedrock import (
     BedrockCall,
     as_anthropic,
+    as_anthropic_count,
     bedrock_call,
     bedrock_refusal,
     validation_plan,
@@ -191,6 +192,11 @@ class MockHandler:
         )
         if refusal is not None:
             return refusal
+        if call.count:
+            counted = as_anthropic_count(info, call)
+            if isinstance(counted, str):
+                return validation_plan(counted)
+            return count_plan(self._plan(counted, script))
         wrapped = as_anthropic(info, call)
         if isinstance(wrapped, str):
             return validation_plan(wrapped)

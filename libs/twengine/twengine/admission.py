@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
-from twengine.config import Config
+from twengine.config import BedrockCount, Config
 from twengine.router import RoutePlan, Router
 from twengine.rules import Candidate, RequestFacts
 from twproto import json_loads
@@ -264,14 +264,23 @@ def admit(
     if counting:
         # Token counts go only to an upstream of the client's own format (the first whose
         # credentials resolve: the caller takes it), never retried; with none, they are
-        # estimated here.
-        # Bedrock has no count through InvokeModel: its upstreams are estimated here too.
+        # estimated here. A Bedrock upstream counts through CountTokens unless its
+        # `count_tokens` says to estimate (left out here) or to refuse (the first such: 501).
         candidates = tuple(
             c
             for c in candidates
             if config.provider(c.provider).protocol is dialect
-            and config.provider(c.provider).bedrock is None
+            and _bedrock_count(config, c) is not BedrockCount.ESTIMATE
         )
+        if candidates and _bedrock_count(config, candidates[0]) is BedrockCount.REFUSE:
+            error = GatewayError(
+                status=501,
+                category=ErrorCategory.CONFIG,
+                code="gw.count_tokens.refused",
+                message=f"token counts are not served through the upstream "
+                f"{candidates[0].provider!r} (count_tokens: refuse)",
+            )
+            return Refusal(error=error, view=view)
         if not candidates:
             body_out = count_tokens_body(dialect, summary.input_tokens)
             return LocalAnswer(
@@ -291,6 +300,12 @@ def admit(
         body=body,
         view=view,
     )
+
+
+def _bedrock_count(config: Config, cand: Candidate) -> BedrockCount | None:
+    """A Bedrock candidate's ``count_tokens`` setting; None for any other upstream."""
+    bedrock = config.provider(cand.provider).bedrock
+    return bedrock.count_tokens if bedrock is not None else None
 
 
 def check_caller(

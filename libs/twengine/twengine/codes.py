@@ -215,6 +215,9 @@ _CODES = {
         "The model name asked for is longer than listen.gateway.max_model_name_chars (400)."
     ),
     "gw.no_upstream": "No upstream can take the request: every candidate was skipped.",
+    "gw.count_tokens.refused": (
+        "A token count whose upstream is a Bedrock provider with `count_tokens: refuse` (501)."
+    ),
     "gw.upstream.connect": "The upstream could not be reached (refused, reset, TLS failure).",
     "gw.upstream.error": "The upstream answered with an error.",
     "gw.upstream.timeout": "The upstream did not answer in time (504).",

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from twproto.bedrock.invoke import AwsAuth, invoke_request
+from twproto.bedrock.count import count_invoke_body, count_path
+from twproto.bedrock.invoke import AwsAuth, invoke_body, invoke_request, signed_headers
 from twproto.dialect import Dialect
 from twproto.keys import KEY_HEADERS, credential_headers
 from twproto.paths import Operation, upstream_path
@@ -206,6 +207,19 @@ def _bedrock_request(
         extra += [(k, v) for k, v in call.headers if k.startswith(_MOCK_PREFIX)]
     # An Anthropic client's beta flags travel in the body; other clients' headers never go.
     betas = call.headers if call.dialect is Dialect.ANTHROPIC else ()
+    if call.operation is Operation.COUNT_TOKENS:
+        url = target.base_url.rstrip("/") + count_path(target.model)
+        data = count_invoke_body(invoke_body(body, betas))
+        headers, data = signed_headers(
+            url,
+            data,
+            accept=b"application/json",
+            auth=target.aws,
+            key=target.key,
+            headers=extra,
+            now=now,
+        )
+        return UpstreamRequest(method="POST", url=url, headers=headers, body=data, sse=True)
     url, headers, data = invoke_request(
         target.base_url,
         target.model,

@@ -6,10 +6,16 @@ from __future__ import annotations
 import base64
 import json
 
-from twmock.formats.bedrock import bedrock_plan
+from twmock.formats.bedrock import bedrock_plan, count_plan
 from twmock.plan import Chunk, RequestInfo, plan
 from twmock.script import MockSettings, parse_script
-from twmock.serve.bedrock import as_anthropic, bedrock_call, bedrock_refusal
+from twmock.serve.bedrock import (
+    as_anthropic,
+    as_anthropic_count,
+    bedrock_call,
+    bedrock_refusal,
+    validation_plan,
+)
 from twproto.bedrock import AwsAuth, invoke_request
 from twproto.eventstream import EventStreamDecoder
 from twproto.sigv4 import AwsCredentials
@@ -94,3 +100,45 @@ def test_throttling_keeps_its_retry_hint() -> None:
     assert out.status == 429
     assert (out.header(b"x-amzn-errortype") or b"").startswith(b"ThrottlingException:")
     assert out.header(b"retry-after") == b"7"
+
+
+def _counted(model: str, body: bytes, script: dict[str, object]) -> tuple[int | None, object]:
+    call = bedrock_call("POST", f"/model/{model}/count-tokens")
+    assert call is not None and call.count and not call.stream
+    info = as_anthropic_count(RequestInfo(method="POST", path="/", body=body), call)
+    if isinstance(info, str):
+        out = validation_plan(info)
+    else:
+        out = count_plan(plan(info, parse_script(script)))
+    return out.status, json.loads(out.body)
+
+
+def test_count_tokens_answers_input_tokens() -> None:
+    wrapped = json.dumps({"input": {"invokeModel": {"body": base64.b64encode(BODY).decode()}}})
+    status, body = _counted("anthropic.claude-x%3A0", wrapped.encode(), {"usage": {"input": 77}})
+    assert (status, body) == (200, {"inputTokens": 77})
+    # Without a scripted figure: the mock's own estimate of the wrapped request.
+    status, body = _counted("anthropic.claude-x%3A0", wrapped.encode(), {})
+    assert status == 200 and isinstance(body, dict) and body["inputTokens"] > 0
+
+
+def test_count_tokens_refuses_like_bedrock() -> None:
+    wrapped = json.dumps({"input": {"invokeModel": {"body": base64.b64encode(BODY).decode()}}})
+    assert _counted("meta.llama3-70b-instruct-v1%3A0", wrapped.encode(), {}) == (
+        400,
+        {"message": "The provided model doesn't support counting tokens."},
+    )
+    status, body = _counted("anthropic.c", b'{"input": {"invokeModel": {"body": "%%"}}}', {})
+    assert status == 400 and "Malformed input request" in str(body)
+    unversioned = base64.b64encode(b'{"max_tokens":1,"messages":[]}').decode()
+    status, body = _counted(
+        "anthropic.c", json.dumps({"input": {"invokeModel": {"body": unversioned}}}).encode(), {}
+    )
+    assert status == 400 and "anthropic_version" in str(body)
+    status, _ = _counted("anthropic.c", wrapped_error(), {"error": {"status": 429}})
+    assert status == 429
+
+
+def wrapped_error() -> bytes:
+    inner = base64.b64encode(BODY).decode()
+    return json.dumps({"input": {"invokeModel": {"body": inner}}}).encode()

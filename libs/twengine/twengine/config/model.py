@@ -34,6 +34,7 @@ __all__ = (
     "Alias",
     "AnswerModel",
     "BalanceBy",
+    "BedrockCount",
     "BedrockSettings",
     "Billing",
     "Client",
@@ -114,6 +115,14 @@ class ResponsesTransport(StrEnum):
 
     HTTP = "http"
     WEBSOCKET = "websocket"
+
+
+class BedrockCount(StrEnum):
+    """How a Bedrock provider answers a token count (``count_tokens``, docs/bedrock.md)."""
+
+    UPSTREAM = "upstream"  # Bedrock's CountTokens; a model without it: the local estimate
+    ESTIMATE = "estimate"  # the gateway's local estimate, Bedrock not asked
+    REFUSE = "refuse"  # 501, as a gateway without token counts through Bedrock answers
 
 
 class Billing(StrEnum):
@@ -345,6 +354,7 @@ class BedrockSettings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    count_tokens: BedrockCount = BedrockCount.UPSTREAM
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
