@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from twmock.formats.bedrock import bedrock_plan, count_plan
+from twmock.formats.converse import converse_plan
 from twmock.plan import (
     Break,
     Chunk,
@@ -43,6 +44,7 @@ from twmock.serve.bedrock import (
     BedrockCall,
     as_anthropic,
     as_anthropic_count,
+    as_converse,
     bedrock_call,
     bedrock_refusal,
     validation_plan,
@@ -197,6 +199,11 @@ class MockHandler:
             if isinstance(counted, str):
                 return validation_plan(counted)
             return count_plan(self._plan(counted, script))
+        if call.converse:
+            conversed = as_converse(info, call)
+            if isinstance(conversed, str):
+                return validation_plan(conversed)
+            return converse_plan(self._plan(conversed, script), stream=call.stream)
         wrapped = as_anthropic(info, call)
         if isinstance(wrapped, str):
             return validation_plan(wrapped)

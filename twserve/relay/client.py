@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from twengine.attempt import AttemptRecord
 from twproto import ir
 from twproto.bedrock import count_answer, count_unsupported
+from twproto.bedrock.converse import converse_answer_as_anthropic
 from twproto.dialect import Dialect
 from twproto.errors import (
     ERROR_HEADER,
@@ -165,6 +166,15 @@ class ClientAnswer:
         out.provider, out.status = provider, 200
         same = dialect is self.call.dialect
         dest = self.dests.get(provider)
+        if dest is not None and dest.target.converse and not self._bedrock_count(dest):
+            # A Converse answer, read back as the Anthropic message it says.
+            try:
+                body = converse_answer_as_anthropic(body, dest.target.model)
+            except ValueError as exc:
+                reason = f"answer has an unexpected shape: {exc}"
+                await self.error(error_for_unreadable_answer(provider, reason), provider)
+                return
+            headers = [(b"content-type", b"application/json")]
         if self._bedrock_count(dest):
             # Bedrock's CountTokens answer, {"inputTokens": N}, in the client's count shape.
             counted = count_answer(body, self.call.dialect)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from twproto.bedrock.converse.bridge import converse_count_body, converse_request
 from twproto.bedrock.count import count_invoke_body, count_path
 from twproto.bedrock.invoke import AwsAuth, invoke_body, invoke_request, signed_headers
 from twproto.dialect import Dialect
@@ -117,6 +118,8 @@ class UpstreamTarget:
     # A ``bedrock-anthropic`` upstream (`dialect` is Anthropic): InvokeModel at `base_url`,
     # signed with these credentials, or `key` as a Bedrock API key (docs/bedrock.md).
     aws: AwsAuth | None = None
+    # ``bedrock-converse``: with `aws`, the Anthropic body goes as Converse / ConverseStream.
+    converse: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +151,8 @@ class UpstreamRequest:
     body: bytes
     sse: bool
     eventstream: bool = False
+    # The event stream is ConverseStream's (`twproto.bedrock.converse`), not InvokeModel's.
+    converse: bool = False
 
 
 def forwardable_headers(headers: Sequence[Header], dialect: Dialect) -> list[Header]:
@@ -209,7 +214,10 @@ def _bedrock_request(
     betas = call.headers if call.dialect is Dialect.ANTHROPIC else ()
     if call.operation is Operation.COUNT_TOKENS:
         url = target.base_url.rstrip("/") + count_path(target.model)
-        data = count_invoke_body(invoke_body(body, betas))
+        if target.converse:
+            data = converse_count_body(body, target.model)
+        else:
+            data = count_invoke_body(invoke_body(body, betas))
         headers, data = signed_headers(
             url,
             data,
@@ -220,6 +228,26 @@ def _bedrock_request(
             now=now,
         )
         return UpstreamRequest(method="POST", url=url, headers=headers, body=data, sse=True)
+    if target.converse:
+        url, headers, data = converse_request(
+            target.base_url,
+            target.model,
+            body,
+            stream=call.stream,
+            auth=target.aws,
+            key=target.key,
+            headers=extra,
+            now=now,
+        )
+        return UpstreamRequest(
+            method="POST",
+            url=url,
+            headers=headers,
+            body=data,
+            sse=True,
+            eventstream=call.stream,
+            converse=True,
+        )
     url, headers, data = invoke_request(
         target.base_url,
         target.model,

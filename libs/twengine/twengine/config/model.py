@@ -346,15 +346,18 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BedrockSettings:
-    """A ``bedrock-anthropic`` provider's AWS fields, each a ``${VAR}``-able template or None:
-    None reads the standard AWS variable at send time (``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
-    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; docs/bedrock.md)."""
+    """A ``bedrock-anthropic`` or ``bedrock-converse`` provider's AWS fields, each a
+    ``${VAR}``-able template or None: None reads the standard AWS variable at send time
+    (``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``; docs/bedrock.md)."""
 
     region: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
     count_tokens: BedrockCount = BedrockCount.UPSTREAM
+    # ``protocol: bedrock-converse``: Converse / ConverseStream instead of InvokeModel.
+    converse: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

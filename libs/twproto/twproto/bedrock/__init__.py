@@ -24,14 +24,23 @@ from twproto.bedrock.invoke import (
     invoke_request,
     signed_headers,
 )
-from twproto.bedrock.reframe import EventStreamTranslator, InvokeStreamReframer
+from twproto.bedrock.reframe import (
+    ANTHROPIC_ERROR_TYPES,
+    EventStreamTranslator,
+    InvokeStreamReframer,
+    Reframer,
+    anthropic_error_event,
+)
 
 __all__ = (
+    "ANTHROPIC_ERROR_TYPES",
     "BEDROCK_ANTHROPIC_VERSION",
     "COUNT_UNSUPPORTED_MESSAGE",
     "AwsAuth",
     "EventStreamTranslator",
     "InvokeStreamReframer",
+    "Reframer",
+    "anthropic_error_event",
     "bedrock_base_url",
     "count_answer",
     "count_invoke_body",

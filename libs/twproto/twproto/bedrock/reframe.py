@@ -19,6 +19,7 @@ Anthropic stream then lacks its ``message_stop`` and the caller ends it as a bro
 from __future__ import annotations
 
 import binascii
+from typing import Protocol
 
 from twproto import _json, ir
 from twproto.errors import GatewayError
@@ -30,11 +31,17 @@ from twproto.failures import FailureKind
 from twproto.stream.hold import Released
 from twproto.stream.translators import StreamTranslator
 
-__all__ = ("EventStreamTranslator", "InvokeStreamReframer")
+__all__ = (
+    "ANTHROPIC_ERROR_TYPES",
+    "EventStreamTranslator",
+    "InvokeStreamReframer",
+    "Reframer",
+    "anthropic_error_event",
+)
 
-# The Anthropic error type a client's SDK reads for each failure kind (its own classification
-# of the event then agrees with the exception's).
-_ANTHROPIC_TYPE: dict[FailureKind, str] = {
+#: The Anthropic error type a client's SDK reads for each failure kind (its own classification
+#: of the event then agrees with the exception's).
+ANTHROPIC_ERROR_TYPES: dict[FailureKind, str] = {
     FailureKind.RATE_LIMITED: "rate_limit_error",
     FailureKind.QUOTA_USED_UP: "rate_limit_error",
     FailureKind.OVERLOADED: "overloaded_error",
@@ -48,7 +55,8 @@ _ANTHROPIC_TYPE: dict[FailureKind, str] = {
 _TYPE_PREFIX = b'{"type":"'
 
 
-def _error_event(kind: str, message: str) -> bytes:
+def anthropic_error_event(kind: str, message: str) -> bytes:
+    """Anthropic's in-stream ``error`` event of type `kind`, as SSE bytes."""
     data = _json.dumps({"type": "error", "error": {"type": kind, "message": message}})
     return b"event: error\ndata: " + data + b"\n\n"
 
@@ -73,7 +81,7 @@ class InvokeStreamReframer:
             messages = self._decoder.feed(chunk)
         except EventStreamError as exc:
             self._done = True
-            return _error_event("api_error", f"Bedrock event stream: {exc}")
+            return anthropic_error_event("api_error", f"Bedrock event stream: {exc}")
         out: list[bytes] = []
         for message in messages:
             headers = message.headers
@@ -99,8 +107,10 @@ class InvokeStreamReframer:
             failure = classify_eventstream_message(message, now=now)
             if failure is None:
                 continue
-            kind = _ANTHROPIC_TYPE.get(failure.kind, "api_error")
-            out.append(_error_event(kind, failure.message or message.exception_type or "error"))
+            kind = ANTHROPIC_ERROR_TYPES.get(failure.kind, "api_error")
+            out.append(
+                anthropic_error_event(kind, failure.message or message.exception_type or "error")
+            )
             self._done = True  # AWS sends nothing after an exception
             break
         return b"".join(out)
@@ -112,7 +122,9 @@ class InvokeStreamReframer:
             data = binascii.a2b_base64(encoded, strict_mode=True)
         except (ValueError, KeyError, TypeError, binascii.Error):
             self._done = True
-            return _error_event("api_error", "Bedrock event stream: a chunk without its bytes")
+            return anthropic_error_event(
+                "api_error", "Bedrock event stream: a chunk without its bytes"
+            )
         # The event's name is its JSON's "type", which Anthropic writes first.
         if data.startswith(_TYPE_PREFIX):
             end = data.find(b'"', len(_TYPE_PREFIX))
@@ -132,13 +144,22 @@ class InvokeStreamReframer:
         return b""
 
 
+class Reframer(Protocol):
+    """What reads a Bedrock event stream back as Anthropic SSE: `InvokeStreamReframer`, and
+    ConverseStream's (`twproto.bedrock.converse.ConverseStreamReframer`)."""
+
+    def feed(self, chunk: bytes, *, now: float = 0.0) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+
 class EventStreamTranslator:
     """A `StreamTranslator` for a Bedrock stream: the Anthropic translator `inner` fed through
     an `InvokeStreamReframer` (the hold before it was fed the same way)."""
 
     __slots__ = ("_inner", "_reframer")
 
-    def __init__(self, inner: StreamTranslator, reframer: InvokeStreamReframer) -> None:
+    def __init__(self, inner: StreamTranslator, reframer: Reframer) -> None:
         self._inner = inner
         self._reframer = reframer
 

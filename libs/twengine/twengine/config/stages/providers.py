@@ -41,6 +41,7 @@ from twengine.config.template import TemplateError, template_variables
 from twproto.dialect import Dialect
 
 BEDROCK_ANTHROPIC = "bedrock-anthropic"
+BEDROCK_CONVERSE = "bedrock-converse"
 
 __all__ = ()
 
@@ -273,15 +274,18 @@ _BEDROCK_FIELDS = (*_AWS_FIELDS, "count_tokens")
 
 
 def _bedrock(out: _Problems, f: _Fields) -> BedrockSettings | None:
-    """``protocol: bedrock-anthropic``'s AWS fields; None for any other protocol (where the
+    """``protocol: bedrock-anthropic`` and ``bedrock-converse``'s AWS fields; None for any other
+    protocol (where the
     AWS fields are refused)."""
-    if f.raw("protocol") != BEDROCK_ANTHROPIC:
+    protocol = f.raw("protocol")
+    if protocol not in (BEDROCK_ANTHROPIC, BEDROCK_CONVERSE):
         for field_name in _BEDROCK_FIELDS:
             if f.has(field_name):
                 out.add(
                     "config.aws_field_protocol",
                     f.at(field_name),
-                    f"{field_name} is a field of protocol {BEDROCK_ANTHROPIC} only",
+                    f"{field_name} is a field of protocols {BEDROCK_ANTHROPIC} and "
+                    f"{BEDROCK_CONVERSE} only",
                 )
         return None
     values = [_as_secret(out, f.at(n), f.raw(n)) if f.has(n) else None for n in _AWS_FIELDS]
@@ -292,6 +296,7 @@ def _bedrock(out: _Problems, f: _Fields) -> BedrockSettings | None:
         secret_access_key=secret,
         session_token=token,
         count_tokens=f.choice("count_tokens", BedrockCount, BedrockCount.UPSTREAM),
+        converse=protocol == BEDROCK_CONVERSE,
     )
 
 
