@@ -146,6 +146,27 @@ def test_reframing_is_split_insensitive(cuts: list[int]) -> None:
     assert out == InvokeStreamReframer().feed(STREAM)
 
 
+@given(
+    at=st.integers(min_value=0, max_value=len(STREAM) - 1),
+    cuts=st.lists(st.integers(min_value=1, max_value=len(STREAM)), max_size=8),
+)
+def test_a_fault_after_the_last_messages_is_reported_however_split(
+    at: int, cuts: list[int]
+) -> None:
+    # The decoder hands out the messages before a fault and raises at its next call: the
+    # reframer's end asks for that call, so a fault in the last piece is not lost.
+    damaged = bytearray(STREAM)
+    damaged[at] ^= 0x10
+    data = bytes(damaged)
+    points = sorted(set(cuts))
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    split_reframer, whole_reframer = InvokeStreamReframer(), InvokeStreamReframer()
+    split_out = b"".join(split_reframer.feed(p) for p in pieces) + split_reframer.end()
+    whole_out = whole_reframer.feed(data) + whole_reframer.end()
+    assert split_out == whole_out
+    assert whole_out.count(b"event: error") == 1  # every byte is under a checksum
+
+
 @pytest.mark.parametrize(
     ("exception", "message", "kind"),
     [

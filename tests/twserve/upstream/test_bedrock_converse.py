@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.twserve.conftest import ERRORS, FORMATS, MODELS, Sdks, StackFactory, ask, attempts
-from tests.twserve.upstream.test_bedrock_anthropic import CREDS, ENV, SIGNED, _config
 from tests.twserve.support.stack import Stack, Upstream
+from tests.twserve.upstream.test_bedrock_anthropic import CREDS, ENV, SIGNED, _config
 from twmock.formats.converse import START_WITH_USER
 from twmock.script import MockSettings, parse_script
 

@@ -25,17 +25,18 @@ from twproto.bedrock.invoke import (
     signed_headers,
 )
 from twproto.bedrock.reframe import (
-    ANTHROPIC_ERROR_TYPES,
+    FAILURE_ANTHROPIC_TYPES,
     EventStreamTranslator,
     InvokeStreamReframer,
     Reframer,
     anthropic_error_event,
+    pending_fault,
 )
 
 __all__ = (
-    "ANTHROPIC_ERROR_TYPES",
     "BEDROCK_ANTHROPIC_VERSION",
     "COUNT_UNSUPPORTED_MESSAGE",
+    "FAILURE_ANTHROPIC_TYPES",
     "AwsAuth",
     "EventStreamTranslator",
     "InvokeStreamReframer",
@@ -50,5 +51,6 @@ __all__ = (
     "invoke_body",
     "invoke_path",
     "invoke_request",
+    "pending_fault",
     "signed_headers",
 )

@@ -25,23 +25,24 @@ from twproto import _json, ir
 from twproto.errors import GatewayError
 from twproto.eventstream.classify import classify_eventstream_message
 from twproto.eventstream.decoder import EVENTSTREAM_MAX_MESSAGE_SIZE, EventStreamDecoder
-from twproto.eventstream.errors import EventStreamError
+from twproto.eventstream.errors import EventStreamError, EventStreamTruncated
 from twproto.eventstream.message import EventStreamHeader, HeaderValue
 from twproto.failures import FailureKind
 from twproto.stream.hold import Released
 from twproto.stream.translators import StreamTranslator
 
 __all__ = (
-    "ANTHROPIC_ERROR_TYPES",
+    "FAILURE_ANTHROPIC_TYPES",
     "EventStreamTranslator",
     "InvokeStreamReframer",
     "Reframer",
     "anthropic_error_event",
+    "pending_fault",
 )
 
 #: The Anthropic error type a client's SDK reads for each failure kind (its own classification
 #: of the event then agrees with the exception's).
-ANTHROPIC_ERROR_TYPES: dict[FailureKind, str] = {
+FAILURE_ANTHROPIC_TYPES: dict[FailureKind, str] = {
     FailureKind.RATE_LIMITED: "rate_limit_error",
     FailureKind.QUOTA_USED_UP: "rate_limit_error",
     FailureKind.OVERLOADED: "overloaded_error",
@@ -107,7 +108,7 @@ class InvokeStreamReframer:
             failure = classify_eventstream_message(message, now=now)
             if failure is None:
                 continue
-            kind = ANTHROPIC_ERROR_TYPES.get(failure.kind, "api_error")
+            kind = FAILURE_ANTHROPIC_TYPES.get(failure.kind, "api_error")
             out.append(
                 anthropic_error_event(kind, failure.message or message.exception_type or "error")
             )
@@ -139,9 +140,28 @@ class InvokeStreamReframer:
         return b"event: " + name + b"\ndata: " + data + b"\n\n"
 
     def end(self) -> bytes:
-        """The input ended: nothing more to write (a message cut short is left out)."""
+        """The input ended: nothing more to write (a message cut short is left out), but for
+        a framing fault found after the last messages were handed out."""
+        if self._done:
+            return b""
         self._done = True
+        pending = pending_fault(self._decoder)
+        if pending is not None:
+            return anthropic_error_event("api_error", f"Bedrock event stream: {pending}")
         return b""
+
+
+def pending_fault(decoder: EventStreamDecoder) -> EventStreamError | None:
+    """At the end of input: the framing fault `decoder` found but has not raised yet (it hands
+    out the messages before a fault first, and raises at the next call). Input that merely ends
+    inside a message is not one: the stream is then cut, which its reader notices itself."""
+    try:
+        decoder.end()
+    except EventStreamTruncated:
+        return None
+    except EventStreamError as exc:
+        return exc
+    return None
 
 
 class Reframer(Protocol):

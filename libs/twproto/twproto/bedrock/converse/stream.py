@@ -31,7 +31,7 @@ from typing import Any
 
 from twproto import _json, ir
 from twproto.bedrock.converse.response import CONVERSE_STOP_REASONS, decode_converse_usage
-from twproto.bedrock.reframe import ANTHROPIC_ERROR_TYPES, anthropic_error_event
+from twproto.bedrock.reframe import FAILURE_ANTHROPIC_TYPES, anthropic_error_event, pending_fault
 from twproto.eventstream.classify import classify_eventstream_message
 from twproto.eventstream.decoder import EVENTSTREAM_MAX_MESSAGE_SIZE, EventStreamDecoder
 from twproto.eventstream.errors import EventStreamError
@@ -181,6 +181,9 @@ class ConverseStreamReframer:
         ended here; one cut before that is left open (the caller ends it as broken)."""
         if self._done:
             return b""
+        pending = pending_fault(self._decoder)
+        if pending is not None:
+            return self._fail("api_error", f"Bedrock event stream: {pending}")
         self._done = True
         if self._events is not None and self._events.finished:
             self._encoder.end()
@@ -190,7 +193,7 @@ class ConverseStreamReframer:
         failure = classify_eventstream_message(message, now=now)
         if failure is None:
             return self._fail("api_error", "Bedrock event stream: an unexpected message")
-        kind = ANTHROPIC_ERROR_TYPES.get(failure.kind, "api_error")
+        kind = FAILURE_ANTHROPIC_TYPES.get(failure.kind, "api_error")
         return self._fail(kind, failure.message or message.exception_type or "error")
 
     def _fail(self, kind: str, message: str) -> bytes:
