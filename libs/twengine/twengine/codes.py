@@ -66,7 +66,8 @@ _CODES = {
         "responses_transport: websocket on an upstream whose protocol is not openai-responses."
     ),
     "config.aws_field_protocol": (
-        "region or an aws_* field on an upstream whose protocol is not bedrock-anthropic."
+        "region, count_tokens or an aws_* field on an upstream whose protocol is not "
+        "bedrock-anthropic or bedrock-converse."
     ),
     "config.header_invalid": (
         "An upstream header has a bad name or value, is repeated, or is one the gateway sets."

@@ -166,6 +166,23 @@ def test_reasoning_tools_images_and_tool_results_go_as_converse_blocks(
     ]
 
 
+def test_a_chat_clients_reasoning_effort_is_claudes_thinking_on_converse(
+    stack: StackFactory, sdks: Sdks
+) -> None:
+    st = _start(stack, {"converse": _converse({"text": TEXT, "reasoning": "weighing it"})})
+    completion = sdks.openai(st).chat.completions.create(
+        model=MODELS["openai-chat"],
+        messages=[{"role": "user", "content": "Think, then answer."}],
+        reasoning_effort="low",
+        max_completion_tokens=4096,
+    )
+    assert completion.choices[0].message.content == TEXT
+    (seen,) = _calls(st, "converse")
+    thinking = seen.json()["additionalModelRequestFields"]["thinking"]
+    assert thinking["type"] == "enabled" and 1024 <= thinking["budget_tokens"] < 4096
+    assert seen.json()["inferenceConfig"]["maxTokens"] == 4096
+
+
 def test_the_mock_refuses_a_conversation_bedrock_refuses(stack: StackFactory, sdks: Sdks) -> None:
     import anthropic
 
