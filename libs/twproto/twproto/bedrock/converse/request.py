@@ -229,4 +229,8 @@ def encode_converse_request(
         out["additionalModelRequestFields"] = extra
     if req.output_format is not None:
         dropped.add(f"output_format:{req.output_format.type}")
+    if req.user is not None:
+        dropped.add("user")
+    if req.parallel_tool_calls is False:
+        dropped.add("parallel_tool_calls")
     return out, dropped.tuple()

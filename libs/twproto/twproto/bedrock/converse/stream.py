@@ -35,7 +35,7 @@ from twproto.bedrock.reframe import FAILURE_ANTHROPIC_TYPES, anthropic_error_eve
 from twproto.eventstream.classify import classify_eventstream_message
 from twproto.eventstream.decoder import EVENTSTREAM_MAX_MESSAGE_SIZE, EventStreamDecoder
 from twproto.eventstream.errors import EventStreamError
-from twproto.eventstream.message import EventStreamMessage
+from twproto.eventstream.message import EventStreamHeader, EventStreamMessage
 from twproto.formats import anthropic
 
 __all__ = ("ConverseStreamDecoder", "ConverseStreamReframer", "converse_message_id")
@@ -133,7 +133,7 @@ class ConverseStreamReframer:
     stream of the same answer out, naming `model`. Sans-IO; `now` dates the classification of
     an exception frame and seeds the message id."""
 
-    __slots__ = ("_decoder", "_done", "_encoder", "_events", "_model")
+    __slots__ = ("_decoder", "_done", "_encoder", "_events", "_model", "_seen", "_seen_types")
 
     def __init__(self, *, model: str, max_message_size: int = EVENTSTREAM_MAX_MESSAGE_SIZE) -> None:
         self._decoder = EventStreamDecoder(max_message_size=max_message_size)
@@ -141,6 +141,8 @@ class ConverseStreamReframer:
         self._events: ConverseStreamDecoder | None = None
         self._model = model
         self._done = False
+        self._seen: tuple[EventStreamHeader, ...] | None = None
+        self._seen_types: tuple[str | None, str | None] = (None, None)
 
     @property
     def usage(self) -> ir.Usage | None:
@@ -157,7 +159,15 @@ class ConverseStreamReframer:
             return self._fail("api_error", f"Bedrock event stream: {exc}")
         encoder = self._encoder
         for message in messages:
-            if message.message_type != "event":
+            headers = message.headers
+            if headers is self._seen:
+                kind, event_type = self._seen_types
+            else:
+                # The decoder hands out one tuple for a run of identical header blocks (every
+                # contentBlockDelta's), so the run pays this once.
+                kind, event_type = message.message_type, message.event_type
+                self._seen, self._seen_types = headers, (kind, event_type)
+            if kind != "event":
                 return self._exception(message, now)
             if self._events is None:
                 seed = repr(now).encode() + message.payload
@@ -165,10 +175,10 @@ class ConverseStreamReframer:
                     id=converse_message_id(seed), model=self._model
                 )
             try:
-                complete = self._events.feed_event(message.event_type, message.payload, encoder)
+                complete = self._events.feed_event(event_type, message.payload, encoder)
             except (ValueError, KeyError, TypeError, AttributeError):
                 return self._fail(
-                    "api_error", f"Bedrock event stream: a malformed {message.event_type} event"
+                    "api_error", f"Bedrock event stream: a malformed {event_type} event"
                 )
             if complete:
                 encoder.end()
