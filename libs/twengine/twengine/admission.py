@@ -264,12 +264,14 @@ def admit(
     if counting:
         # Token counts go only to an upstream of the client's own format (the first whose
         # credentials resolve: the caller takes it), never retried; with none, they are
-        # estimated here. A Bedrock upstream counts through CountTokens unless its
-        # `count_tokens` says to estimate (left out here) or to refuse (the first such: 501).
+        # estimated here. A Bedrock upstream counts through CountTokens, for an Anthropic and a
+        # Gemini client alike (the count is Bedrock's own call, not a generation request),
+        # unless its `count_tokens` says to estimate (left out here) or to refuse (the first
+        # such: 501).
         candidates = tuple(
             c
             for c in candidates
-            if config.provider(c.provider).protocol is dialect
+            if _counts_for(config, c, dialect)
             and _bedrock_count(config, c) is not BedrockCount.ESTIMATE
         )
         if candidates and _bedrock_count(config, candidates[0]) is BedrockCount.REFUSE:
@@ -300,6 +302,14 @@ def admit(
         body=body,
         view=view,
     )
+
+
+def _counts_for(config: Config, cand: Candidate, dialect: Dialect) -> bool:
+    """Whether `cand` can answer a token count from a `dialect` client."""
+    provider = config.provider(cand.provider)
+    if provider.bedrock is not None:
+        return dialect in (Dialect.ANTHROPIC, Dialect.GEMINI)
+    return provider.protocol is dialect
 
 
 def _bedrock_count(config: Config, cand: Candidate) -> BedrockCount | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from google.genai import types as gtypes
 
 from tests.twserve.conftest import MODELS, Sdks, StackFactory
 from tests.twserve.upstream.test_bedrock_anthropic import ENV, MODEL_ID, _bedrock, _config
@@ -92,3 +93,29 @@ def test_count_tokens_refuse_is_the_501(stack: StackFactory, sdks: Sdks) -> None
     assert caught.value.status_code == 501
     assert "count_tokens: refuse" in caught.value.message
     assert st.mock("bedrock").received == type(st.mock("bedrock").received)()
+
+
+@pytest.mark.parametrize("protocol", ["bedrock-anthropic", "bedrock-converse"])
+def test_a_gemini_count_goes_to_count_tokens_too(
+    stack: StackFactory, sdks: Sdks, protocol: str
+) -> None:
+    up = _bedrock({"usage": {"input": 77}})
+    up.protocol = protocol
+    st = stack({"bedrock": up}, config=_config("bedrock"), env=ENV)
+    client, options = sdks.genai(st)
+    counted = client.models.count_tokens(
+        model=MODELS["gemini"],
+        contents="How many tokens?",
+        config=gtypes.CountTokensConfig(http_options=options),
+    )
+    assert counted.total_tokens == 77
+    (seen,) = st.mock("bedrock").received
+    assert seen.path.endswith("/count-tokens") and seen.status == 200
+    sent = seen.json()["input"]
+    if protocol == "bedrock-converse":
+        assert sent["converse"]["messages"] == [
+            {"role": "user", "content": [{"text": "How many tokens?"}]}
+        ]
+    else:
+        inner = json.loads(base64.b64decode(sent["invokeModel"]["body"]))
+        assert inner["messages"][0]["role"] == "user"
