@@ -97,3 +97,42 @@ def test_aws_fields_belong_to_bedrock_only() -> None:
             {**BASE, "providers": [{"name": "a", "base_url": "http://x", "region": "r"}]}, {}
         )
     assert "config.aws_field_protocol" in str(caught.value)
+
+
+def test_count_tokens_belongs_to_bedrock_and_takes_three_values() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_config(
+            {
+                **BASE,
+                "providers": [{"name": "a", "base_url": "http://x", "count_tokens": "estimate"}],
+            },
+            {},
+        )
+    assert "config.aws_field_protocol" in str(caught.value)
+    for value in ("upstream", "estimate", "refuse"):
+        assert _config({"count_tokens": value}).provider("br").bedrock.count_tokens == value  # type: ignore[union-attr]
+    assert _config({}).provider("br").bedrock.count_tokens == "upstream"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError):
+        _config({"count_tokens": "sometimes"})
+
+
+def test_bedrock_converse_is_an_anthropic_upstream_sent_as_converse() -> None:
+    config = build_config(
+        {
+            **BASE,
+            "providers": [
+                {"name": "cv", "protocol": "bedrock-converse", "region": "eu-west-1", "key": "k"}
+            ],
+        },
+        {},
+    )
+    provider = config.provider("cv")
+    assert provider.protocol == "anthropic"
+    assert provider.bedrock is not None and provider.bedrock.converse
+    found = destination(config, Candidate(provider="cv", model="amazon.nova-pro-v1:0"), None, {})
+    assert not isinstance(found, CredentialFault)
+    assert found.target.converse and found.target.aws is not None
+    assert found.target.base_url == "https://bedrock-runtime.eu-west-1.amazonaws.com"
+    # bedrock-anthropic is InvokeModel.
+    invoke = _dest({"region": "eu-west-1", "key": "k"}, {})
+    assert not invoke.target.converse

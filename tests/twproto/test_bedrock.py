@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,18 +13,24 @@ from hypothesis import strategies as st
 
 from twproto import Dialect
 from twproto.bedrock import (
+    COUNT_UNSUPPORTED_MESSAGE,
     AwsAuth,
     InvokeStreamReframer,
     bedrock_base_url,
+    count_answer,
+    count_invoke_body,
+    count_unsupported,
     invoke_body,
     invoke_path,
     invoke_request,
 )
 from twproto.eventstream import eventstream_event, eventstream_exception
 from twproto.failures import FailureKind, classify_stream_error
+from twproto.paths import Operation
 from twproto.sigv4 import AwsCredentials, verify_request
 from twproto.sse import SSEDecoder
 from twproto.stream.upstream import FirstContent, UpstreamStream
+from twproto.upstream_request import ClientCall, UpstreamTarget, upstream_request
 
 CREDS = AwsCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "tok")
 EVENTS = [
@@ -139,6 +146,27 @@ def test_reframing_is_split_insensitive(cuts: list[int]) -> None:
     assert out == InvokeStreamReframer().feed(STREAM)
 
 
+@given(
+    at=st.integers(min_value=0, max_value=len(STREAM) - 1),
+    cuts=st.lists(st.integers(min_value=1, max_value=len(STREAM)), max_size=8),
+)
+def test_a_fault_after_the_last_messages_is_reported_however_split(
+    at: int, cuts: list[int]
+) -> None:
+    # The decoder hands out the messages before a fault and raises at its next call: the
+    # reframer's end asks for that call, so a fault in the last piece is not lost.
+    damaged = bytearray(STREAM)
+    damaged[at] ^= 0x10
+    data = bytes(damaged)
+    points = sorted(set(cuts))
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    split_reframer, whole_reframer = InvokeStreamReframer(), InvokeStreamReframer()
+    split_out = b"".join(split_reframer.feed(p) for p in pieces) + split_reframer.end()
+    whole_out = whole_reframer.feed(data) + whole_reframer.end()
+    assert split_out == whole_out
+    assert whole_out.count(b"event: error") == 1  # every byte is under a checksum
+
+
 @pytest.mark.parametrize(
     ("exception", "message", "kind"),
     [
@@ -212,3 +240,67 @@ def test_usage_reported_before_a_failure_is_read_from_the_event_stream() -> None
     usage = reported_usage(Dialect.ANTHROPIC, opening, eventstream=True)
     assert usage is not None and usage.input_tokens == 5
     assert reported_usage(Dialect.ANTHROPIC, opening) is None  # read as SSE it says nothing
+
+
+def test_a_count_is_countTokens_with_the_invoke_body_as_base64() -> None:
+    target = UpstreamTarget(
+        dialect=Dialect.ANTHROPIC,
+        base_url="http://127.0.0.1:9100",
+        key="",
+        model="anthropic.claude-v2:1",
+        aws=AwsAuth(region="us-west-2", credentials=CREDS),
+    )
+    call = ClientCall(
+        dialect=Dialect.ANTHROPIC,
+        operation=Operation.COUNT_TOKENS,
+        stream=False,
+        headers=[(b"anthropic-beta", b"b1")],
+    )
+    body = b'{"model":"x","messages":[{"role":"user","content":"hi"}]}'
+    req = upstream_request(target, call, body, now=1_750_000_000.0)
+    assert req.url == "http://127.0.0.1:9100/model/anthropic.claude-v2%3A1/count-tokens"
+    sent = json.loads(req.body)
+    inner = json.loads(base64.b64decode(sent["input"]["invokeModel"]["body"], validate=True))
+    assert inner == {
+        "messages": [{"role": "user", "content": "hi"}],
+        "anthropic_version": "bedrock-2023-05-31",
+        "anthropic_beta": ["b1"],
+        "max_tokens": 1,
+    }
+    headers = [(b"host", b"127.0.0.1:9100"), *req.headers]
+    check = verify_request(
+        "POST", req.url, headers, req.body, region="us-west-2", credentials=CREDS, now=1.75e9
+    )
+    assert check == "valid"
+    # A body that sets its own output limit keeps it.
+    assert (
+        json.loads(
+            base64.b64decode(
+                json.loads(count_invoke_body(b'{"max_tokens":9}'))["input"]["invokeModel"]["body"]
+            )
+        )["max_tokens"]
+        == 9
+    )
+
+
+@pytest.mark.parametrize(
+    ("dialect", "want"),
+    [
+        (Dialect.ANTHROPIC, {"input_tokens": 42}),
+        (Dialect.GEMINI, {"totalTokens": 42}),
+        (Dialect.OPENAI_RESPONSES, {"object": "response.input_tokens", "input_tokens": 42}),
+    ],
+)
+def test_the_count_answer_is_the_clients_shape(dialect: Dialect, want: dict[str, Any]) -> None:
+    out = count_answer(b'{"inputTokens":42}', dialect)
+    assert out is not None and json.loads(out) == want
+    for bad in (b"[]", b"{}", b'{"inputTokens":"42"}', b'{"inputTokens":-1}', b"nope"):
+        assert count_answer(bad, dialect) is None
+
+
+def test_an_unsupported_model_is_recognised_by_its_400() -> None:
+    message = json.dumps({"message": COUNT_UNSUPPORTED_MESSAGE}).encode()
+    assert count_unsupported(400, message)
+    assert not count_unsupported(403, message)
+    assert not count_unsupported(400, b'{"message":"Malformed input request"}')
+    assert not count_unsupported(400, b"not json")

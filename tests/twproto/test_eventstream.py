@@ -300,6 +300,30 @@ def test_bytes_fed_one_at_a_time_stay_bounded() -> None:
     assert most < max(len(f) for f in converse_stream(20))
 
 
+@settings(max_examples=100, deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=4), points=_SPLITS)
+def test_each_message_comes_out_with_the_piece_that_completes_it(
+    messages: list[EventStreamMessage], points: list[int]
+) -> None:
+    # A decoder waiting for the rest of a message only appends what arrives; it must still
+    # hand the message out with the piece holding its last byte, never later.
+    data = _encode_all(messages)
+    ends = list(
+        itertools.accumulate(
+            len(encode_eventstream_message(m.headers, m.payload)) for m in messages
+        )
+    )
+    dec = EventStreamDecoder()
+    seen = 0
+    count = 0
+    for piece in split(data, points):
+        seen += len(piece)
+        count += len(dec.feed(piece))
+        assert count == sum(1 for e in ends if e <= seen)
+        assert dec.buffered == seen - max([0, *(e for e in ends if e <= seen)])
+    dec.end()
+
+
 def test_an_unfinished_message_at_the_end_is_truncated() -> None:
     dec = EventStreamDecoder()
     assert dec.feed(ONE_HEADER + ONE_HEADER[:20]) == decode(ONE_HEADER)

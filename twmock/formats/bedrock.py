@@ -24,7 +24,14 @@ from twmock.plan import Break, Chunk, End, Head, Plan, ResetBeforeHead, Silence,
 from twproto import json_loads
 from twproto.eventstream import EVENTSTREAM_CONTENT_TYPE, eventstream_event, eventstream_exception
 
-__all__ = ["STATUS_EXCEPTIONS", "bedrock_error", "bedrock_plan", "chunk_frame"]
+__all__ = [
+    "STATUS_EXCEPTIONS",
+    "STREAM_EXCEPTIONS",
+    "bedrock_error",
+    "bedrock_plan",
+    "chunk_frame",
+    "count_plan",
+]
 
 # Bedrock's exception for each HTTP status it answers with (bedrock-runtime's service model).
 STATUS_EXCEPTIONS: dict[int, tuple[int, str]] = {
@@ -43,7 +50,7 @@ STATUS_EXCEPTIONS: dict[int, tuple[int, str]] = {
 }
 
 # The exception frame for each Anthropic in-stream error type.
-_STREAM_EXCEPTIONS: dict[str, str] = {
+STREAM_EXCEPTIONS: dict[str, str] = {
     "rate_limit_error": "throttlingException",
     "overloaded_error": "serviceUnavailableException",
     "api_error": "internalServerException",
@@ -89,7 +96,7 @@ def _frames(sse: bytes) -> bytes:
         obj = json_loads(data)
         if obj.get("type") == "error":
             error = obj.get("error") or {}
-            name = _STREAM_EXCEPTIONS.get(error.get("type", ""), "modelStreamErrorException")
+            name = STREAM_EXCEPTIONS.get(error.get("type", ""), "modelStreamErrorException")
             out.append(eventstream_exception(name, compact({"message": error.get("message", "")})))
         else:
             out.append(chunk_frame(data))
@@ -130,3 +137,22 @@ def bedrock_plan(plan: Plan, *, stream: bool) -> Plan:
         else:
             steps.append(step)
     return Plan(steps=tuple(steps), outcome=plan.outcome)
+
+
+def count_plan(plan: Plan) -> Plan:
+    """The Anthropic token count `plan` as CountTokens answers: ``{"inputTokens": N}``, or
+    Bedrock's error (`bedrock_plan`)."""
+    head = plan.head
+    if head is None or head.status != 200:
+        return bedrock_plan(plan, stream=False)
+    counted = json_loads(plan.body)
+    body = compact({"inputTokens": counted["input_tokens"]})
+    headers = (
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    )
+    tail = [s for s in plan.steps if isinstance(s, (End, Break, Silence))]
+    return Plan(
+        steps=(Head(status=200, headers=headers, delay=head.delay), Chunk(data=body), *tail[:1]),
+        outcome=plan.outcome,
+    )

@@ -26,7 +26,8 @@ from typing import Any
 
 import anyio
 
-from twmock.formats.bedrock import bedrock_plan
+from twmock.formats.bedrock import bedrock_plan, count_plan
+from twmock.formats.converse import converse_plan
 from twmock.plan import (
     Break,
     Chunk,
@@ -42,6 +43,8 @@ from twmock.script import MockSettings, Script, ScriptError
 from twmock.serve.bedrock import (
     BedrockCall,
     as_anthropic,
+    as_anthropic_count,
+    as_converse,
     bedrock_call,
     bedrock_refusal,
     validation_plan,
@@ -191,6 +194,16 @@ class MockHandler:
         )
         if refusal is not None:
             return refusal
+        if call.count:
+            counted = as_anthropic_count(info, call)
+            if isinstance(counted, str):
+                return validation_plan(counted)
+            return count_plan(self._plan(counted, script))
+        if call.converse:
+            conversed = as_converse(info, call)
+            if isinstance(conversed, str):
+                return validation_plan(conversed)
+            return converse_plan(self._plan(conversed, script), stream=call.stream)
         wrapped = as_anthropic(info, call)
         if isinstance(wrapped, str):
             return validation_plan(wrapped)

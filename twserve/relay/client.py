@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from twengine.attempt import AttemptRecord
 from twproto import ir
+from twproto.bedrock import count_answer, count_unsupported
+from twproto.bedrock.converse import converse_answer_as_anthropic
 from twproto.dialect import Dialect
 from twproto.errors import (
     ERROR_HEADER,
@@ -31,6 +33,7 @@ from twproto.errors import (
 )
 from twproto.failures import Failure
 from twproto.headers import client_response_headers
+from twproto.paths import Operation
 from twproto.stream import StreamTranslator, new_stream_translator
 from twproto.translate import TranslatedRequest, UpstreamTranslationError, translate_response
 from twproto.upstream_request import ClientCall
@@ -124,6 +127,14 @@ class ClientAnswer:
             (MODEL_HEADER, _header_value(dest.target.model)),
         ]
 
+    def _bedrock_count(self, dest: Destination | None) -> bool:
+        """Whether this is a token count sent to Bedrock's CountTokens (through `dest`)."""
+        return (
+            self.call.operation is Operation.COUNT_TOKENS
+            and dest is not None
+            and dest.target.aws is not None
+        )
+
     async def start_stream(self, provider: str | None = None) -> None:
         """The 200 and the stream's headers (naming `provider`), once."""
         if not self.started:
@@ -155,6 +166,24 @@ class ClientAnswer:
         out.provider, out.status = provider, 200
         same = dialect is self.call.dialect
         dest = self.dests.get(provider)
+        if dest is not None and dest.target.converse and not self._bedrock_count(dest):
+            # A Converse answer, read back as the Anthropic message it says.
+            try:
+                body = converse_answer_as_anthropic(body, dest.target.model)
+            except ValueError as exc:
+                reason = f"answer has an unexpected shape: {exc}"
+                await self.error(error_for_unreadable_answer(provider, reason), provider)
+                return
+            headers = [(b"content-type", b"application/json")]
+        if self._bedrock_count(dest):
+            # Bedrock's CountTokens answer, {"inputTokens": N}, in the client's count shape.
+            counted = count_answer(body, self.call.dialect)
+            if counted is None:
+                reason = "a CountTokens answer without inputTokens"
+                await self.error(error_for_unreadable_answer(provider, reason), provider)
+                return
+            await self.whole(200, [(b"content-type", b"application/json")], counted, provider)
+            return
         try:
             answer = translate_response(
                 body,
@@ -203,6 +232,16 @@ class ClientAnswer:
     ) -> None:
         """`provider`'s own error response as it came, when it was kept and speaks the
         client's format; otherwise the same status, written in the client's format."""
+        if (
+            saved is not None
+            and self._bedrock_count(self.dests.get(provider) if provider else None)
+            and count_unsupported(saved[0], saved[2])
+        ):
+            # A Bedrock model without token counting: answered as by an upstream without the
+            # counting endpoint, whose 404 the token count's responder replaces with the
+            # local estimate (twserve.gateway.responders.LocalFallbackResponder).
+            await self.whole(404, [(b"content-type", b"application/json")], saved[2], provider)
+            return
         if saved is None or saved[3] is not self.call.dialect:
             await self.error(error_for_failure(failure, passed_on=True), provider)
             return

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twengine.affinity import conversation_key, fingerprint, is_new_turn, session_id
-from twengine.config import Config
+from twengine.config import BedrockCount, Config
 from twengine.router import RoutePlan, Router
 from twengine.rules import Candidate, RequestFacts
 from twproto import json_loads
@@ -280,14 +280,25 @@ def admit(
     if counting:
         # Token counts go only to an upstream of the client's own format (the first whose
         # credentials resolve: the caller takes it), never retried; with none, they are
-        # estimated here.
-        # Bedrock has no count through InvokeModel: its upstreams are estimated here too.
+        # estimated here. A Bedrock upstream counts through CountTokens, for an Anthropic and a
+        # Gemini client alike (the count is Bedrock's own call, not a generation request),
+        # unless its `count_tokens` says to estimate (left out here) or to refuse (the first
+        # such: 501).
         candidates = tuple(
             c
             for c in candidates
-            if config.provider(c.provider).protocol is dialect
-            and config.provider(c.provider).bedrock is None
+            if _counts_for(config, c, dialect)
+            and _bedrock_count(config, c) is not BedrockCount.ESTIMATE
         )
+        if candidates and _bedrock_count(config, candidates[0]) is BedrockCount.REFUSE:
+            error = GatewayError(
+                status=501,
+                category=ErrorCategory.CONFIG,
+                code="gw.count_tokens.refused",
+                message=f"token counts are not served through the upstream "
+                f"{candidates[0].provider!r} (count_tokens: refuse)",
+            )
+            return Refusal(error=error, view=view)
         if not candidates:
             body_out = count_tokens_body(dialect, summary.input_tokens)
             return LocalAnswer(
@@ -307,6 +318,20 @@ def admit(
         body=body,
         view=view,
     )
+
+
+def _counts_for(config: Config, cand: Candidate, dialect: Dialect) -> bool:
+    """Whether `cand` can answer a token count from a `dialect` client."""
+    provider = config.provider(cand.provider)
+    if provider.bedrock is not None:
+        return dialect in (Dialect.ANTHROPIC, Dialect.GEMINI)
+    return provider.protocol is dialect
+
+
+def _bedrock_count(config: Config, cand: Candidate) -> BedrockCount | None:
+    """A Bedrock candidate's ``count_tokens`` setting; None for any other upstream."""
+    bedrock = config.provider(cand.provider).bedrock
+    return bedrock.count_tokens if bedrock is not None else None
 
 
 def check_caller(

@@ -70,7 +70,8 @@ _CODES = {
         "responses_transport: websocket on an upstream whose protocol is not openai-responses."
     ),
     "config.aws_field_protocol": (
-        "region or an aws_* field on an upstream whose protocol is not bedrock-anthropic."
+        "region, count_tokens or an aws_* field on an upstream whose protocol is not "
+        "bedrock-anthropic or bedrock-converse."
     ),
     "config.header_invalid": (
         "An upstream header has a bad name or value, is repeated, or is one the gateway sets."
@@ -232,6 +233,9 @@ _CODES = {
         "The model name asked for is longer than listen.gateway.max_model_name_chars (400)."
     ),
     "gw.no_upstream": "No upstream can take the request: every candidate was skipped.",
+    "gw.count_tokens.refused": (
+        "A token count whose upstream is a Bedrock provider with `count_tokens: refuse` (501)."
+    ),
     "gw.upstream.connect": "The upstream could not be reached (refused, reset, TLS failure).",
     "gw.upstream.error": "The upstream answered with an error.",
     "gw.upstream.timeout": "The upstream did not answer in time (504).",

@@ -147,6 +147,7 @@ def destination(
             headers=tuple((k.lower().encode(), v.encode()) for k, v in creds.headers),
             forward_mock_headers=provider.forward_mock_headers,
             aws=aws,
+            converse=provider.bedrock is not None and provider.bedrock.converse,
         ),
         sticky=cand.provider == sticky,
         max_tokens=cand.overrides.max_tokens,

@@ -24,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twproto.bedrock.invoke import AwsAuth, invoke_request
+from twproto.bedrock.converse.bridge import converse_count_body, converse_request
+from twproto.bedrock.count import count_invoke_body, count_path
+from twproto.bedrock.invoke import AwsAuth, invoke_body, invoke_request, signed_headers
 from twproto.dialect import Dialect
 from twproto.keys import KEY_HEADERS, credential_headers
 from twproto.paths import Operation, upstream_path
@@ -117,6 +119,8 @@ class UpstreamTarget:
     # A ``bedrock-anthropic`` upstream (`dialect` is Anthropic): InvokeModel at `base_url`,
     # signed with these credentials, or `key` as a Bedrock API key (docs/bedrock.md).
     aws: AwsAuth | None = None
+    # ``bedrock-converse``: with `aws`, the Anthropic body goes as Converse / ConverseStream.
+    converse: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +154,8 @@ class UpstreamRequest:
     body: bytes
     sse: bool
     eventstream: bool = False
+    # The event stream is ConverseStream's (`twproto.bedrock.converse`), not InvokeModel's.
+    converse: bool = False
     fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
@@ -217,6 +223,42 @@ def _bedrock_request(
         extra += [(k, v) for k, v in call.headers if k.startswith(_MOCK_PREFIX)]
     # An Anthropic client's beta flags travel in the body; other clients' headers never go.
     betas = call.headers if call.dialect is Dialect.ANTHROPIC else ()
+    if call.operation is Operation.COUNT_TOKENS:
+        url = target.base_url.rstrip("/") + count_path(target.model)
+        if target.converse:
+            data = converse_count_body(body, target.model)
+        else:
+            data = count_invoke_body(invoke_body(body, betas))
+        headers, data = signed_headers(
+            url,
+            data,
+            accept=b"application/json",
+            auth=target.aws,
+            key=target.key,
+            headers=extra,
+            now=now,
+        )
+        return UpstreamRequest(method="POST", url=url, headers=headers, body=data, sse=True)
+    if target.converse:
+        url, headers, data = converse_request(
+            target.base_url,
+            target.model,
+            body,
+            stream=call.stream,
+            auth=target.aws,
+            key=target.key,
+            headers=extra,
+            now=now,
+        )
+        return UpstreamRequest(
+            method="POST",
+            url=url,
+            headers=headers,
+            body=data,
+            sse=True,
+            eventstream=call.stream,
+            converse=True,
+        )
     url, headers, data = invoke_request(
         target.base_url,
         target.model,

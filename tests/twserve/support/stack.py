@@ -37,6 +37,7 @@ _BASE_PATH = {
     "openai-responses": "/v1",
     "gemini": "",
     "bedrock-anthropic": "",
+    "bedrock-converse": "",
 }
 
 

@@ -171,5 +171,6 @@ class AttemptRequests:
             # A Chat client that did not ask for usage gets no usage-only chunk.
             hide_usage_chunk=translated.hide_usage_chunk,
             eventstream=request.eventstream,
+            converse=request.converse,
         )
         return request, opening

@@ -35,6 +35,7 @@ __all__ = (
     "Alias",
     "AnswerModel",
     "BalanceBy",
+    "BedrockCount",
     "BedrockSettings",
     "Billing",
     "Client",
@@ -116,6 +117,14 @@ class ResponsesTransport(StrEnum):
 
     HTTP = "http"
     WEBSOCKET = "websocket"
+
+
+class BedrockCount(StrEnum):
+    """How a Bedrock provider answers a token count (``count_tokens``, docs/bedrock.md)."""
+
+    UPSTREAM = "upstream"  # Bedrock's CountTokens; a model without it: the local estimate
+    ESTIMATE = "estimate"  # the gateway's local estimate, Bedrock not asked
+    REFUSE = "refuse"  # 501, as a gateway without token counts through Bedrock answers
 
 
 class Billing(StrEnum):
@@ -354,14 +363,18 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BedrockSettings:
-    """A ``bedrock-anthropic`` provider's AWS fields, each a ``${VAR}``-able template or None:
-    None reads the standard AWS variable at send time (``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
-    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; docs/bedrock.md)."""
+    """A ``bedrock-anthropic`` or ``bedrock-converse`` provider's AWS fields, each a
+    ``${VAR}``-able template or None: None reads the standard AWS variable at send time
+    (``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``; docs/bedrock.md)."""
 
     region: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    count_tokens: BedrockCount = BedrockCount.UPSTREAM
+    # ``protocol: bedrock-converse``: Converse / ConverseStream instead of InvokeModel.
+    converse: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -108,6 +108,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "aws_access_key_id",
             "aws_secret_access_key",
             "aws_session_token",
+            "count_tokens",
         ),
         "providers[].model_specs.*": ("context_window", "max_output_tokens"),
         "groups[]": ("name", "type", "providers", "selected", "balance_by", "resume"),
@@ -238,6 +239,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
             "twengine.config.credentials", "secret_access_key"
         ),
         "providers[].aws_session_token": _reads("twengine.config.credentials", "session_token"),
+        "providers[].count_tokens": _reads("twengine.admission", "count_tokens"),
         "aliases": _reads("twengine.rules", "model_for"),
         "groups": _SECTION,
         "groups[].name": _reads("twengine.router", "group"),

@@ -26,6 +26,7 @@ __all__ = (
     "invoke_body",
     "invoke_path",
     "invoke_request",
+    "signed_headers",
 )
 
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
@@ -113,6 +114,23 @@ def invoke_request(
     url = base_url.rstrip("/") + invoke_path(model, stream=stream)
     data = invoke_body(body, client_headers)
     accept = b"application/vnd.amazon.eventstream" if stream else b"application/json"
+    return url, *signed_headers(
+        url, data, accept=accept, auth=auth, key=key, headers=headers, now=now
+    )
+
+
+def signed_headers(
+    url: str,
+    data: bytes,
+    *,
+    accept: bytes,
+    auth: AwsAuth,
+    key: str,
+    headers: Sequence[Header] = (),
+    now: float,
+) -> tuple[list[Header], bytes]:
+    """The headers of a Bedrock POST of `data` to `url` (JSON, `accept`, `headers`, then the
+    SigV4 headers, or `key` as the bearer token when `auth` has no credentials), and `data`."""
     out: list[Header] = [
         (b"content-type", b"application/json"),
         (b"accept", accept),
@@ -121,9 +139,9 @@ def invoke_request(
     ]
     if auth.credentials is None:
         out.append((b"authorization", b"Bearer " + key.encode("latin-1")))
-        return url, out, data
+        return out, data
     signing = [(b"host", host_header(url)), *out]
     added = sign_request(
         "POST", url, signing, data, region=auth.region, credentials=auth.credentials, now=now
     )
-    return url, out + added, data
+    return out + added, data

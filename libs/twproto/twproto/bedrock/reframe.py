@@ -18,23 +18,31 @@ Anthropic stream then lacks its ``message_stop`` and the caller ends it as a bro
 
 from __future__ import annotations
 
-import base64
 import binascii
+from typing import Protocol
 
 from twproto import _json, ir
 from twproto.errors import GatewayError
 from twproto.eventstream.classify import classify_eventstream_message
 from twproto.eventstream.decoder import EVENTSTREAM_MAX_MESSAGE_SIZE, EventStreamDecoder
-from twproto.eventstream.errors import EventStreamError
+from twproto.eventstream.errors import EventStreamError, EventStreamTruncated
+from twproto.eventstream.message import EventStreamHeader, HeaderValue
 from twproto.failures import FailureKind
 from twproto.stream.hold import Released
 from twproto.stream.translators import StreamTranslator
 
-__all__ = ("EventStreamTranslator", "InvokeStreamReframer")
+__all__ = (
+    "FAILURE_ANTHROPIC_TYPES",
+    "EventStreamTranslator",
+    "InvokeStreamReframer",
+    "Reframer",
+    "anthropic_error_event",
+    "pending_fault",
+)
 
-# The Anthropic error type a client's SDK reads for each failure kind (its own classification
-# of the event then agrees with the exception's).
-_ANTHROPIC_TYPE: dict[FailureKind, str] = {
+#: The Anthropic error type a client's SDK reads for each failure kind (its own classification
+#: of the event then agrees with the exception's).
+FAILURE_ANTHROPIC_TYPES: dict[FailureKind, str] = {
     FailureKind.RATE_LIMITED: "rate_limit_error",
     FailureKind.QUOTA_USED_UP: "rate_limit_error",
     FailureKind.OVERLOADED: "overloaded_error",
@@ -48,7 +56,8 @@ _ANTHROPIC_TYPE: dict[FailureKind, str] = {
 _TYPE_PREFIX = b'{"type":"'
 
 
-def _error_event(kind: str, message: str) -> bytes:
+def anthropic_error_event(kind: str, message: str) -> bytes:
+    """Anthropic's in-stream ``error`` event of type `kind`, as SSE bytes."""
     data = _json.dumps({"type": "error", "error": {"type": kind, "message": message}})
     return b"event: error\ndata: " + data + b"\n\n"
 
@@ -57,11 +66,13 @@ class InvokeStreamReframer:
     """Event-stream bytes in (split anywhere), Anthropic SSE bytes out. Sans-IO; `now` dates
     the classification of an exception frame (a quota's reset)."""
 
-    __slots__ = ("_decoder", "_done")
+    __slots__ = ("_decoder", "_done", "_seen", "_seen_types")
 
     def __init__(self, *, max_message_size: int = EVENTSTREAM_MAX_MESSAGE_SIZE) -> None:
         self._decoder = EventStreamDecoder(max_message_size=max_message_size)
         self._done = False
+        self._seen: tuple[EventStreamHeader, ...] | None = None
+        self._seen_types: tuple[HeaderValue | None, HeaderValue | None] = (None, None)
 
     def feed(self, chunk: bytes, *, now: float = 0.0) -> bytes:
         """The SSE bytes for the messages `chunk` completes."""
@@ -71,16 +82,24 @@ class InvokeStreamReframer:
             messages = self._decoder.feed(chunk)
         except EventStreamError as exc:
             self._done = True
-            return _error_event("api_error", f"Bedrock event stream: {exc}")
+            return anthropic_error_event("api_error", f"Bedrock event stream: {exc}")
         out: list[bytes] = []
         for message in messages:
-            # One pass over the (three) headers: this runs once per chunk.
-            kind = name = None
-            for header in message.headers:
-                if header.name == ":message-type":
-                    kind = header.value
-                elif header.name == ":event-type":
-                    name = header.value
+            headers = message.headers
+            if headers is self._seen:
+                kind, name = self._seen_types
+            else:
+                # One pass over the (three) headers. The decoder hands out the same tuple for
+                # every message with the same header block, so a stream's run of chunks pays
+                # it once.
+                kind = name = None
+                for header in headers:
+                    if header.name == ":message-type":
+                        kind = header.value
+                    elif header.name == ":event-type":
+                        name = header.value
+                self._seen = headers
+                self._seen_types = (kind, name)
             if kind == "event":
                 if name != "chunk":
                     continue  # Bedrock sends only chunks; anything else carries no event
@@ -89,8 +108,10 @@ class InvokeStreamReframer:
             failure = classify_eventstream_message(message, now=now)
             if failure is None:
                 continue
-            kind = _ANTHROPIC_TYPE.get(failure.kind, "api_error")
-            out.append(_error_event(kind, failure.message or message.exception_type or "error"))
+            kind = FAILURE_ANTHROPIC_TYPES.get(failure.kind, "api_error")
+            out.append(
+                anthropic_error_event(kind, failure.message or message.exception_type or "error")
+            )
             self._done = True  # AWS sends nothing after an exception
             break
         return b"".join(out)
@@ -98,10 +119,13 @@ class InvokeStreamReframer:
     def _chunk(self, payload: bytes) -> bytes:
         try:
             encoded = _json.loads(payload)["bytes"]
-            data = base64.b64decode(encoded, validate=True)
+            # base64.b64decode(validate=True) without its argument checks in Python.
+            data = binascii.a2b_base64(encoded, strict_mode=True)
         except (ValueError, KeyError, TypeError, binascii.Error):
             self._done = True
-            return _error_event("api_error", "Bedrock event stream: a chunk without its bytes")
+            return anthropic_error_event(
+                "api_error", "Bedrock event stream: a chunk without its bytes"
+            )
         # The event's name is its JSON's "type", which Anthropic writes first.
         if data.startswith(_TYPE_PREFIX):
             end = data.find(b'"', len(_TYPE_PREFIX))
@@ -116,9 +140,37 @@ class InvokeStreamReframer:
         return b"event: " + name + b"\ndata: " + data + b"\n\n"
 
     def end(self) -> bytes:
-        """The input ended: nothing more to write (a message cut short is left out)."""
+        """The input ended: nothing more to write (a message cut short is left out), but for
+        a framing fault found after the last messages were handed out."""
+        if self._done:
+            return b""
         self._done = True
+        pending = pending_fault(self._decoder)
+        if pending is not None:
+            return anthropic_error_event("api_error", f"Bedrock event stream: {pending}")
         return b""
+
+
+def pending_fault(decoder: EventStreamDecoder) -> EventStreamError | None:
+    """At the end of input: the framing fault `decoder` found but has not raised yet (it hands
+    out the messages before a fault first, and raises at the next call). Input that merely ends
+    inside a message is not one: the stream is then cut, which its reader notices itself."""
+    try:
+        decoder.end()
+    except EventStreamTruncated:
+        return None
+    except EventStreamError as exc:
+        return exc
+    return None
+
+
+class Reframer(Protocol):
+    """What reads a Bedrock event stream back as Anthropic SSE: `InvokeStreamReframer`, and
+    ConverseStream's (`twproto.bedrock.converse.ConverseStreamReframer`)."""
+
+    def feed(self, chunk: bytes, *, now: float = 0.0) -> bytes: ...
+
+    def end(self) -> bytes: ...
 
 
 class EventStreamTranslator:
@@ -127,7 +179,7 @@ class EventStreamTranslator:
 
     __slots__ = ("_inner", "_reframer")
 
-    def __init__(self, inner: StreamTranslator, reframer: InvokeStreamReframer) -> None:
+    def __init__(self, inner: StreamTranslator, reframer: Reframer) -> None:
         self._inner = inner
         self._reframer = reframer
 

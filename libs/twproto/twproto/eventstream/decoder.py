@@ -30,7 +30,13 @@ some messages and then reaches a fault, `feed` returns those messages and the ne
 (`feed` or `end`) raises the error; after an error every call raises it again.
 
 Runs of identical header blocks (every ``contentBlockDelta`` of a ConverseStream answer carries
-the same three headers) are parsed once and then looked up, in a small bounded table.
+the same three headers) are parsed once and then looked up, in a small bounded table; each
+lookup returns the same tuple, which lets a reader of the headers skip a run of them too.
+
+Once a prelude is checked, the decoder knows the length it waits for: smaller reads are only
+appended to the held bytes until the message is whole (a stream read in pieces of a few bytes
+is not parsed again at every piece). The held bytes are then copied once, so that every slice
+of the message is a plain ``bytes`` slice.
 
 Limits: a message larger than `max_message_size` (default `EVENTSTREAM_MAX_MESSAGE_SIZE`,
 1 MiB) raises `EventStreamTooLarge`, as does a header block over
@@ -113,13 +119,17 @@ def _new_message(headers: tuple[EventStreamHeader, ...], payload: bytes) -> Even
 class EventStreamDecoder:
     """Incremental decoder: `feed` bytes split anywhere, `end` at the end of input."""
 
-    __slots__ = ("_buf", "_cache", "_consumed", "_error", "_max")
+    __slots__ = ("_buf", "_cache", "_consumed", "_error", "_max", "_need")
 
     def __init__(self, *, max_message_size: int = EVENTSTREAM_MAX_MESSAGE_SIZE) -> None:
         if max_message_size < _MIN_MESSAGE:
             raise ValueError(f"max_message_size must be at least {_MIN_MESSAGE}")
         self._max = max_message_size
         self._buf = bytearray()
+        # Bytes the buffer must hold before reading it again can complete or refuse anything:
+        # a prelude's 12 until one is checked, then that message's whole length. A stream read
+        # in small pieces is only appended to until then, not parsed again at each piece.
+        self._need = _PRELUDE_LEN
         # Stream offset of the buffer's first byte, for error messages.
         self._consumed = 0
         self._error: EventStreamError | None = None
@@ -138,7 +148,10 @@ class EventStreamDecoder:
         buf = self._buf
         if buf:
             buf += chunk
-            data: bytes | bytearray = buf
+            if len(buf) < self._need:
+                return out
+            # One copy of the held tail and the new bytes, so that every slice below is bytes.
+            data = bytes(buf)
         else:
             # Kept bytes must not change under us when a caller reuses its read buffer.
             data = chunk if type(chunk) is bytes else bytes(chunk)
@@ -151,11 +164,13 @@ class EventStreamDecoder:
                 return out  # raised by the next call, after these messages
             raise
         self._consumed += pos
-        if data is buf:
-            if pos:
-                del buf[:pos]
-        elif pos < len(data):
-            self._buf = bytearray(data[pos:])
+        if pos < len(data):
+            if pos or not buf:  # else the buffer holds just these bytes already
+                self._buf = bytearray(data[pos:])
+            rest = len(data) - pos
+            self._need = _PRELUDE_LEN if rest < _PRELUDE_LEN else _U32.unpack_from(data, pos)[0]
+        elif buf:
+            self._buf = bytearray()
         return out
 
     def end(self) -> None:
@@ -171,48 +186,53 @@ class EventStreamDecoder:
             )
             raise self._error
 
-    def _read(self, data: bytes | bytearray, out: list[EventStreamMessage]) -> int:
+    def _read(self, data: bytes, out: list[EventStreamMessage]) -> int:
         n = len(data)
         pos = 0
         limit = self._max
         cache = self._cache
-        with memoryview(data) as view:
-            while n - pos >= _PRELUDE_LEN:
-                total, hlen, prelude_crc = _PRELUDE.unpack_from(data, pos)
-                if crc32(view[pos : pos + 8]) != prelude_crc:
-                    self._corrupt("prelude checksum does not match", pos)
-                if total < _MIN_MESSAGE or hlen > total - _MIN_MESSAGE:
-                    self._corrupt(f"impossible lengths (total {total}, headers {hlen})", pos)
-                if total > limit:
-                    raise EventStreamTooLarge(
-                        f"event-stream message of {total} bytes at offset "
-                        f"{self._consumed + pos} is larger than the limit of {limit} bytes"
-                    )
-                if hlen > EVENTSTREAM_MAX_HEADERS_SIZE:
-                    raise EventStreamTooLarge(
-                        f"event-stream headers of {hlen} bytes at offset {self._consumed + pos} "
-                        f"are larger than the limit of {EVENTSTREAM_MAX_HEADERS_SIZE} bytes"
-                    )
-                if n - pos < total:
-                    break
-                end = pos + total
-                (message_crc,) = _U32.unpack_from(data, end - 4)
-                if crc32(view[pos : end - 4]) != message_crc:
-                    self._corrupt("message checksum does not match", pos)
-                start = pos + _PRELUDE_LEN
-                if hlen:
-                    block = bytes(view[start : start + hlen])
-                    headers = cache.get(block)
-                    if headers is None:
-                        headers = self._headers(block, pos)
-                        if hlen <= _CACHE_BLOCK:
-                            if len(cache) >= _CACHE_ENTRIES:
-                                cache.clear()
-                            cache[block] = headers
-                else:
-                    headers = ()
-                out.append(_new_message(headers, bytes(view[start + hlen : end - 4])))
-                pos = end
+        prelude = _PRELUDE.unpack_from
+        u32 = _U32.unpack_from
+        append = out.append
+        while n - pos >= _PRELUDE_LEN:
+            total, hlen, prelude_crc = prelude(data, pos)
+            if crc32(data[pos : pos + 8]) != prelude_crc:
+                self._corrupt("prelude checksum does not match", pos)
+            if total < _MIN_MESSAGE or hlen > total - _MIN_MESSAGE:
+                self._corrupt(f"impossible lengths (total {total}, headers {hlen})", pos)
+            if total > limit:
+                raise EventStreamTooLarge(
+                    f"event-stream message of {total} bytes at offset "
+                    f"{self._consumed + pos} is larger than the limit of {limit} bytes"
+                )
+            if hlen > EVENTSTREAM_MAX_HEADERS_SIZE:
+                raise EventStreamTooLarge(
+                    f"event-stream headers of {hlen} bytes at offset {self._consumed + pos} "
+                    f"are larger than the limit of {EVENTSTREAM_MAX_HEADERS_SIZE} bytes"
+                )
+            end = pos + total
+            if end > n:
+                break
+            # The message checksum covers the prelude and its checksum: continued from the
+            # prelude's (just checked) instead of read over those 8 bytes again.
+            crc_at = end - 4
+            if crc32(data[pos + 8 : crc_at], prelude_crc) != u32(data, crc_at)[0]:
+                self._corrupt("message checksum does not match", pos)
+            start = pos + _PRELUDE_LEN
+            if hlen:
+                split = start + hlen
+                block = data[start:split]
+                headers = cache.get(block)
+                if headers is None:
+                    headers = self._headers(block, pos)
+                    if hlen <= _CACHE_BLOCK:
+                        if len(cache) >= _CACHE_ENTRIES:
+                            cache.clear()
+                        cache[block] = headers
+                append(_new_message(headers, data[split:crc_at]))
+            else:
+                append(_new_message((), data[start:crc_at]))
+            pos = end
         return pos
 
     def _corrupt(self, what: str, pos: int) -> NoReturn:

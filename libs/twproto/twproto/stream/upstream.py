@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from twproto import ir
-from twproto.bedrock.reframe import EventStreamTranslator, InvokeStreamReframer
+from twproto.bedrock.converse.stream import ConverseStreamReframer
+from twproto.bedrock.reframe import EventStreamTranslator, InvokeStreamReframer, Reframer
 from twproto.dialect import Dialect
 from twproto.stream.hold import (
     FailedBeforeContent,
@@ -60,7 +61,9 @@ class UpstreamStream:
     (`twproto.translate.TranslatedRequest.hide_usage_chunk`). `eventstream` True: the upstream
     is Bedrock's InvokeModelWithResponseStream, whose event-stream bytes are read back as the
     Anthropic SSE they carry (`twproto.bedrock.InvokeStreamReframer`) before anything else sees
-    them; such a stream is not resumable (its translator is not a `ResumableStream`).
+    them; such a stream is not resumable (its translator is not a `ResumableStream`). With
+    `converse` too, it is ConverseStream's, read back as the Anthropic SSE of the same answer
+    (`twproto.bedrock.converse.ConverseStreamReframer`).
     """
 
     __slots__ = (
@@ -94,8 +97,13 @@ class UpstreamStream:
         continuing: ResumableStream | None = None,
         hide_usage_chunk: bool = False,
         eventstream: bool = False,
+        converse: bool = False,
     ) -> None:
-        self._reframer = InvokeStreamReframer() if eventstream else None
+        self._reframer: Reframer | None = None
+        if eventstream:
+            self._reframer = (
+                ConverseStreamReframer(model=client_model) if converse else InvokeStreamReframer()
+            )
         if eventstream:
             resumable = False
             continuing = None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from twengine.config import defaults
 from twengine.config.model import (
+    BedrockCount,
     BedrockSettings,
     Billing,
     ModelSpec,
@@ -40,6 +41,7 @@ from twengine.config.template import TemplateError, template_variables
 from twproto.dialect import Dialect
 
 BEDROCK_ANTHROPIC = "bedrock-anthropic"
+BEDROCK_CONVERSE = "bedrock-converse"
 
 __all__ = ()
 
@@ -268,24 +270,33 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
 
 
 _AWS_FIELDS = ("region", "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_BEDROCK_FIELDS = (*_AWS_FIELDS, "count_tokens")
 
 
 def _bedrock(out: _Problems, f: _Fields) -> BedrockSettings | None:
-    """``protocol: bedrock-anthropic``'s AWS fields; None for any other protocol (where the
+    """``protocol: bedrock-anthropic`` and ``bedrock-converse``'s AWS fields; None for any other
+    protocol (where the
     AWS fields are refused)."""
-    if f.raw("protocol") != BEDROCK_ANTHROPIC:
-        for field_name in _AWS_FIELDS:
+    protocol = f.raw("protocol")
+    if protocol not in (BEDROCK_ANTHROPIC, BEDROCK_CONVERSE):
+        for field_name in _BEDROCK_FIELDS:
             if f.has(field_name):
                 out.add(
                     "config.aws_field_protocol",
                     f.at(field_name),
-                    f"{field_name} is a field of protocol {BEDROCK_ANTHROPIC} only",
+                    f"{field_name} is a field of protocols {BEDROCK_ANTHROPIC} and "
+                    f"{BEDROCK_CONVERSE} only",
                 )
         return None
     values = [_as_secret(out, f.at(n), f.raw(n)) if f.has(n) else None for n in _AWS_FIELDS]
     region, key_id, secret, token = values
     return BedrockSettings(
-        region=region, access_key_id=key_id, secret_access_key=secret, session_token=token
+        region=region,
+        access_key_id=key_id,
+        secret_access_key=secret,
+        session_token=token,
+        count_tokens=f.choice("count_tokens", BedrockCount, BedrockCount.UPSTREAM),
+        converse=protocol == BEDROCK_CONVERSE,
     )
 
 
