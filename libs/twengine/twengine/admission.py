@@ -271,6 +271,7 @@ def admit(
             for c in candidates
             if config.provider(c.provider).protocol is dialect
             and config.provider(c.provider).bedrock is None
+            and config.provider(c.provider).cloud is None  # nor Vertex's or Azure's
         )
         if not candidates:
             body_out = count_tokens_body(dialect, summary.input_tokens)

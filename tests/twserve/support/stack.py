@@ -37,6 +37,9 @@ _BASE_PATH = {
     "openai-responses": "/v1",
     "gemini": "",
     "bedrock-anthropic": "",
+    "vertex-gemini": "",
+    "vertex-anthropic": "",
+    "azure-openai": "",
 }
 
 

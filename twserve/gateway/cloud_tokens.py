@@ -1,0 +1,143 @@
+"""Access tokens for Vertex AI upstreams, obtained through google-auth (``twserve[vertex]``).
+
+A Vertex upstream without a static ``key`` names where its token comes from
+(`twengine.config.cloud_access.GoogleTokenSource`): a key file (a service account's JSON key,
+or any credentials file google-auth reads) or the application-default credentials. `CloudTokens`
+keeps one google-auth credentials object per source, loaded once, and its token:
+
+* a token google-auth calls **fresh** is used as it is;
+* a **stale** one (valid, but within google-auth's refresh threshold of its expiry, 3 min 45 s)
+  is refreshed ahead of its expiry by the first request that sees it, while every request that
+  arrives during that refresh goes on with the still-valid token;
+* with no token, or an expired one, requests wait for the one refresh under way.
+
+google-auth's ``refresh`` (a blocking HTTP call to the token endpoint) and the loading of the
+file run in a worker thread, never on the event loop, and one refresh at a time per source. A
+source that cannot give a token (google-auth not installed, the file unreadable, the token
+endpoint refusing) is a `CredentialFault` with code ``gw.upstream.token_unavailable``: that
+upstream is skipped like one whose key is missing (docs/cloud.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from twengine.config.cloud_access import GoogleTokenSource
+from twengine.config.credentials import CredentialFault
+from twengine.destinations import Destination, no_usable_credentials
+from twproto.errors import GatewayError
+
+__all__ = ["GOOGLE_SCOPES", "CloudTokens"]
+
+# The scope Vertex AI's generative endpoints take.
+GOOGLE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+_CODE = "gw.upstream.token_unavailable"
+
+
+def _load(source: GoogleTokenSource) -> Any:
+    """The google-auth credentials of `source` (blocking: reads files, may probe metadata)."""
+    import google.auth
+
+    if source.file is not None:
+        credentials, _project = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
+            source.file, scopes=list(GOOGLE_SCOPES)
+        )
+    else:
+        credentials, _project = google.auth.default(scopes=list(GOOGLE_SCOPES))
+    return credentials
+
+
+def _refresh(credentials: Any) -> None:
+    """One refresh of `credentials` (blocking: an HTTP call to the token endpoint)."""
+    from google.auth.transport.requests import Request
+
+    credentials.refresh(Request())
+
+
+class _Entry:
+    __slots__ = ("credentials", "lock")
+
+    def __init__(self) -> None:
+        self.credentials: Any = None
+        self.lock = anyio.Lock()
+
+
+def _state(credentials: Any) -> str:
+    """google-auth's view of the token: ``fresh``, ``stale`` (valid, refresh ahead) or
+    ``invalid`` (none, or expired)."""
+    if credentials is None:
+        return "invalid"
+    return str(credentials.token_state.name).lower()
+
+
+class CloudTokens:
+    """Vertex AI access tokens by source, cached and refreshed ahead of expiry; see the module
+    docstring."""
+
+    def __init__(self) -> None:
+        self._entries: dict[GoogleTokenSource, _Entry] = {}
+        # How many refreshes were made (tests and the docs' figures read it).
+        self.refreshes = 0
+
+    async def token(self, source: GoogleTokenSource, provider: str) -> str | CredentialFault:
+        """A valid access token for `source`, or why there is none (for upstream `provider`)."""
+        entry = self._entries.setdefault(source, _Entry())
+        state = _state(entry.credentials)
+        if state == "fresh" or (state == "stale" and entry.lock.locked()):
+            return str(entry.credentials.token)
+        async with entry.lock:
+            # Another request may have refreshed while this one waited.
+            if _state(entry.credentials) == "fresh":
+                return str(entry.credentials.token)
+            try:
+                if entry.credentials is None:
+                    entry.credentials = await anyio.to_thread.run_sync(_load, source)
+                await anyio.to_thread.run_sync(_refresh, entry.credentials)
+                self.refreshes += 1
+            except ImportError:
+                return self._fault(provider, "google-auth is not installed (twserve[vertex])")
+            except Exception as exc:
+                # The file's path, a token endpoint's answer: the type alone, never a value.
+                return self._fault(provider, f"{type(exc).__name__} from google-auth")
+            token = entry.credentials.token
+            if not token:
+                return self._fault(provider, "google-auth gave no token")
+            return str(token)
+
+    @staticmethod
+    def _fault(provider: str, why: str) -> CredentialFault:
+        return CredentialFault(
+            provider=provider,
+            field="credentials_file",
+            code=_CODE,
+            message=f"upstream {provider!r}: no Vertex AI access token: {why}",
+        )
+
+    async def fill(
+        self,
+        usable: Sequence[Destination],
+        faults: Sequence[CredentialFault],
+    ) -> tuple[list[Destination], list[CredentialFault], GatewayError | None]:
+        """`usable` with each Vertex destination's token put in (those without one skipped,
+        their faults after `faults`), and the refusal when none is left."""
+        kept: list[Destination] = []
+        skipped = list(faults)
+        for dest in usable:
+            if dest.token_source is None:
+                kept.append(dest)
+                continue
+            found = await self.token(dest.token_source, dest.name)
+            if isinstance(found, CredentialFault):
+                skipped.append(found)
+                continue
+            target = dataclasses.replace(dest.target, key=found)
+            kept.append(dataclasses.replace(dest, target=target))
+        if skipped and not kept:
+            return kept, skipped, no_usable_credentials(skipped)
+        return kept, skipped, None
