@@ -49,6 +49,7 @@ __all__ = [
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 
 _VERTEX = re.compile(
     r"/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/publishers/"
@@ -271,7 +272,9 @@ def token_plan(settings: MockSettings, tokens: GoogleTokenLog, info: RequestInfo
     if public_key is None:
         return _grant_error(tokens, "invalid_grant", "Invalid grant: account not found")
     host = _header(info, b"host") or "localhost"
-    audience = f"http://{host}/token"
+    # google-auth addresses a service account's grant to Google's token endpoint whatever the
+    # key file's token_uri (Google's endpoint takes that audience); the mock's own URL too.
+    audience = [GOOGLE_TOKEN_AUDIENCE, f"http://{host}/token"]
     try:
         claims = jwt.decode(  # type: ignore[no-untyped-call]
             assertion, certs=public_key, audience=audience, clock_skew_in_seconds=10

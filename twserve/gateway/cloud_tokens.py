@@ -21,6 +21,7 @@ upstream is skipped like one whose key is missing (docs/cloud.md).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,16 +42,38 @@ _CODE = "gw.upstream.token_unavailable"
 
 
 def _load(source: GoogleTokenSource) -> Any:
-    """The google-auth credentials of `source` (blocking: reads files, may probe metadata)."""
+    """The google-auth credentials of `source` (blocking: reads files, may probe metadata).
+
+    A key file is read as its ``type`` says, with that type's own loader (google-auth's
+    type-guessing loader is deprecated: a file from elsewhere could name any credential type):
+    a service account's key or an ``authorized_user`` file (``gcloud auth
+    application-default login``). Other types are refused here; they work through
+    application-default credentials."""
     import google.auth
 
-    if source.file is not None:
-        credentials, _project = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
-            source.file, scopes=list(GOOGLE_SCOPES)
-        )
-    else:
+    if source.file is None:
         credentials, _project = google.auth.default(scopes=list(GOOGLE_SCOPES))
-    return credentials
+        return credentials
+    with open(source.file, encoding="utf-8") as handle:
+        info = json.load(handle)
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "service_account":
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            info, scopes=list(GOOGLE_SCOPES)
+        )
+    if kind == "authorized_user":
+        from google.oauth2 import credentials as user
+
+        return user.Credentials.from_authorized_user_info(  # type: ignore[no-untyped-call]
+            info, scopes=list(GOOGLE_SCOPES)
+        )
+    raise _Unsupported(str(kind))
+
+
+class _Unsupported(ValueError):
+    """A key file of a type read only through application-default credentials."""
 
 
 def _refresh(credentials: Any) -> None:
@@ -102,6 +125,8 @@ class CloudTokens:
                 self.refreshes += 1
             except ImportError:
                 return self._fault(provider, "google-auth is not installed (twserve[vertex])")
+            except _Unsupported as exc:
+                return self._fault(provider, f"a key file of type {exc} (use ADC for it)")
             except Exception as exc:
                 # The file's path, a token endpoint's answer: the type alone, never a value.
                 return self._fault(provider, f"{type(exc).__name__} from google-auth")

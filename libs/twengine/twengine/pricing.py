@@ -300,7 +300,8 @@ class PriceTable:
         (relays' ``anthropic/claude-…``), with a version's dots as dashes (relays write
         ``claude-sonnet-4.5`` for ``claude-sonnet-4-5``), as the vendor's name inside a Bedrock
         model id or inference profile (``us.anthropic.claude-…-v1:0``, an ARN's last segment),
-        then without a date suffix."""
+        as Vertex's ``@``-dated Claude id (``claude-sonnet-4-5@20250929``) and Azure's
+        ``gpt-35-turbo``, then without a date suffix."""
         found = self.models.get(model)
         if found is not None:
             return found
@@ -311,6 +312,9 @@ class PriceTable:
         bedrock = _BEDROCK_ID.fullmatch(bare)
         if bedrock is not None:
             names.append(bedrock["name"])
+        # Vertex AI's Claude ids date a model with ``@`` (``claude-sonnet-4-5@20250929``);
+        # Azure's names drop the dot of ``gpt-3.5`` (``gpt-35-turbo``).
+        names += [bare.replace("@", "-"), bare.replace("gpt-35", "gpt-3.5")]
         candidates = dict.fromkeys(names)
         for candidate in candidates:
             found = self._lower.get(candidate)
