@@ -224,7 +224,7 @@ def test_a_bedrock_id_of_another_model_finds_nothing() -> None:
     [
         ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929"),  # Vertex AI's Claude id
         ("publishers/anthropic/models/claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929"),
-        ("claude-haiku-4-5@20251001", "claude-haiku-4-5"),  # a date the table lacks: undated
+        ("claude-haiku-4-5@20990101", "claude-haiku-4-5"),  # a date the table lacks: undated
         ("gemini-2.5-flash", "gemini-2.5-flash"),  # Vertex's Gemini names are Google's
         ("gpt-35-turbo", "gpt-3.5-turbo"),  # Azure OpenAI's spelling
         ("gpt-4o", "gpt-4o"),
