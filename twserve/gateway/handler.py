@@ -19,7 +19,6 @@ from twengine.attempt import AttemptSettings
 from twengine.callers import Callers
 from twengine.catalog import TableCatalog
 from twengine.config import Config
-from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
 from twengine.reasoning import EffortMemory, ReasoningMemory
@@ -35,7 +34,6 @@ from twserve.events import EventBus
 from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
-from twserve.gateway.cloud_tokens import CloudTokens
 from twserve.gateway.key_turn import EarlyHead, key_turn
 from twserve.gateway.row import (
     fill_row,
@@ -95,8 +93,6 @@ class Gateway:
         # memory (`use_effort_memory`) and saves it when told (`on_efforts_changed`).
         self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
-        # Vertex AI access tokens, by key file (twserve.gateway.cloud_tokens).
-        self.tokens = CloudTokens()
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -185,11 +181,10 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        usable, faults, refused = request_destinations(
+        # Vertex AI access tokens are obtained there too (twserve.upstream.cloud_tokens).
+        usable, faults, refused = await self.upstream.tokens.destinations(
             self.config, verdict.candidates, plan.sticky, self.env, self.catalog, counting=counting
         )
-        if refused is None and any(d.token_source is not None for d in usable):
-            usable, faults, refused = await self.tokens.fill(usable, faults)
         note_credential_skips(row, faults)
         if refused is not None:
             await self._refuse(row, responder, dialect, refused)

@@ -206,7 +206,7 @@ def test_token_is_cached_and_refreshed_after_it_expires(
     assert first.header("authorization") != second.header("authorization")
     assert all(r.status == 200 for r in (first, second))
     assert st.mock("vertex").google_tokens.grants == 2
-    assert st.app.gateway.tokens.refreshes == 2
+    assert st.app.gateway.upstream.tokens.refreshes == 2
 
 
 def test_fresh_token_is_reused(stack: StackFactory, sdks: Sdks, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ and `schema` (which field each stage reads) are tables read by module: ``default
 from __future__ import annotations
 
 from twengine.config.build import ConfigError, Problem, build_config
+from twengine.config.cloud_access import CloudAccess, GoogleTokenSource, resolve_cloud
 from twengine.config.credentials import (
     CredentialFault,
     UpstreamCredentials,
@@ -29,6 +30,8 @@ from twengine.config.model import (
     BedrockSettings,
     Billing,
     Client,
+    CloudPlatform,
+    CloudSettings,
     CompareOp,
     Comparison,
     Config,
@@ -77,6 +80,9 @@ __all__ = (
     "BedrockSettings",
     "Billing",
     "Client",
+    "CloudAccess",
+    "CloudPlatform",
+    "CloudSettings",
     "CompareOp",
     "Comparison",
     "Config",
@@ -85,6 +91,7 @@ __all__ = (
     "CredentialFault",
     "Failover",
     "GatewayListen",
+    "GoogleTokenSource",
     "Group",
     "GroupMember",
     "GroupType",
@@ -124,6 +131,7 @@ __all__ = (
     "header_value_fault",
     "parse_comparison",
     "resolve_aws",
+    "resolve_cloud",
     "resolve_credentials",
     "resolve_template",
     "template_variables",

@@ -22,14 +22,14 @@ _FIELDS = {
 }
 
 
-class AzureApi(StrEnum):
+class _AzureApi(StrEnum):
     """Which OpenAI API an Azure upstream is sent: Chat Completions or Responses."""
 
     CHAT = "chat"
     RESPONSES = "responses"
 
 
-class AzureAuth(StrEnum):
+class _AzureAuth(StrEnum):
     """What an Azure upstream's `key` is: the resource key (``api-key`` header) or a
     Microsoft Entra ID access token (``Authorization: Bearer``)."""
 
@@ -81,15 +81,15 @@ def _cloud(out: _Problems, f: _Fields) -> tuple[CloudSettings, Dialect] | None:
         return _as_secret(out, f.at(name), f.raw(name)) if f.has(name) else None
 
     if platform is CloudPlatform.AZURE_OPENAI:
-        api = f.choice("api", AzureApi, AzureApi.CHAT)
-        auth = f.choice("auth", AzureAuth, AzureAuth.API_KEY)
+        api = f.choice("api", _AzureApi, _AzureApi.CHAT)
+        auth = f.choice("auth", _AzureAuth, _AzureAuth.API_KEY)
         settings = CloudSettings(
             platform=platform,
             api_version=template("api_version"),
             deployments=_deployments(out, f),
-            entra=auth is AzureAuth.ENTRA_ID,
+            entra=auth is _AzureAuth.ENTRA_ID,
         )
-        dialect = Dialect.OPENAI_RESPONSES if api is AzureApi.RESPONSES else Dialect.OPENAI_CHAT
+        dialect = Dialect.OPENAI_RESPONSES if api is _AzureApi.RESPONSES else Dialect.OPENAI_CHAT
         return settings, dialect
     settings = CloudSettings(
         platform=platform,

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
+from twengine.catalog import Catalog
+from twengine.config import Config
 from twengine.config.cloud_access import GoogleTokenSource
 from twengine.config.credentials import CredentialFault
-from twengine.destinations import Destination, no_usable_credentials
+from twengine.destinations import Destination, no_usable_credentials, request_destinations
+from twengine.rules import Candidate
 from twproto.errors import GatewayError
 
 __all__ = ["GOOGLE_SCOPES", "CloudTokens"]
@@ -143,6 +146,25 @@ class CloudTokens:
             code=_CODE,
             message=f"upstream {provider!r}: no Vertex AI access token: {why}",
         )
+
+    async def destinations(
+        self,
+        config: Config,
+        candidates: Sequence[Candidate],
+        sticky: str | None,
+        env: Mapping[str, str],
+        catalog: Catalog | None = None,
+        *,
+        counting: bool = False,
+    ) -> tuple[list[Destination], list[CredentialFault], GatewayError | None]:
+        """`twengine.destinations.request_destinations`, with each Vertex destination's token
+        put in (`fill`)."""
+        usable, faults, refused = request_destinations(
+            config, candidates, sticky, env, catalog, counting=counting
+        )
+        if refused is None and any(d.token_source is not None for d in usable):
+            return await self.fill(usable, faults)
+        return usable, faults, refused
 
     async def fill(
         self,
