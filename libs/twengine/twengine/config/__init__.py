@@ -12,7 +12,12 @@ and `schema` (which field each stage reads) are tables read by module: ``default
 from __future__ import annotations
 
 from twengine.config.build import ConfigError, Problem, build_config
-from twengine.config.cloud_access import CloudAccess, GoogleTokenSource, resolve_cloud
+from twengine.config.cloud_access import (
+    CloudAccess,
+    GoogleTokenSource,
+    cloud_faults,
+    resolve_cloud,
+)
 from twengine.config.credentials import (
     CredentialFault,
     UpstreamCredentials,
@@ -127,6 +132,7 @@ __all__ = (
     "When",
     "bedrock_key",
     "build_config",
+    "cloud_faults",
     "credential_faults",
     "header_value_fault",
     "parse_comparison",

@@ -25,7 +25,7 @@ from twengine.config.credentials import CredentialFault, _resolve
 from twengine.config.model import CloudPlatform, CloudSettings, Provider
 from twproto.cloud import AzureRoute, VertexPublisher, VertexRoute, vertex_base_url
 
-__all__ = ("CloudAccess", "GoogleTokenSource", "resolve_cloud")
+__all__ = ("CloudAccess", "GoogleTokenSource", "cloud_faults", "resolve_cloud")
 
 # A Vertex location names a host (``{location}-aiplatform.googleapis.com``).
 _LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
@@ -150,3 +150,12 @@ def resolve_cloud(
     if cloud.platform is CloudPlatform.AZURE_OPENAI:
         return _azure(provider, cloud, model, key, env)
     return _vertex(provider, cloud, key, env)
+
+
+def cloud_faults(provider: Provider, env: Mapping[str, str]) -> tuple[CredentialFault, ...]:
+    """The first problem with a cloud provider's own fields under `env` (none for any other
+    provider), as the config check reports it (its key is checked with the others)."""
+    if provider.cloud is None:
+        return ()
+    found = resolve_cloud(provider, "", "", env)
+    return (found,) if isinstance(found, CredentialFault) else ()
