@@ -177,9 +177,23 @@ def _bad_request(message: str, *, google: bool) -> Plan:
     )
 
 
+def _roleless(body: bytes) -> bool:
+    try:
+        parsed = json_loads(body)
+    except ValueError:
+        return False
+    contents = parsed.get("contents") if isinstance(parsed, dict) else None
+    if not isinstance(contents, list):
+        return False
+    return any(isinstance(c, dict) and c.get("role") not in ("user", "model") for c in contents)
+
+
 def as_first_party(info: RequestInfo, call: CloudCall) -> RequestInfo | Plan:
     """`info` as the first-party request the cloud call wraps, or the platform's 400."""
     if call.platform == "vertex" and not call.anthropic:
+        # Vertex, unlike the Gemini API, refuses a content without its role.
+        if _roleless(info.body):
+            return _bad_request("Please use a valid role: user, model.", google=True)
         query = info.query if call.method == "streamGenerateContent" else ""
         return replace(info, path=call.path, query=query)
     try:

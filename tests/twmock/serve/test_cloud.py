@@ -169,3 +169,15 @@ def test_an_azure_chat_stream_opens_with_prompt_filter_results() -> None:
         )
     )
     assert b"prompt_filter_results" not in whole.body
+
+
+def test_vertex_gemini_refuses_a_content_without_its_role() -> None:
+    call = cloud_call(
+        "POST", "/v1/projects/p/locations/l/publishers/google/models/g:generateContent"
+    )
+    assert call is not None
+    refused = as_first_party(_info(b'{"contents":[{"parts":[{"text":"hi"}]}]}'), call)
+    assert not isinstance(refused, RequestInfo) and refused.status == 400
+    assert json.loads(refused.body)["error"]["message"] == "Please use a valid role: user, model."
+    ok = as_first_party(_info(b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}'), call)
+    assert isinstance(ok, RequestInfo) and ok.path == "/v1beta/models/g:generateContent"

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.twserve.conftest import FORMATS, MODELS, Sdks, StackFactory, ask, attempts
+from tests.twserve.conftest import ERRORS, FORMATS, MODELS, Sdks, StackFactory, ask, attempts
 from tests.twserve.conftest import fallback as _fallback
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
@@ -255,6 +255,23 @@ def test_first_party_failure_fails_over_to_azure(stack: StackFactory, sdks: Sdks
         for stream in (True, False):
             assert ask(sdks, st, fmt, stream=stream).text == TEXT
     assert len(_calls(st, "azure")) == 4
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"break_after": 2},
+        {"stream_error_after": 2, "error": {"status": 500}},
+    ],
+    ids=["cut", "error"],
+)
+def test_an_azure_stream_failing_after_content_is_an_error_for_the_client(
+    stack: StackFactory, sdks: Sdks, fmt: str, fault: dict[str, Any]
+) -> None:
+    st = _start(stack, {"azure": _azure({"text": TEXT, "chunks": 4, **fault})})
+    with pytest.raises(ERRORS[fmt]):
+        ask(sdks, st, fmt, stream=True)
 
 
 def test_cut_azure_stream_before_content_fails_over(stack: StackFactory, sdks: Sdks) -> None:

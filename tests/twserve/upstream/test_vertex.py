@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,16 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.twserve.conftest import FORMATS, MODELS, Sdks, StackFactory, ask, attempts, mock_origin
+from tests.twserve.conftest import (
+    ERRORS,
+    FORMATS,
+    MODELS,
+    Sdks,
+    StackFactory,
+    ask,
+    attempts,
+    mock_origin,
+)
 from tests.twserve.conftest import fallback as _fallback
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
@@ -209,6 +219,36 @@ def test_token_is_cached_and_refreshed_after_it_expires(
     assert st.app.gateway.upstream.tokens.refreshes == 2
 
 
+def test_a_stale_token_is_refreshed_before_it_expires(
+    stack: StackFactory, sdks: Sdks, tmp_path: Path
+) -> None:
+    # Tokens lasting 200 s are within google-auth's refresh threshold (225 s) from the start:
+    # the second request refreshes while the first token is still valid.
+    up = _vertex("vertex-gemini", {"text": TEXT}, google_token_lifetime=200)
+    st = _start(stack, tmp_path, {"vertex": up}, model=GEMINI_MODEL)
+    assert ask(sdks, st, "gemini", stream=True).text == TEXT
+    assert ask(sdks, st, "anthropic", stream=True).text == TEXT
+    first, second = _calls(st, "vertex")
+    old = (first.header("authorization") or "").removeprefix("Bearer ")
+    assert second.header("authorization") != first.header("authorization")
+    issued = st.mock("vertex").google_tokens.issued
+    assert issued[old] > time.time()  # the first token had not expired
+    assert st.mock("vertex").google_tokens.grants == 2
+
+
+def test_concurrent_first_requests_share_one_refresh(
+    stack: StackFactory, sdks: Sdks, tmp_path: Path
+) -> None:
+    up = _vertex("vertex-gemini", {"text": TEXT, "head_delay": 0.05})
+    st = _start(stack, tmp_path, {"vertex": up}, model=GEMINI_MODEL)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda _: ask(sdks, st, "openai-chat", stream=True), range(6)))
+    assert all(a.text == TEXT for a in answers)
+    assert len({r.header("authorization") for r in _calls(st, "vertex")}) == 1
+    assert st.mock("vertex").google_tokens.grants == 1
+    assert st.app.gateway.upstream.tokens.refreshes == 1
+
+
 def test_fresh_token_is_reused(stack: StackFactory, sdks: Sdks, tmp_path: Path) -> None:
     st = _start(
         stack, tmp_path, {"vertex": _vertex("vertex-gemini", {"text": TEXT})}, model=GEMINI_MODEL
@@ -335,6 +375,17 @@ def test_first_party_failure_fails_over_to_vertex(
     for stream in (True, False):
         assert ask(sdks, st, fmt, stream=stream).text == TEXT
     assert len(_calls(st, "vertex")) == 2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("protocol", ["vertex-gemini", "vertex-anthropic"])
+def test_a_vertex_stream_cut_after_content_is_an_error_for_the_client(
+    stack: StackFactory, sdks: Sdks, tmp_path: Path, protocol: str, fmt: str
+) -> None:
+    up = _vertex(protocol, {"text": TEXT, "chunks": 4, "break_after": 2})
+    st = _start(stack, tmp_path, {"vertex": up}, model=CLAUDE_MODEL)
+    with pytest.raises(ERRORS[fmt]):
+        ask(sdks, st, fmt, stream=True)
 
 
 @pytest.mark.parametrize("protocol", ["vertex-gemini", "vertex-anthropic"])
