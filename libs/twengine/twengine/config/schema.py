@@ -229,7 +229,7 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "providers[].credentials_file": _reads("twengine.config.cloud_access", "credentials_file"),
         "providers[].api_version": _reads("twengine.config.cloud_access", "api_version"),
         "providers[].deployments": _reads("twengine.config.cloud_access", "deployment"),
-        "providers[].api": _reads("twengine.config.stages.cloud", "api"),
+        "providers[].api": _reads("twengine.destinations", "protocol"),
         "providers[].auth": _reads("twengine.config.cloud_access", "entra"),
         "aliases": _reads("twengine.rules", "model_for"),
         "groups": _SECTION,
