@@ -293,3 +293,15 @@ def test_rows_price_the_model_not_the_deployment(stack: StackFactory, sdks: Sdks
     (row,) = st.wait_rows(1)
     # gpt-4o: 2.50 $/M input, 10 $/M output.
     assert (row["cost_micros"], row["cost_state"]) == (2500 + 1000, "known"), row
+
+
+def test_gemini_token_counts_to_azure_are_estimated_locally(
+    stack: StackFactory, sdks: Sdks
+) -> None:
+    st = _start(stack, {"azure": _azure({"text": TEXT})})
+    client, options = sdks.genai(st)
+    counted = client.models.count_tokens(
+        model=MODELS["gemini"], contents="How many tokens?", config={"http_options": options}
+    )
+    assert (counted.total_tokens or 0) > 0
+    assert _calls(st, "azure") == []

@@ -419,3 +419,16 @@ def test_vertex_rows_carry_the_models_cost(
     assert ask(sdks, st, "openai-chat", stream=True).text == TEXT
     (row,) = st.wait_rows(1)
     assert (row["cost_micros"], row["cost_state"]) == (micros, "known"), row
+
+
+def test_token_counts_are_estimated_locally(
+    stack: StackFactory, sdks: Sdks, tmp_path: Path
+) -> None:
+    up = _vertex("vertex-anthropic", {"text": TEXT})
+    st = _start(stack, tmp_path, {"vertex": up}, model=CLAUDE_MODEL)
+    raw = sdks.anthropic(st).messages.with_raw_response.count_tokens(
+        model=MODELS["anthropic"], messages=[{"role": "user", "content": "How many tokens?"}]
+    )
+    assert raw.headers.get("x-thinkwatch-local") == "1"
+    assert raw.parse().input_tokens > 0
+    assert _calls(st, "vertex") == [] and st.mock("vertex").google_tokens.grants == 0
