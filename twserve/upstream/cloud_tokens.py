@@ -9,7 +9,10 @@ keeps one google-auth credentials object per source, loaded once, and its token:
 * a **stale** one (valid, but within google-auth's refresh threshold of its expiry, 3 min 45 s)
   is refreshed ahead of its expiry by the first request that sees it, while every request that
   arrives during that refresh goes on with the still-valid token;
-* with no token, or an expired one, requests wait for the one refresh under way.
+* with no token, or an expired one, requests wait for the one refresh under way (and use its
+  token, even one already stale: a token shorter-lived than the threshold is stale from the
+  start);
+* a stale token whose refresh fails is still used until it expires.
 
 google-auth's ``refresh`` (a blocking HTTP call to the token endpoint) and the loading of the
 file run in a worker thread, never on the event loop, and one refresh at a time per source. A
@@ -87,11 +90,12 @@ def _refresh(credentials: Any) -> None:
 
 
 class _Entry:
-    __slots__ = ("credentials", "lock")
+    __slots__ = ("credentials", "lock", "refreshed")
 
     def __init__(self) -> None:
         self.credentials: Any = None
         self.lock = anyio.Lock()
+        self.refreshed = 0  # refreshes made, so a waiter sees that one happened meanwhile
 
 
 def _state(credentials: Any) -> str:
@@ -117,20 +121,28 @@ class CloudTokens:
         state = _state(entry.credentials)
         if state == "fresh" or (state == "stale" and entry.lock.locked()):
             return str(entry.credentials.token)
+        seen = entry.refreshed
         async with entry.lock:
-            # Another request may have refreshed while this one waited.
-            if _state(entry.credentials) == "fresh":
+            # Another request may have refreshed while this one waited: its token is used, even
+            # one already stale (a token shorter-lived than the threshold is stale from the start).
+            now = _state(entry.credentials)
+            if now == "fresh" or (now == "stale" and entry.refreshed != seen):
                 return str(entry.credentials.token)
+            # A stale token stays usable if its refresh fails.
+            fallback = str(entry.credentials.token) if now == "stale" else None
             try:
                 if entry.credentials is None:
                     entry.credentials = await anyio.to_thread.run_sync(_load, source)
                 await anyio.to_thread.run_sync(_refresh, entry.credentials)
                 self.refreshes += 1
+                entry.refreshed += 1
             except ImportError:
                 return self._fault(provider, "google-auth is not installed (twserve[vertex])")
             except _Unsupported as exc:
                 return self._fault(provider, f"a key file of type {exc} (use ADC for it)")
             except Exception as exc:
+                if fallback is not None and _state(entry.credentials) == "stale":
+                    return fallback
                 # The file's path, a token endpoint's answer: the type alone, never a value.
                 return self._fault(provider, f"{type(exc).__name__} from google-auth")
             token = entry.credentials.token

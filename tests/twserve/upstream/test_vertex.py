@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,22 @@ def test_a_stale_token_is_refreshed_before_it_expires(
     issued = st.mock("vertex").google_tokens.issued
     assert issued[old] > time.time()  # the first token had not expired
     assert st.mock("vertex").google_tokens.grants == 2
+
+
+def test_a_stale_token_whose_refresh_fails_is_used_until_it_expires(
+    stack: StackFactory, sdks: Sdks, tmp_path: Path
+) -> None:
+    up = _vertex("vertex-gemini", {"text": TEXT}, google_token_lifetime=200)
+    st = _start(stack, tmp_path, {"vertex": up}, model=GEMINI_MODEL)
+    assert ask(sdks, st, "gemini", stream=False).text == TEXT
+    mock = st.mock("vertex")
+    # The token endpoint no longer knows the account (its tokens stay valid).
+    mock.settings = replace(mock.settings, google_service_accounts={"x@y": PUBLIC})
+    assert ask(sdks, st, "gemini", stream=False).text == TEXT
+    first, second = _calls(st, "vertex")
+    assert first.header("authorization") == second.header("authorization")
+    assert second.status == 200
+    assert (mock.google_tokens.grants, mock.google_tokens.refused) == (1, 1)
 
 
 def test_concurrent_first_requests_share_one_refresh(
