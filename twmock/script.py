@@ -215,6 +215,17 @@ class MockSettings:
     aws_credentials: AwsCredentials | None = None
     aws_region: str = "us-east-1"
     bedrock_api_key: str | None = None
+    # Vertex AI's authentication (twmock.serve.cloud): access tokens accepted as they are, and
+    # service accounts (client_email → PEM public key) whose signed grants the mock's token
+    # endpoint (POST /token) exchanges for tokens lasting `google_token_lifetime` seconds.
+    # Neither: Vertex paths take anyone.
+    vertex_tokens: frozenset[str] = frozenset()
+    google_service_accounts: Mapping[str, str] = field(default_factory=dict)
+    google_token_lifetime: int = 3600
+    # Azure OpenAI's: the resource key (``api-key``) and/or an Entra ID token (bearer).
+    # Neither: Azure paths take anyone.
+    azure_api_key: str | None = None
+    azure_entra_token: str | None = None
 
     def __post_init__(self) -> None:
         for name in self.profiles:
@@ -235,6 +246,8 @@ _RESERVED_SEGMENTS = frozenset(
         "backend-api",
         "healthz",
         "model",
+        "openai",
+        "token",
     }
 )
 

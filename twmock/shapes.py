@@ -9,7 +9,8 @@ reset times filled in; the table is data so adding a provider is adding a row.
 Placeholders in bodies and header values: ``{model}``, ``{request_id}``, ``{resets_in}``
 (seconds), ``{resets_at}`` (epoch seconds), ``{reset_iso}`` (UTC, ISO 8601), ``{reset_cn}``
 (``YYYY-MM-DD HH:MM:SS`` in China time, as GLM writes it), ``{retry_delay}`` (Gemini's
-``"5s"`` form).
+``"5s"`` form), ``{retry_secs}`` and ``{retry_ms}`` (the retry delay in whole seconds and in
+milliseconds, as Azure OpenAI writes it).
 
 A few names stand for one situation rather than one provider (`BY_FORMAT`): ``error:
 "context-overflow"`` answers the request's own format's "the prompt does not fit the context
@@ -392,6 +393,73 @@ SHAPES: dict[str, Shape] = {
         "</html>\r\n",
         note="an HTML page, as a CDN in front of an API writes it",
     ),
+    # Azure OpenAI (twmock.serve.cloud)
+    "azure-rate-limit": Shape(
+        status=429,
+        body='{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation '
+        "under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your "
+        "current OpenAI S0 pricing tier. Please retry after {retry_secs} seconds. Please "
+        "contact Azure support service if you would like to further increase the default rate "
+        'limit."}}',
+        headers=(("retry-after-ms", "{retry_ms}"), ("x-ratelimit-remaining-tokens", "0")),
+    ),
+    "azure-content-filter": Shape(
+        status=400,
+        body='{"error":{"message":"The response was filtered due to the prompt triggering Azure '
+        "OpenAI's content management policy. Please modify your prompt and retry. To learn "
+        "more about our content filtering policies please read our documentation: "
+        'https://go.microsoft.com/fwlink/?linkid=2198766","type":null,"param":"prompt",'
+        '"code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation",'
+        '"content_filter_result":{"hate":{"filtered":false,"severity":"safe"},"jailbreak":'
+        '{"filtered":false,"detected":false},"self_harm":{"filtered":false,"severity":"safe"},'
+        '"sexual":{"filtered":false,"severity":"safe"},"violence":{"filtered":true,'
+        '"severity":"medium"}}}}}',
+    ),
+    "azure-unauthorized": Shape(
+        status=401,
+        body='{"error":{"code":"401","message":"Access denied due to invalid subscription key or '
+        "wrong API endpoint. Make sure to provide a valid key for an active subscription and "
+        'use a correct regional API endpoint for your resource."}}',
+    ),
+    "azure-token-unauthorized": Shape(
+        status=401,
+        body='{"error":{"code":"401","message":"Unauthorized. Access token is missing, invalid, '
+        'audience is incorrect (https://cognitiveservices.azure.com), or have expired."}}',
+    ),
+    # Vertex AI (twmock.serve.cloud)
+    "vertex-unauthenticated": Shape(
+        status=401,
+        body=_google(
+            401,
+            "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+            "login cookie or other valid authentication credential. See "
+            "https://developers.google.com/identity/sign-in/web/devconsole-project.",
+            "UNAUTHENTICATED",
+        ),
+        content_type=_GOOGLE_JSON,
+    ),
+    "vertex-missing-credential": Shape(
+        status=401,
+        body=_google(
+            401,
+            "Request is missing required authentication credential. Expected OAuth 2 access "
+            "token, login cookie or other valid authentication credential. See "
+            "https://developers.google.com/identity/sign-in/web/devconsole-project.",
+            "UNAUTHENTICATED",
+        ),
+        content_type=_GOOGLE_JSON,
+    ),
+    "vertex-quota": Shape(
+        status=429,
+        body=_google(
+            429,
+            "Quota exceeded for aiplatform.googleapis.com/generate_content_requests_per_minute_"
+            "per_project_per_base_model with base model: {model}. Please submit a quota increase "
+            "request. https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai.",
+            "RESOURCE_EXHAUSTED",
+        ),
+        content_type=_GOOGLE_JSON,
+    ),
 }
 
 _CHINA = timezone(timedelta(hours=8))
@@ -454,6 +522,8 @@ def named_error(name: str, spec: ErrorSpec, *, model: str, ids: Ids, now: int) -
         "reset_iso": reset.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "reset_cn": reset.astimezone(_CHINA).strftime("%Y-%m-%d %H:%M:%S"),
         "retry_delay": f"{math.ceil(retry)}s",
+        "retry_secs": str(math.ceil(retry)),
+        "retry_ms": str(round(retry * 1000)),
     }
     body = _fill(shape.body, values).encode()
     if spec.message is not None:
@@ -463,7 +533,7 @@ def named_error(name: str, spec: ErrorSpec, *, model: str, ids: Ids, now: int) -
         (b"content-type", shape.content_type.encode()),
         (b"content-length", str(len(body)).encode()),
         *((k.encode(), _fill(v, values).encode()) for k, v in shape.headers),
-        *error_headers(spec, retry_header=not name.startswith("gemini-")),
+        *error_headers(spec, retry_header=not name.startswith(("gemini-", "vertex-"))),
     )
     return ErrorReply(status=status, headers=headers, body=body, error=_error_object(body, status))
 

@@ -56,15 +56,27 @@ def pyproject(dist: str) -> dict[str, Any]:
     return tomllib.loads(DISTRIBUTIONS[dist][0].read_text(encoding="utf-8"))
 
 
+# Namespace packages several distributions share: their modules are named with the next segment
+# too (``google.auth``), and these name the distribution.
+NAMESPACES = {"google.auth": "google-auth", "google.oauth2": "google-auth"}
+
+
+def _top(module: str) -> str:
+    top, _, rest = module.partition(".")
+    named = f"{top}.{rest.partition('.')[0]}"
+    return named if named in NAMESPACES else top
+
+
 def top_level_imports(files: Iterable[Path]) -> set[str]:
-    """Every top-level module name an absolute import in `files` names."""
+    """Every top-level module name an absolute import in `files` names (a shared namespace's
+    with its next segment, `NAMESPACES`)."""
     names: set[str] = set()
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
-                names.update(alias.name.partition(".")[0] for alias in node.names)
+                names.update(_top(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.partition(".")[0])
+                names.add(_top(node.module))
     return names
 
 
@@ -74,6 +86,8 @@ def _installed() -> dict[str, list[str]]:
 
 
 def _distribution_of(module: str) -> str:
+    if module in NAMESPACES:
+        return NAMESPACES[module]
     found = _installed().get(module)
     assert found, f"no installed distribution provides the module {module!r}"
     return _normalise(found[0])

@@ -217,3 +217,20 @@ def test_a_bedrock_id_of_another_model_finds_nothing() -> None:
     table = PriceTable.from_data({"models": {"claude-sonnet-4-5": {"input": 3.0, "output": 15.0}}})
     assert table.lookup("anthropic.claude-opus-4-5-20251101-v1:0") is None
     assert table.lookup("anthropic.claude-sonnet-4-5-20250929-v1:0") is not None  # undated
+
+
+@pytest.mark.parametrize(
+    ("model", "priced_as"),
+    [
+        ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929"),  # Vertex AI's Claude id
+        ("publishers/anthropic/models/claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929"),
+        ("claude-haiku-4-5@20990101", "claude-haiku-4-5"),  # a date the table lacks: undated
+        ("gemini-2.5-flash", "gemini-2.5-flash"),  # Vertex's Gemini names are Google's
+        ("gpt-35-turbo", "gpt-3.5-turbo"),  # Azure OpenAI's spelling
+        ("gpt-4o", "gpt-4o"),
+    ],
+)
+def test_vertex_and_azure_model_ids_take_the_vendors_prices(model: str, priced_as: str) -> None:
+    table = PriceTable.from_data(json.loads(SHIPPED.read_text()))
+    found, wanted = table.lookup(model), table.lookup(priced_as)
+    assert found is not None and found is wanted

@@ -297,6 +297,57 @@ SHAPES: list[Case] = [
         Expect(K.RATE_LIMITED, P.UNEXPLAINED, rule="rate_limited"),
     ),
     Case(
+        "vertex-per-minute-quota",
+        429,
+        _j(
+            {
+                "error": {
+                    "code": 429,
+                    "message": "Quota exceeded for aiplatform.googleapis.com/generate_content_"
+                    "requests_per_minute_per_project_per_base_model with base model: "
+                    "gemini-2.5-flash. Please submit a quota increase request. "
+                    "https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai.",
+                    "status": "RESOURCE_EXHAUSTED",
+                }
+            }
+        ),
+        Expect(K.RATE_LIMITED, P.UNEXPLAINED, rule="vertex_minute_quota"),
+    ),
+    Case(
+        "azure-429-retry-after-ms",
+        429,
+        _j(
+            {
+                "error": {
+                    "code": "429",
+                    "message": "Requests to the ChatCompletions_Create Operation under Azure "
+                    "OpenAI API version 2024-10-21 have exceeded token rate limit of your current "
+                    "OpenAI S0 pricing tier. Please retry after 6 seconds.",
+                }
+            }
+        ),
+        Expect(K.RATE_LIMITED, P.RATE_LIMIT, pause_secs=6.0, retry_after=6.0),
+        headers={"retry-after-ms": "6000", "retry-after": "6"},
+    ),
+    Case(
+        "azure-400-content-filter",
+        400,
+        _j(
+            {
+                "error": {
+                    "message": "The response was filtered due to the prompt triggering Azure "
+                    "OpenAI's content management policy.",
+                    "type": None,
+                    "param": "prompt",
+                    "code": "content_filter",
+                    "status": 400,
+                    "innererror": {"code": "ResponsibleAIPolicyViolation"},
+                }
+            }
+        ),
+        Expect(K.CLIENT_ERROR, P.NONE, rule="status_4xx"),
+    ),
+    Case(
         "bedrock-tokens-per-day",
         429,
         _j({"message": "Too many tokens per day, please wait before trying again."}),

@@ -49,6 +49,15 @@ from twmock.serve.bedrock import (
     bedrock_refusal,
     validation_plan,
 )
+from twmock.serve.cloud import (
+    CloudCall,
+    GoogleTokenLog,
+    as_first_party,
+    cloud_call,
+    cloud_refusal,
+    token_plan,
+    with_azure_filter_chunk,
+)
 from twmock.serve.realtime import RealtimeLog
 from twmock.shapes import SHAPES, known_shape
 from twproto import json_loads
@@ -115,6 +124,8 @@ class MockHandler:
         self.realtime = RealtimeLog()
         # The Responses WebSocket's record (twmock.serve.responses_socket writes it).
         self.sockets = SocketLog()
+        # The access tokens the Vertex token endpoint issued (twmock.serve.cloud).
+        self.google_tokens = GoogleTokenLog()
 
     def count(self, profile: str = "") -> int:
         """How many scripted requests (generate, count tokens) `profile` has received."""
@@ -143,9 +154,14 @@ class MockHandler:
         """Count, log and plan `request` (everything but the IO)."""
         name, script, path = self._profile(request.path)
         bedrock = bedrock_call(request.method, path)
+        cloud = cloud_call(request.method, path)
         route = match_path(request.method, path, request.query)
         number = 0
-        if bedrock is not None or (route is not None and route.operation in _SCRIPTED):
+        if (
+            bedrock is not None
+            or cloud is not None
+            or (route is not None and route.operation in _SCRIPTED)
+        ):
             number = self._counts[name] = self._counts.get(name, 0) + 1
         headers = tuple(request.headers)
         info = RequestInfo(
@@ -159,10 +175,14 @@ class MockHandler:
             seed=self._rng.getrandbits(64),
             now=time.time(),
         )
-        if bedrock is None:
-            result = self._plan(info, script)
-        else:
+        if bedrock is not None:
             result = self._bedrock(request, info, script, bedrock)
+        elif cloud is not None:
+            result = self._cloud(info, script, cloud)
+        elif request.method == "POST" and path == "/token":
+            result = token_plan(self.settings, self.google_tokens, info)
+        else:
+            result = self._plan(info, script)
         self.received.append(
             Received(
                 method=request.method,
@@ -208,6 +228,16 @@ class MockHandler:
         if isinstance(wrapped, str):
             return validation_plan(wrapped)
         return bedrock_plan(self._plan(wrapped, script), stream=call.stream)
+
+    def _cloud(self, info: RequestInfo, script: Script, call: CloudCall) -> Plan:
+        refusal = cloud_refusal(self.settings, self.google_tokens, info, call)
+        if refusal is not None:
+            return refusal
+        wrapped = as_first_party(info, call)
+        if isinstance(wrapped, Plan):
+            return wrapped
+        result = self._plan(wrapped, script)
+        return with_azure_filter_chunk(result, call) if call.platform == "azure" else result
 
     async def __call__(self, request: Request, responder: Responder) -> None:
         await carry_out(

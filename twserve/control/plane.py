@@ -184,7 +184,6 @@ def control_key_of(config: Config, env: Mapping[str, str] | None = None) -> str 
         return None
 
 
-
 def _query(request: Request) -> dict[str, str]:
     # The last value of each parameter; blank values kept, so "stream=" reads as false.
     return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}

@@ -19,7 +19,6 @@ from twengine.attempt import AttemptSettings
 from twengine.callers import Callers
 from twengine.catalog import TableCatalog
 from twengine.config import Config
-from twengine.destinations import request_destinations
 from twengine.model_listing import answer_models
 from twengine.pricing import PriceTable
 from twengine.reasoning import EffortMemory, ReasoningMemory
@@ -181,7 +180,8 @@ class Gateway:
             return
         plan, summary = verdict.plan, verdict.summary
         counting = route.operation is Operation.COUNT_TOKENS
-        usable, faults, refused = request_destinations(
+        # Vertex AI access tokens are obtained there too (twserve.upstream.cloud_tokens).
+        usable, faults, refused = await self.upstream.tokens.destinations(
             self.config, verdict.candidates, plan.sticky, self.env, self.catalog, counting=counting
         )
         note_credential_skips(row, faults)

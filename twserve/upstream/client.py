@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from twengine.config import UpstreamPool
 from twengine.destinations import Transport
 from twproto.upstream_request import UpstreamRequest
+from twserve.upstream.cloud_tokens import CloudTokens
 from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
 from twserve.upstream.h1_pool import H1Pool
 
@@ -115,6 +116,8 @@ class UpstreamClient:
         wait_secs: float = 10.0,
     ) -> None:
         self.connect_timeout = connect_timeout
+        # Vertex AI access tokens, by key file (twserve/upstream/cloud_tokens.py).
+        self.tokens = CloudTokens()
         self._bounds = (max_connections, max_keepalive, keepalive_expiry)
         # HTTP/1.1: the gateway's own pool (twserve/upstream/h1_pool.py).
         self.pool = H1Pool(

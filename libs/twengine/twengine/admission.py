@@ -289,6 +289,7 @@ def admit(
             for c in candidates
             if _counts_for(config, c, dialect)
             and _bedrock_count(config, c) is not BedrockCount.ESTIMATE
+            and config.provider(c.provider).cloud is None  # nor Vertex's or Azure's
         )
         if candidates and _bedrock_count(config, candidates[0]) is BedrockCount.REFUSE:
             error = GatewayError(

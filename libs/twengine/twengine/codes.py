@@ -73,6 +73,10 @@ _CODES = {
         "region, count_tokens or an aws_* field on an upstream whose protocol is not "
         "bedrock-anthropic or bedrock-converse."
     ),
+    "config.cloud_field_protocol": (
+        "A Vertex AI field (project, location, credentials_file) or an Azure OpenAI field "
+        "(api_version, deployments, api, auth) on an upstream of another protocol."
+    ),
     "config.header_invalid": (
         "An upstream header has a bad name or value, is repeated, or is one the gateway sets."
     ),
@@ -265,6 +269,10 @@ _CODES = {
     ),
     "gw.upstream.credentials_invalid": (
         "An upstream's key or header cannot be sent in a header; that upstream is skipped."
+    ),
+    "gw.upstream.token_unavailable": (
+        "A Vertex AI upstream's access token could not be obtained (google-auth missing, the "
+        "key file unreadable, the token endpoint refusing); that upstream is skipped."
     ),
     "gw.upstream.auth_rejected": (
         "An upstream refused the gateway's credentials (401/403); the client gets the "

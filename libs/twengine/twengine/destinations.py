@@ -25,6 +25,7 @@ from enum import StrEnum
 
 from twengine.attempt.actions import CandidateRef
 from twengine.catalog import Catalog, ConfigCatalog
+from twengine.config.cloud_access import GoogleTokenSource, resolve_cloud
 from twengine.config.credentials import (
     CredentialFault,
     bedrock_key,
@@ -86,6 +87,9 @@ class Destination:
     # those go that its own Responses socket does not carry (all but a client socket's turns).
     transport: Transport = Transport.HTTP1
     http_transport: Transport = Transport.HTTP1
+    # A Vertex upstream whose access token the gateway obtains: `target.key` is empty until
+    # the token is put in (docs/cloud.md); a token that cannot be had skips the upstream.
+    token_source: GoogleTokenSource | None = None
 
     def candidate(self) -> CandidateRef:
         """This destination as the attempt machine takes it."""
@@ -136,6 +140,13 @@ def destination(
                 return found
             key = found
         base_url = base_url or bedrock_base_url(aws.region)
+    cloud, token_source = None, None
+    if provider.cloud is not None:
+        access = resolve_cloud(provider, cand.model, key, env)
+        if isinstance(access, CredentialFault):
+            return access
+        cloud, base_url, key = access.route, access.base_url, access.key
+        token_source = access.token_source
     facts = catalog if catalog is not None else _CONFIG_CATALOG
     return Destination(
         name=provider.name,
@@ -148,6 +159,7 @@ def destination(
             forward_mock_headers=provider.forward_mock_headers,
             aws=aws,
             converse=provider.bedrock is not None and provider.bedrock.converse,
+            cloud=cloud,
         ),
         sticky=cand.provider == sticky,
         max_tokens=cand.overrides.max_tokens,
@@ -158,6 +170,7 @@ def destination(
         show_served=config.answer_model is AnswerModel.SERVED,
         transport=transport_of(provider),
         http_transport=transport_of(provider, http=True),
+        token_source=token_source,
     )
 
 

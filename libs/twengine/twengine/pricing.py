@@ -246,6 +246,8 @@ def _model(name: str, raw: object) -> ModelPricing | None:
 # A dated snapshot name ("claude-sonnet-4-5-20250929", "gpt-4o-2024-08-06", Vertex's
 # "claude-sonnet-4-5@20250929") falls back to its undated name.
 _DATED = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})$")
+# Vertex AI's date suffix (``@20250929``).
+_AT_DATE = re.compile(r"@(\d{8})$")
 # A dot between digits, as in a version ("4.5").
 _VERSION_DOT = re.compile(r"(?<=\d)\.(?=\d)")
 # A Bedrock model id (``anthropic.claude-3-5-sonnet-20240620-v1:0``), perhaps a cross-region
@@ -300,17 +302,22 @@ class PriceTable:
         (relays' ``anthropic/claude-…``), with a version's dots as dashes (relays write
         ``claude-sonnet-4.5`` for ``claude-sonnet-4-5``), as the vendor's name inside a Bedrock
         model id or inference profile (``us.anthropic.claude-…-v1:0``, an ARN's last segment),
-        then without a date suffix."""
+        as Vertex's ``@``-dated Claude id (``claude-sonnet-4-5@20250929``) and Azure's
+        ``gpt-35-turbo``, then without a date suffix."""
         found = self.models.get(model)
         if found is not None:
             return found
-        name = model.lower()
+        # Vertex AI's Claude ids date a model with ``@`` (``claude-sonnet-4-5@20250929``): read
+        # as the dash the vendor writes, so the dated entry is found before the undated one.
+        name = _AT_DATE.sub(r"-\1", model.lower())
         bare = name.rsplit("/", 1)[-1]
         # Exact spellings first: ``gpt-4.1`` is a name of its own, not ``gpt-4-1``.
         names = [name, bare, _VERSION_DOT.sub("-", bare)]
         bedrock = _BEDROCK_ID.fullmatch(bare)
         if bedrock is not None:
             names.append(bedrock["name"])
+        # Azure's names drop the dot of ``gpt-3.5`` (``gpt-35-turbo``).
+        names.append(bare.replace("gpt-35", "gpt-3.5"))
         candidates = dict.fromkeys(names)
         for candidate in candidates:
             found = self._lower.get(candidate)

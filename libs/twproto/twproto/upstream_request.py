@@ -14,6 +14,8 @@ send (docs/operations.md, "What goes upstream"):
   the client's protocol headers (beta flags, API versions, SDK identification);
   hop-by-hop headers, cookies and the client's own credentials never go;
 * the default headers an API requires when nobody set them (Anthropic's ``anthropic-version``);
+* for a cloud platform's upstream (`twproto.cloud`: Vertex AI, Azure OpenAI), that platform's
+  path, credential header and body changes (docs/cloud.md);
 * the framing the upstream answers a stream in: SSE, or for a Gemini client without
   ``alt=sse`` talking to a Gemini upstream, Gemini's JSON array (``sse=False``).
 """
@@ -27,6 +29,8 @@ from typing import Any
 from twproto.bedrock.converse.bridge import converse_count_body, converse_request
 from twproto.bedrock.count import count_invoke_body, count_path
 from twproto.bedrock.invoke import AwsAuth, invoke_body, invoke_request, signed_headers
+from twproto.cloud.azure import AzureRoute, azure_body, azure_key_headers, azure_path
+from twproto.cloud.vertex import VertexPublisher, VertexRoute, vertex_anthropic_body, vertex_path
 from twproto.dialect import Dialect
 from twproto.keys import KEY_HEADERS, credential_headers
 from twproto.paths import Operation, upstream_path
@@ -121,6 +125,9 @@ class UpstreamTarget:
     aws: AwsAuth | None = None
     # ``bedrock-converse``: with `aws`, the Anthropic body goes as Converse / ConverseStream.
     converse: bool = False
+    # A cloud platform's upstream (docs/cloud.md): Vertex AI (`key` an OAuth access token) or
+    # Azure OpenAI (`key` the resource key or an Entra ID token), at `base_url`.
+    cloud: VertexRoute | AzureRoute | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,9 +191,14 @@ def upstream_request(
         return _bedrock_request(target, call, body, now)
     same = target.dialect is call.dialect
     sse = call.sse if same else True
-    path = upstream_path(
-        target.dialect, call.operation, model=target.model, stream=call.stream, sse=sse
-    )
+    cloud = target.cloud
+    if cloud is None:
+        path = upstream_path(
+            target.dialect, call.operation, model=target.model, stream=call.stream, sse=sse
+        )
+        credentials = credential_headers(target.dialect, target.key)
+    else:
+        path, credentials, body = _cloud_parts(target, cloud, call, body, sse)
     if same and call.query:
         extra = "&".join(p for p in call.query.split("&") if p and p != _FRAMING_PARAM)
         if extra:
@@ -194,14 +206,16 @@ def upstream_request(
     headers: list[Header] = [
         (b"content-type", b"application/json"),
         (b"accept-encoding", b"identity"),
-        *credential_headers(target.dialect, target.key),
+        *credentials,
         *target.headers,
     ]
     if same:
         headers += forwardable_headers(call.headers, call.dialect)
     if target.forward_mock_headers:
         headers += [(k, v) for k, v in call.headers if k.startswith(_MOCK_PREFIX)]
-    for name, value in _DEFAULT_HEADERS[target.dialect]:
+    # Vertex takes the Anthropic version in the body (`vertex_anthropic_body`).
+    defaults = _DEFAULT_HEADERS[target.dialect] if cloud is None else ()
+    for name, value in defaults:
         if not any(k == name for k, _ in headers):
             headers.append((name, value))
     return UpstreamRequest(
@@ -273,3 +287,25 @@ def _bedrock_request(
     return UpstreamRequest(
         method="POST", url=url, headers=headers, body=data, sse=True, eventstream=call.stream
     )
+
+
+def _cloud_parts(
+    target: UpstreamTarget,
+    cloud: VertexRoute | AzureRoute,
+    call: ClientCall,
+    body: bytes,
+    sse: bool,
+) -> tuple[str, list[Header], bytes]:
+    """A cloud upstream's path, credential headers and body."""
+    if isinstance(cloud, AzureRoute):
+        return (
+            azure_path(cloud, target.dialect),
+            azure_key_headers(cloud, target.key),
+            azure_body(body, cloud, target.model),
+        )
+    bearer = [(b"authorization", b"Bearer " + target.key.encode())] if target.key else []
+    count = call.operation is Operation.COUNT_TOKENS
+    path = vertex_path(cloud, target.model, stream=call.stream, count=count, sse=sse)
+    if cloud.publisher is VertexPublisher.ANTHROPIC:
+        body = vertex_anthropic_body(body)
+    return path, bearer, body

@@ -19,7 +19,7 @@ from twengine.config.schema import FIELD_USES, NOT_BUILT, PENDING, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[3]
 # The modules of build_config's stages: reading a field there is not the field taking effect.
-STAGES = ("fields", "sections", "providers", "routing", "consistency")
+STAGES = ("fields", "sections", "providers", "cloud", "routing", "consistency")
 VALIDATOR = frozenset(
     (
         "twengine.config.build",
@@ -31,7 +31,7 @@ VALIDATOR = frozenset(
 # The config package's other modules: the model, its defaults and the values the runtime reads.
 NOT_STAGES = frozenset(
     f"twengine.config.{name}"
-    for name in ("model", "defaults", "credentials", "problem", "template")
+    for name in ("model", "defaults", "credentials", "cloud_access", "problem", "template")
 )
 
 

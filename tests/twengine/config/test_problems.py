@@ -424,6 +424,12 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "providers[0].region",
     ),
     (
+        "an Azure field on an upstream that is not Azure OpenAI",
+        provider(protocol="openai-chat", api_version="2024-10-21"),
+        "config.cloud_field_protocol",
+        "providers[0].api_version",
+    ),
+    (
         "header name",
         provider(headers={"Bad Header": "x"}),
         "config.header_invalid",

@@ -38,6 +38,9 @@ _BASE_PATH = {
     "gemini": "",
     "bedrock-anthropic": "",
     "bedrock-converse": "",
+    "vertex-gemini": "",
+    "vertex-anthropic": "",
+    "azure-openai": "",
 }
 
 

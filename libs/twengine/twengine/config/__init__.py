@@ -12,6 +12,12 @@ and `schema` (which field each stage reads) are tables read by module: ``default
 from __future__ import annotations
 
 from twengine.config.build import ConfigError, Problem, build_config
+from twengine.config.cloud_access import (
+    CloudAccess,
+    GoogleTokenSource,
+    cloud_faults,
+    resolve_cloud,
+)
 from twengine.config.credentials import (
     CredentialFault,
     UpstreamCredentials,
@@ -30,6 +36,8 @@ from twengine.config.model import (
     BedrockSettings,
     Billing,
     Client,
+    CloudPlatform,
+    CloudSettings,
     CompareOp,
     Comparison,
     Config,
@@ -80,6 +88,9 @@ __all__ = (
     "BedrockSettings",
     "Billing",
     "Client",
+    "CloudAccess",
+    "CloudPlatform",
+    "CloudSettings",
     "CompareOp",
     "Comparison",
     "Config",
@@ -88,6 +99,7 @@ __all__ = (
     "CredentialFault",
     "Failover",
     "GatewayListen",
+    "GoogleTokenSource",
     "Group",
     "GroupMember",
     "GroupType",
@@ -124,10 +136,12 @@ __all__ = (
     "When",
     "bedrock_key",
     "build_config",
+    "cloud_faults",
     "credential_faults",
     "header_value_fault",
     "parse_comparison",
     "resolve_aws",
+    "resolve_cloud",
     "resolve_credentials",
     "resolve_template",
     "template_variables",

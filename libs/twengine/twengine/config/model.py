@@ -39,6 +39,8 @@ __all__ = (
     "BedrockSettings",
     "Billing",
     "Client",
+    "CloudPlatform",
+    "CloudSettings",
     "CompareOp",
     "Comparison",
     "Config",
@@ -377,6 +379,42 @@ class BedrockSettings:
     converse: bool = False
 
 
+class CloudPlatform(StrEnum):
+    """A cloud platform's upstream protocol (docs/cloud.md)."""
+
+    VERTEX_GEMINI = "vertex-gemini"
+    VERTEX_ANTHROPIC = "vertex-anthropic"
+    AZURE_OPENAI = "azure-openai"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloudSettings:
+    """A Vertex AI or Azure OpenAI provider's own fields, each text field a ``${VAR}``-able
+    template or None (docs/cloud.md).
+
+    Vertex: `project` (None: ``GOOGLE_CLOUD_PROJECT``), `location` (None:
+    ``GOOGLE_CLOUD_LOCATION``, else ``global``), `credentials_file` (a service-account key file;
+    None: ``GOOGLE_APPLICATION_CREDENTIALS``, else application-default credentials) — unless
+    the provider's `key` is a static access token. Azure: `api_version` (None: the v1 paths),
+    `deployments` (model name → deployment name; a model not listed is its own deployment),
+    `entra` (the `key` is a Microsoft Entra ID token, sent as a bearer token)."""
+
+    platform: CloudPlatform
+    project: str | None = None
+    location: str | None = None
+    credentials_file: str | None = None
+    api_version: str | None = None
+    deployments: tuple[tuple[str, str], ...] = ()
+    entra: bool = False
+
+    def deployment(self, model: str) -> str:
+        """The Azure deployment serving `model`: its entry in `deployments`, else its name."""
+        for name, deployment in self.deployments:
+            if name == model:
+                return deployment
+        return model
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Provider:
     """An upstream (``providers[]``).
@@ -411,6 +449,10 @@ class Provider:
     # ``protocol: bedrock-anthropic``: `protocol` is Anthropic, sent as Bedrock's InvokeModel
     # (an empty `base_url` is the region's endpoint); `key`, when set, is a Bedrock API key.
     bedrock: BedrockSettings | None = None
+    # ``protocol: vertex-gemini``, ``vertex-anthropic`` or ``azure-openai``: `protocol` is the
+    # format spoken (Gemini, Anthropic, OpenAI Chat or Responses), sent as that platform takes
+    # it (docs/cloud.md); an empty `base_url` is a Vertex location's endpoint.
+    cloud: CloudSettings | None = None
 
     def offers(self, model: str) -> bool:
         """Whether the upstream serves `model` by its list (no list: any model)."""

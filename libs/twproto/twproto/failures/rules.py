@@ -150,6 +150,14 @@ RULES: tuple[FailureRule, ...] = (
         needs=frozenset({Evidence.RETRY_HINT}),
     ),
     FailureRule(
+        # Vertex AI's 429 for a per-minute quota ("Quota exceeded for aiplatform.googleapis.com/
+        # generate_content_requests_per_minute_per_project_per_base_model"): a rate, not a
+        # budget used up.
+        name="vertex_minute_quota",
+        kind=K.RATE_LIMITED,
+        texts=(r"aiplatform\.googleapis\.com/\S*per_minute",),
+    ),
+    FailureRule(
         name="quota_used_up",
         kind=K.QUOTA_USED_UP,
         codes=frozenset({"usage_limit_reached", "quota_exceeded", "1304", "1308"}),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from twengine.config.cloud_access import cloud_faults
 from twengine.config.credentials import credential_faults
 from twengine.config.model import (
     Alias,
@@ -132,9 +133,10 @@ def _check_credentials(
     sent refuses the config, and a variable not set yet is a warning (requests skip the
     upstream until it is). Without `env` only values written out in full are checked."""
     for entry in providers:
-        for found in credential_faults(entry.value, env or {}):
+        faults = credential_faults(entry.value, env or {}) + cloud_faults(entry.value, env or {})
+        for found in faults:
             if not found.field.startswith("headers."):
-                path = _at(entry.path, found.field)  # key, region, aws_*
+                path = _at(entry.path, found.field)  # key, region, aws_*, project, location
             else:
                 path = _at(_at(entry.path, "headers"), found.field.removeprefix("headers."))
             if found.variable is None:

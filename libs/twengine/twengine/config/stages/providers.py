@@ -23,6 +23,7 @@ from twengine.config.model import (
     ResponsesTransport,
 )
 from twengine.config.schema import SECTIONS
+from twengine.config.stages.cloud import _cloud
 from twengine.config.stages.fields import (
     _ABSENT,
     _WILDCARD,
@@ -226,13 +227,19 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             continue
         name = f.name()
         bedrock = _bedrock(out, f)
-        if bedrock is not None and not f.has("base_url"):
-            url = None  # the region's endpoint, at send time
+        cloud = _cloud(out, f)
+        vertex = cloud is not None and cloud[1] in (Dialect.GEMINI, Dialect.ANTHROPIC)
+        if (bedrock is not None or vertex) and not f.has("base_url"):
+            url = None  # the region's (location's) endpoint, at send time
         else:
             url_raw = f.required("base_url")
             url = None if url_raw is _ABSENT else _http_url(out, f.at("base_url"), url_raw)
         key = _as_secret(out, f.at("key"), f.raw("key")) if f.has("key") else None
-        protocol = Dialect.ANTHROPIC if bedrock is not None else f.choice("protocol", Dialect)
+        protocol = Dialect.ANTHROPIC if bedrock is not None else None
+        if cloud is not None:
+            protocol = cloud[1]
+        elif protocol is None:
+            protocol = f.choice("protocol", Dialect)
         recognised = False
         if protocol is None and not f.has("protocol"):
             host = url[1] if url else ""
@@ -263,6 +270,7 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
             realtime=f.boolean("realtime", False),
             responses_transport=_responses_transport(out, f, protocol),
             bedrock=bedrock,
+            cloud=cloud[0] if cloud is not None else None,
         )
         if name is not None:
             placed.append(_Placed(path=path, value=provider))
