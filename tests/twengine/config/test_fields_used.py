@@ -31,7 +31,15 @@ VALIDATOR = frozenset(
 # The config package's other modules: the model, its defaults and the values the runtime reads.
 NOT_STAGES = frozenset(
     f"twengine.config.{name}"
-    for name in ("model", "defaults", "credentials", "cloud_access", "problem", "template")
+    for name in (
+        "model",
+        "listen",
+        "defaults",
+        "credentials",
+        "cloud_access",
+        "problem",
+        "template",
+    )
 )
 
 
