@@ -238,6 +238,8 @@ class ControlPlane:
         self.generation = 1
         # Set by the app when it runs from a config file: GET/PUT /config and the small writes.
         self.config_api: ConfigEndpoints | None = None
+        # More parts of GET /status, by their key there (the log's writer, notifications).
+        self.status_parts: dict[str, Callable[[], Any]] = {}
         self.started_wall = gateway.wall()
         self.started = gateway.clock()
         self._views: dict[str, View] = {
@@ -374,26 +376,30 @@ class ControlPlane:
             version = importlib.metadata.version("twserve")
         except importlib.metadata.PackageNotFoundError:
             version = "unknown"
-        return {
-            "api_version": CONTROL_API_VERSION,
-            "version": version,
-            "started_at": self.started_wall,
-            "uptime_secs": round(self._now() - self.started, 3),
-            "config": {"version": config.version, "generation": self.generation},
-            "safe_mode": (
-                {
-                    "code": "control.safe_mode",
-                    "problems": [asdict(p) for p in self.safe_mode],
-                }
-                if self.safe_mode
-                else None
-            ),
-            "gateway": {
-                "bind": config.listen.gateway.bind,
-                "port": config.listen.gateway.port,
-            },
-            "store": self.store.status(),
-        } | (self.config_api.status() if self.config_api is not None else {})
+        return (
+            {
+                "api_version": CONTROL_API_VERSION,
+                "version": version,
+                "started_at": self.started_wall,
+                "uptime_secs": round(self._now() - self.started, 3),
+                "config": {"version": config.version, "generation": self.generation},
+                "safe_mode": (
+                    {
+                        "code": "control.safe_mode",
+                        "problems": [asdict(p) for p in self.safe_mode],
+                    }
+                    if self.safe_mode
+                    else None
+                ),
+                "gateway": {
+                    "bind": config.listen.gateway.bind,
+                    "port": config.listen.gateway.port,
+                },
+                "store": self.store.status(),
+            }
+            | {name: part() for name, part in self.status_parts.items()}
+            | (self.config_api.status() if self.config_api is not None else {})
+        )
 
     async def _overview(self, request: Request) -> dict[str, Any]:
         config = self.config

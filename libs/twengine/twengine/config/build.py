@@ -43,6 +43,7 @@ from twengine.config.stages.consistency import (
     _duplicates,
 )
 from twengine.config.stages.fields import _ABSENT, _at, _Fields, _kind, _Problems
+from twengine.config.stages.notify import _notifications
 from twengine.config.stages.providers import _providers
 from twengine.config.stages.routing import _aliases, _groups, _routes
 from twengine.config.stages.sections import (
@@ -124,6 +125,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     state = _state(out, top)
     store = _store(out, top, env)
     observability = _observability(out, top)
+    notifications = _notifications(out, top, env)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -180,5 +182,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         state=state,
         store=store,
         observability=observability,
+        notifications=tuple(notifications),
         warnings=tuple(out.warnings),
     )

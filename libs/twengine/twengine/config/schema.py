@@ -48,6 +48,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "state",
             "store",
             "observability",
+            "notifications",
         ),
         "listen": ("gateway", "control", "http", "http2", "websocket"),
         "listen.http": tuple(defaults.LISTEN_HTTP),
@@ -122,7 +123,8 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
-        "observability": ("log_format", "access_log"),
+        "observability": ("log_format", "access_log", *defaults.OBSERVABILITY),
+        "notifications[]": ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS),
     }
 )
 
@@ -296,6 +298,12 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "observability": _SECTION,
         "observability.log_format": _reads("twserve.observe.logs", "log_format"),
         "observability.access_log": _reads("twserve.observe.logs", "access_log"),
+        "observability.log_queue_lines": _reads("twserve.observe.logs", "log_queue_lines"),
+        "notifications": _reads("twserve.observe.notify", "notifications"),
+        **{
+            f"notifications[].{name}": _reads("twserve.observe.notify", name)
+            for name in ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS)
+        },
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),
