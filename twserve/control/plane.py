@@ -60,7 +60,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 7
+CONTROL_API_VERSION = 8
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0

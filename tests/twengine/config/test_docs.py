@@ -34,6 +34,7 @@ def test_the_full_example_builds() -> None:
     assert [p.name for p in config.providers] == ["anthropic", "openai", "relay", "gemini", "local"]
     assert config.listen.control.enabled
     assert config.client("ci").route == "batch"
+    assert [n.name for n in config.notifications] == ["ops", "chat"]
 
 
 def test_the_example_routes_as_described() -> None:
@@ -90,6 +91,10 @@ def test_every_field_is_documented() -> None:
         "allow_origins",
         "allow_hosts",
         "max_body_bytes",
+        *defaults.OBSERVABILITY,
+        *defaults.NOTIFICATIONS,
+        "secret",
+        "events",
     ]
     # A field counts as documented when it appears inside inline code: `selected`,
     # `state.redis_url`, `model: {context_window, max_output_tokens}`.
@@ -104,3 +109,6 @@ def test_documented_failover_defaults_match() -> None:
         assert row in text, row
     for name, bound in defaults.RETENTION.items():
         assert f"| `{name}` | `{bound.default:g}` |" in text
+    for section in (defaults.OBSERVABILITY, defaults.NOTIFICATIONS):
+        for name, bound in section.items():
+            assert f"| `{name}` | `{bound.default:g}` |" in text, name
