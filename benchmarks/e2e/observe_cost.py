@@ -205,10 +205,10 @@ def main() -> None:
                 if variant.root is not None:
                     env["PYTHONPATH"] = baseline_path(variant.root)
                 logs[variant.name] = home / "stderr.log"
+                serve = (py, "-m", "twserve.cli.main", "serve")
                 with logs[variant.name].open("wb") as err:
                     procs[variant.name] = subprocess.Popen(
-                        [py, "-m", "twserve.cli.main", "serve", "--config", str(cfg)]
-                        + ["--data-dir", str(home)],
+                        [*serve, "--config", str(cfg), "--data-dir", str(home)],
                         env=env,
                         cwd=variant.root or ROOT,
                         stdout=subprocess.DEVNULL,
