@@ -250,7 +250,7 @@ def main() -> None:
         "stderr_lines": lines,
         "skipped": skipped,
     }
-    if "all_off" in med and med["all_off"]:
+    if med.get("all_off"):
         figures["extra_percent_over_all_off"] = {
             name: (value / med["all_off"] - 1) * 100 for name, value in med.items()
         }

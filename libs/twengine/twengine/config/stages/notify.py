@@ -25,7 +25,7 @@ from twengine.config.stages.fields import (
 )
 from twengine.config.template import TemplateError, resolve_template
 
-__all__ = ("MIN_SECRET_CHARS",)
+__all__ = ()
 
 # An HMAC key shorter than this is guessable from a few signed bodies.
 MIN_SECRET_CHARS = 16
