@@ -1,7 +1,8 @@
 """The log's writer thread: a stream that takes nothing never stops the producers (the event
 loop); lines past the queue's bound are dropped and counted, and one line says how many once
 the stream moves again; closing writes what is queued. End to end: ``twserve serve`` with its
-stderr on a pipe nobody reads keeps answering."""
+stderr on a pipe nobody reads keeps answering. A Hypothesis property holds the access line the
+thread makes from the row to the one the logging module's formatters made."""
 
 from __future__ import annotations
 
@@ -15,11 +16,22 @@ import threading
 import time
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.twserve.conftest import KEY, http
 from tests.twserve.observe.test_logs import _free_port
 from tests.twserve.support.stack import CONTROL_KEY
-from twserve.observe.logs import JsonFormatter, TextFormatter
+from twserve.observe.logs import (
+    JsonFormatter,
+    TextFormatter,
+    access_fields,
+    outcome,
+    render_json,
+    render_text,
+)
 from twserve.observe.writer import LineWriter
+from twserve.store.sqlite import RequestRow
 
 
 def _record(text: str) -> logging.LogRecord:
@@ -167,3 +179,65 @@ def test_serve_with_stderr_on_a_pipe_nobody_reads_keeps_answering(tmp_path: Path
     notice = next(line for line in text.splitlines() if "log lines dropped" in line)
     assert "event=log_lines_dropped" in notice
     assert "draining requests" in text.split(notice, 1)[1]
+
+
+# --- the access line made on the thread is the line the logging module made ----------------
+
+_TEXTS = st.one_of(
+    st.none(),
+    st.text(max_size=40),
+    st.sampled_from(["me", "openai-chat", "a b", 'q"uote', "x=y", "tab\there", "é", "\u2028"]),
+)
+_INTS = st.one_of(st.none(), st.integers(min_value=0, max_value=2**40))
+
+
+@st.composite
+def _rows(draw: st.DrawFn) -> RequestRow:
+    provider = draw(_TEXTS)
+    attempts = [{"provider": provider, "model": draw(_TEXTS), "outcome": "ok"}]
+    return RequestRow(
+        id=draw(st.text(min_size=1, max_size=30)),
+        ts=1.0,
+        path=draw(st.text(max_size=30)),
+        key_name=draw(_TEXTS),
+        format=draw(_TEXTS),
+        model=draw(_TEXTS),
+        provider=provider,
+        status=draw(st.one_of(st.none(), st.integers(min_value=100, max_value=599))),
+        stream=draw(st.booleans()),
+        ttfb_ms=draw(_INTS),
+        duration_ms=draw(_INTS),
+        input_tokens=draw(_INTS),
+        output_tokens=draw(_INTS),
+        cost_micros=draw(_INTS),
+        cost_state=draw(_TEXTS),
+        routing=draw(st.sampled_from([None, {"attempts": attempts}])),
+        error_code=draw(_TEXTS),
+        local=draw(st.booleans()),
+        cancelled=draw(st.booleans()),
+        correlation_id=draw(_TEXTS),
+        request_bytes=draw(st.integers(min_value=0, max_value=2**31)),
+        answer_bytes=draw(st.integers(min_value=0, max_value=2**31)),
+    )
+
+
+def _through_logging(formatter: logging.Formatter, created: float, row: RequestRow) -> str:
+    fields = access_fields(row)
+    level = logging.WARNING if fields["outcome"] == "error" else logging.INFO
+    record = logging.LogRecord("twserve.access", level, __file__, 1, "request", None, None)
+    record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+    record.fields = fields
+    return formatter.format(record)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=_rows(), created=st.floats(min_value=0, max_value=4e9))
+def test_the_threads_access_line_is_the_logging_modules(row: RequestRow, created: float) -> None:
+    level = logging.WARNING if outcome(row) == "error" else logging.INFO
+    assert render_text(created, level, row) == _through_logging(TextFormatter(), created, row)
+    assert json.loads(render_json(created, level, row)) == json.loads(
+        _through_logging(JsonFormatter(), created, row)
+    )
+    # The text line splits back into its pairs: a value with a space, quote or = is JSON.
+    line = render_text(created, level, row)
+    assert " twserve.access: request request_id=" in line and "\n" not in line
