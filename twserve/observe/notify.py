@@ -141,7 +141,7 @@ class _Receiver:
 
     settings: Notification
     queue: deque[Alert] = field(default_factory=deque)
-    wake: anyio.Event = field(default_factory=anyio.Event)
+    wake: anyio.Event | None = None  # made by the sending task, on the event loop
     sent: int = 0
     retries: int = 0
     failed: int = 0
@@ -296,7 +296,8 @@ class Notifier:
                 receiver.dropped += 1
                 continue
             receiver.queue.append(alert)
-            receiver.wake.set()
+            if receiver.wake is not None:
+                receiver.wake.set()
             if not receiver.running and self._tasks is not None:
                 receiver.running = True
                 self._tasks.start_soon(self._send_queue, receiver)
