@@ -294,6 +294,20 @@ def render_json(created: float, level: int, row: RequestRow) -> str:
     return json_dumps(body).decode()
 
 
+# The events that have lines of their own.
+_WRITTEN = frozenset(
+    {
+        HealthChanged,
+        ConfigReloaded,
+        ConfigRejected,
+        KeyLimitAlert,
+        SharedStateChanged,
+        StoreUnavailable,
+        StoreRecovered,
+    }
+)
+
+
 class ObservationLog:
     """Writes the access lines and the operator's events; `config` is read at each line, so
     a reload that turns ``observability.access_log`` off applies at once."""
@@ -348,6 +362,8 @@ class ObservationLog:
         self.access.log(level, "request", extra={_FIELDS: fields})
 
     def on_event(self, event: Event) -> None:
+        if type(event) not in _WRITTEN:
+            return  # the request events (most of them): the access line is written from the row
         match event:
             case HealthChanged():
                 self._health(event)

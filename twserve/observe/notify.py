@@ -67,6 +67,10 @@ MAX_BACKOFF_SECS = 300.0
 EVERY_UPSTREAM = "*"
 
 
+# The events that may become alerts (safe mode comes from the app: `Notifier.safe_mode`).
+_HEARD = frozenset({KeyLimitAlert, HealthChanged, ConfigRejected})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Alert:
     """One notification, before it is shaped for a receiver's ``format``."""
@@ -182,6 +186,8 @@ class Notifier:
     # -- what happened -----------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
+        if type(event) not in _HEARD:
+            return  # the request events: one set lookup each
         match event:
             case KeyLimitAlert():
                 kind = (
