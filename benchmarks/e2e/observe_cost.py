@@ -31,6 +31,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -214,8 +215,9 @@ def main() -> None:
                         stdout=subprocess.DEVNULL,
                         stderr=err,
                     )
-            for port in (mock_port, *ports.values()):
-                wait_port(port)
+            wait_port(mock_port, procs["mock"])
+            for name, port in ports.items():
+                wait_port(port, procs[name])  # fails at once when the gateway exited
             path = "/v1/messages"
             for port in ports.values():  # warm up
                 anyio.run(concurrent, port, path, headers, body, 50, args.concurrency)
@@ -240,8 +242,10 @@ def main() -> None:
             for proc in procs.values():
                 proc.wait(30)
 
-    med = {name: statistics.median(values) for name, values in cpu.items() if values}
     lines = {name: len(path.read_bytes().splitlines()) for name, path in logs.items()}
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    med = {name: statistics.median(values) for name, values in cpu.items() if values}
     figures: dict[str, object] = {
         "requests_per_run": args.requests,
         "runs": args.runs,
