@@ -40,6 +40,7 @@ from twserve.gateway import realtime
 from twserve.gateway.answers import transport_error
 from twserve.gateway.handler import Gateway
 from twserve.observe.logs import ObservationLog
+from twserve.observe.notify import Notifier
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
@@ -153,6 +154,9 @@ class GatewayApp:
         self.observation = ObservationLog(lambda: gw.config)
         self.events.listeners.append(self.observation.on_event)
         gw.row_listeners.append(self.observation.on_row)
+        # Alerts POSTed to the receivers of notifications[] (docs/observability.md).
+        self.notifier = Notifier(lambda: gw.config, self.env, wall=gw.wall)
+        self.events.listeners.append(self.notifier.on_event)
         gw.hooks.listeners.append(self.events.health_changed)
         if not isinstance(self.store, RequestStore):
             from twserve.store.postgres import PostgresStore
@@ -192,6 +196,7 @@ class GatewayApp:
             )
             if self.sharing is not None:  # an abort for a request another instance runs
                 self.control.aborter.elsewhere = self.sharing.aborts.abort_elsewhere
+            self.control.status_parts["notifications"] = self.notifier.status
         self._host_pinned = host is not None
         self._init_live_config(
             config_path,
@@ -215,6 +220,10 @@ class GatewayApp:
                 await self.sharing.connect()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._write_rows)
+                tg.start_soon(self.notifier.run)
+                if self.safe_mode is not None:
+                    first = self.safe_mode.first
+                    self.notifier.safe_mode(True, first.code, first.path)
                 if self.sharing is not None:
                     tg.start_soon(self.sharing.run)
                 if not self.worker:
@@ -534,6 +543,8 @@ class GatewayApp:
                 self._serving.start_soon(self._test_connection, config.provider(name))
         if self.control is not None:
             self.control.safe_mode = ()
+        if self.safe_mode is not None:
+            self.notifier.safe_mode(False)
         if staged.gateway is not None:
             self._switch_gateway_listener(*staged.gateway)
         if staged.control is not None:

@@ -154,8 +154,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     handler = configure_logging(
         args.log_format or app.config.observability.log_format,
         level=logging.getLogger().level,
+        queue_lines=app.config.observability.log_queue_lines,
     )
     app.observation.follow(handler, pinned=args.log_format)
+    if app.control is not None:
+        app.control.status_parts["log"] = handler.status
     cap = app.config.listen.gateway.max_connections
     if 0 < open_files < cap + FD_RESERVE:
         log.warning(
@@ -204,6 +207,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             failed.extend(_leaves(group, ListenError))
     except KeyboardInterrupt:
         pass
+    handler.close()  # the queued lines are written before the process ends
     if failed:
         # One line, not a traceback: the port is taken, or bind names no address.
         print(str(failed[0]), file=sys.stderr)

@@ -8,7 +8,8 @@ the broken file's own ``listen.control`` when that much of it is sound — its k
 set in the environment included, or nobody could get in —; otherwise from the
 documented defaults — ``127.0.0.1:8789`` and the key in ``$TWSERVE_CONTROL_KEY``, else a key
 generated once and kept in ``<data dir>/safe-mode-control-key`` (0600), whose path is logged
-(never the key).
+(never the key). The file's ``notifications`` come along when they load on their own, so that
+the receivers hear that the gateway is in safe mode.
 """
 
 from __future__ import annotations
@@ -47,20 +48,37 @@ class SafeControl:
     reason: str | None = None
 
 
-def _from_file(text: str, env: Mapping[str, str]) -> Config | str | None:
-    """The file's own control-only config; else why not (None: it has no ``listen.control``)."""
+def _document(text: str) -> dict[str, Any] | None:
     try:
         doc = load_document(text)
     except YAMLError:  # not YAML: fall back to the defaults
         return None
-    if not isinstance(doc, dict):
+    return plain(doc) if isinstance(doc, dict) else None
+
+
+def _with_notifications(
+    data: dict[str, Any], doc: dict[str, Any] | None, env: Mapping[str, str]
+) -> Config:
+    """`data` built with the file's ``notifications`` when they load with it, else without."""
+    hooks = doc.get("notifications") if doc is not None else None
+    if hooks is not None:
+        try:
+            return build_config({**data, "notifications": hooks}, env)
+        except ConfigError:
+            pass
+    return build_config(data, env)
+
+
+def _from_file(doc: dict[str, Any] | None, env: Mapping[str, str]) -> Config | str | None:
+    """The file's own control-only config; else why not (None: it has no ``listen.control``)."""
+    if doc is None:
         return None
-    listen = plain(doc).get("listen")
+    listen = doc.get("listen")
     control: Any = listen.get("control") if isinstance(listen, dict) else None
     if not isinstance(control, dict):
         return None
     try:
-        config = build_config({"version": 1, "listen": {"control": control}}, env)
+        config = _with_notifications({"version": 1, "listen": {"control": control}}, doc, env)
     except ConfigError as err:
         first = err.problems[0]
         return f"{first.code} at {first.path}: {first.message}"
@@ -71,7 +89,8 @@ def _from_file(text: str, env: Mapping[str, str]) -> Config | str | None:
 
 def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> SafeControl:
     """The config safe mode runs the control plane with (see the module docs)."""
-    found = _from_file(text, env)
+    doc = _document(text)
+    found = _from_file(doc, env)
     if isinstance(found, Config):
         return SafeControl(config=found, source="config")
     key = env.get("TWSERVE_CONTROL_KEY")
@@ -86,7 +105,7 @@ def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> Sa
             key = "twc-" + secrets.token_urlsafe(24)
             write_private(key_file, key.encode())
         os.chmod(key_file, 0o600)
-    config = build_config(
+    config = _with_notifications(
         {
             "version": 1,
             "listen": {
@@ -96,6 +115,8 @@ def control_only_config(text: str, data_dir: Path, env: Mapping[str, str]) -> Sa
                     "key": key,
                 }
             },
-        }
+        },
+        doc,
+        env,
     )
     return SafeControl(config=config, source="defaults", key_file=key_file, reason=found)

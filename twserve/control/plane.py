@@ -64,7 +64,7 @@ __all__ = [
     "mask_secret",
 ]
 
-CONTROL_API_VERSION = 9
+CONTROL_API_VERSION = 10
 API_HEADER = b"x-twserve-control-api"
 
 KEEPALIVE_SECS = 15.0
@@ -248,6 +248,8 @@ class ControlPlane:
         self.config_api: ConfigEndpoints | None = None
         # POST /requests/{id}/abort (twserve.console.abort_api), with or without a file.
         self.aborter = RequestAborter(gateway, store, events)
+        # More parts of GET /status, by their key there (the log's writer, notifications).
+        self.status_parts: dict[str, Callable[[], Any]] = {}
         self.started_wall = gateway.wall()
         self.started = gateway.clock()
         self._views: dict[str, View] = {
@@ -441,32 +443,36 @@ class ControlPlane:
             version = importlib.metadata.version("twserve")
         except importlib.metadata.PackageNotFoundError:
             version = "unknown"
-        return {
-            "api_version": CONTROL_API_VERSION,
-            "version": version,
-            "started_at": self.started_wall,
-            "uptime_secs": round(self._now() - self.started, 3),
-            "config": {"version": config.version, "generation": self.generation},
-            "safe_mode": (
-                {
-                    "code": "control.safe_mode",
-                    "problems": [asdict(p) for p in self.safe_mode],
-                }
-                if self.safe_mode
-                else None
-            ),
-            "gateway": {
-                "bind": config.listen.gateway.bind,
-                "port": config.listen.gateway.port,
-            },
-            "load": {
-                "in_progress": self.gateway.load.in_progress,
-                "loop_lag_ms": round(self.gateway.load.lag_ms, 1),
-                "shedding": self.gateway.load.shedding,
-                "shed": self.gateway.load.shed,
-            },
-            "store": self.store.status(),
-        } | (self.config_api.status() if self.config_api is not None else {})
+        return (
+            {
+                "api_version": CONTROL_API_VERSION,
+                "version": version,
+                "started_at": self.started_wall,
+                "uptime_secs": round(self._now() - self.started, 3),
+                "config": {"version": config.version, "generation": self.generation},
+                "safe_mode": (
+                    {
+                        "code": "control.safe_mode",
+                        "problems": [asdict(p) for p in self.safe_mode],
+                    }
+                    if self.safe_mode
+                    else None
+                ),
+                "gateway": {
+                    "bind": config.listen.gateway.bind,
+                    "port": config.listen.gateway.port,
+                },
+                "load": {
+                    "in_progress": self.gateway.load.in_progress,
+                    "loop_lag_ms": round(self.gateway.load.lag_ms, 1),
+                    "shedding": self.gateway.load.shedding,
+                    "shed": self.gateway.load.shed,
+                },
+                "store": self.store.status(),
+            }
+            | {name: part() for name, part in self.status_parts.items()}
+            | (self.config_api.status() if self.config_api is not None else {})
+        )
 
     async def _overview(self, request: Request) -> dict[str, Any]:
         config = self.config

@@ -106,6 +106,11 @@ _CODES = {
         "A key or header value cannot be sent in an HTTP header once its variables are read "
         "(line break, control character, white space at an end, empty)."
     ),
+    "config.notify_duplicate_name": "Two notifications entries have the same name.",
+    "config.notify_secret_short": (
+        "A notifications secret has fewer than 16 characters once its variables are read."
+    ),
+    "config.notify_events_empty": "A notifications entry's events list is empty.",
     # --- engine: aliases, groups, routes, rules ------------------------------------------
     "engine.name_taken": "A group has the name of an upstream, so `to:` could not tell them apart.",
     "engine.alias_empty": "An alias lists no model.",

@@ -34,6 +34,7 @@ def test_the_full_example_builds() -> None:
     assert [p.name for p in config.providers] == ["anthropic", "openai", "relay", "gemini", "local"]
     assert config.listen.control.enabled
     assert config.client("ci").route == "batch"
+    assert [n.name for n in config.notifications] == ["ops", "chat"]
 
 
 def test_the_example_routes_as_described() -> None:
@@ -93,6 +94,10 @@ def test_every_field_is_documented() -> None:
         "max_requests",
         "shed_loop_lag_ms",
         *defaults.POOL,
+        *defaults.OBSERVABILITY,
+        *defaults.NOTIFICATIONS,
+        "secret",
+        "events",
     ]
     # A field counts as documented when it appears inside inline code: `selected`,
     # `state.redis_url`, `model: {context_window, max_output_tokens}`.
@@ -109,3 +114,6 @@ def test_documented_failover_defaults_match() -> None:
         assert f"| `{name}` | `{bound.default:g}` |" in text
     for name, bound in defaults.POOL.items():
         assert f"| `{name}` | `{bound.default:g}` |" in text, name
+    for section in (defaults.OBSERVABILITY, defaults.NOTIFICATIONS):
+        for name, bound in section.items():
+            assert f"| `{name}` | `{bound.default:g}` |" in text, name

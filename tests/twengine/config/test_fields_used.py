@@ -19,7 +19,7 @@ from twengine.config.schema import FIELD_USES, NOT_BUILT, PENDING, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[3]
 # The modules of build_config's stages: reading a field there is not the field taking effect.
-STAGES = ("fields", "sections", "providers", "cloud", "routing", "consistency")
+STAGES = ("fields", "sections", "providers", "cloud", "routing", "consistency", "notify")
 VALIDATOR = frozenset(
     (
         "twengine.config.build",

@@ -48,6 +48,15 @@ def rule(**fields: Any) -> dict[str, Any]:
     return with_(routes=[{"name": "r", "rules": [{"name": "x", **fields}]}])
 
 
+def notify(**fields: Any) -> dict[str, Any]:
+    entry = {
+        "url": "https://hooks.example/twserve",
+        "secret": "a-secret-of-some-length",
+        "events": ["upstream_paused"],
+    }
+    return {**entry, **fields}
+
+
 def without(key: str) -> dict[str, Any]:
     data = base()
     del data[key]
@@ -752,6 +761,54 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         with_(default_route="nope"),
         "engine.default_route_unknown",
         "default_route",
+    ),
+    (
+        "notification names twice",
+        with_(notifications=[notify(name="ops"), notify(name="ops")]),
+        "config.notify_duplicate_name",
+        "notifications[1].name",
+    ),
+    (
+        "notification secret short",
+        with_(notifications=[notify(secret="fifteen-chars!!")]),
+        "config.notify_secret_short",
+        "notifications[0].secret",
+    ),
+    (
+        "notification events empty",
+        with_(notifications=[notify(events=[])]),
+        "config.notify_events_empty",
+        "notifications[0].events",
+    ),
+    (
+        "notification event unknown",
+        with_(notifications=[notify(events=["key_limit_50"])]),
+        "config.invalid_choice",
+        "notifications[0].events[0]",
+    ),
+    (
+        "notification url not http",
+        with_(notifications=[notify(url="ftp://hooks.example/x")]),
+        "config.url_invalid",
+        "notifications[0].url",
+    ),
+    (
+        "notification without secret",
+        with_(notifications=[{"url": "https://hooks.example/x", "events": ["safe_mode"]}]),
+        "config.missing_field",
+        "notifications[0].secret",
+    ),
+    (
+        "notification timeout out of range",
+        with_(notifications=[notify(timeout_secs=0)]),
+        "config.out_of_range",
+        "notifications[0].timeout_secs",
+    ),
+    (
+        "log queue too small",
+        with_(observability={"log_queue_lines": 1}),
+        "config.out_of_range",
+        "observability.log_queue_lines",
     ),
 ]
 

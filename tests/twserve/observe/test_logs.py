@@ -336,6 +336,7 @@ def test_configure_logging_json_and_text() -> None:
     finally:
         for h in list(root.handlers):
             root.removeHandler(h)
+            h.close()  # the writer's thread writes what it holds
         for h in saved:
             root.addHandler(h)
         root.setLevel(level)

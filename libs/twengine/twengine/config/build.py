@@ -43,6 +43,7 @@ from twengine.config.stages.consistency import (
     _duplicates,
 )
 from twengine.config.stages.fields import _ABSENT, _at, _Fields, _kind, _Problems
+from twengine.config.stages.notify import _notifications
 from twengine.config.stages.providers import _providers
 from twengine.config.stages.routing import _aliases, _groups, _routes
 from twengine.config.stages.sections import (
@@ -126,6 +127,7 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
     store = _store(out, top, env)
     observability = _observability(out, top)
     pool = _pool(out, top)
+    notifications = _notifications(out, top, env)
     _not_built(out, data)
 
     # Stage 3: consistency.
@@ -183,5 +185,6 @@ def build_config(data: Mapping[str, object], env: Mapping[str, str] | None = Non
         store=store,
         observability=observability,
         pool=pool,
+        notifications=tuple(notifications),
         warnings=tuple(out.warnings),
     )

@@ -37,6 +37,8 @@ __all__ = (
     "LISTEN_WEBSOCKET",
     "MIN_STREAM_START_WAIT_SECS",
     "MODEL_SPEC_TOKENS",
+    "NOTIFICATIONS",
+    "OBSERVABILITY",
     "OFFICIAL_HOSTS",
     "POOL",
     "PORT",
@@ -208,6 +210,26 @@ STORE: Mapping[str, Bound] = MappingProxyType(
     {
         # With commit_before_end: how long an answer's end waits for its row's commit.
         "commit_wait_secs": Bound(low=0.1, high=600, default=5, integer=False),
+    }
+)
+
+OBSERVABILITY: Mapping[str, Bound] = MappingProxyType(
+    {
+        # Log lines waiting for the log's writer thread; past it a line is dropped and counted.
+        "log_queue_lines": Bound(low=16, high=1_000_000, default=10_000),
+    }
+)
+
+NOTIFICATIONS: Mapping[str, Bound] = MappingProxyType(
+    {
+        # One POST's whole time: connecting, sending, the receiver's answer.
+        "timeout_secs": Bound(low=0.1, high=60, default=5, integer=False),
+        # Tries of one notification, the first included; then it is dropped and counted.
+        "max_attempts": Bound(low=1, high=20, default=5),
+        # The wait before the first retry; it doubles at each retry, at most 300 s.
+        "backoff_secs": Bound(low=0.01, high=300, default=1, integer=False),
+        # Notifications waiting for this receiver; past it a new one is dropped and counted.
+        "max_queued": Bound(low=1, high=100_000, default=1000),
     }
 )
 

@@ -68,6 +68,9 @@ __all__ = (
     "LogFormat",
     "ModelPrice",
     "ModelSpec",
+    "Notification",
+    "NotifyEvent",
+    "NotifyFormat",
     "Observability",
     "OnMatch",
     "PinnedTarget",
@@ -646,6 +649,41 @@ class Observability:
 
     log_format: LogFormat = LogFormat.TEXT
     access_log: bool = True
+    log_queue_lines: int = int(_d(defaults.OBSERVABILITY, "log_queue_lines"))
+
+
+class NotifyFormat(StrEnum):
+    """``notifications[].format``: the JSON event, or Slack's ``{"text": ...}``."""
+
+    JSON = "json"
+    SLACK = "slack"
+
+
+class NotifyEvent(StrEnum):
+    """What a notification can be sent for (docs/observability.md, "Notifications")."""
+
+    KEY_LIMIT_80 = "key_limit_80"
+    KEY_LIMIT_100 = "key_limit_100"
+    UPSTREAM_PAUSED = "upstream_paused"  # and its end
+    ROUTE_DOWN = "route_down"  # every upstream of a route paused, and back
+    CONFIG_REFUSED = "config_refused"
+    SAFE_MODE = "safe_mode"  # entered, and left
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification:
+    """``notifications[]``: where events are POSTed, signed with `secret` (kept as written,
+    ``${VAR}`` templates included)."""
+
+    name: str
+    url: str
+    secret: str
+    events: tuple[NotifyEvent, ...]
+    format: NotifyFormat = NotifyFormat.JSON
+    timeout_secs: float = _d(defaults.NOTIFICATIONS, "timeout_secs")
+    max_attempts: int = int(_d(defaults.NOTIFICATIONS, "max_attempts"))
+    backoff_secs: float = _d(defaults.NOTIFICATIONS, "backoff_secs")
+    max_queued: int = int(_d(defaults.NOTIFICATIONS, "max_queued"))
 
 
 # --- the whole config ---------------------------------------------------------------------
@@ -690,6 +728,7 @@ class Config:
     store: Store | None = None
     observability: Observability = field(default_factory=Observability)
     pool: UpstreamPool = field(default_factory=UpstreamPool)
+    notifications: tuple[Notification, ...] = ()
     # Problems worth telling the operator that do not stop the config from serving (an upstream
     # key's variable not set yet).
     warnings: tuple[Problem, ...] = ()

@@ -49,6 +49,7 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "store",
             "observability",
             "pool",
+            "notifications",
         ),
         "listen": ("gateway", "control", "http", "http2", "websocket"),
         "listen.http": tuple(defaults.LISTEN_HTTP),
@@ -144,7 +145,8 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
-        "observability": ("log_format", "access_log"),
+        "observability": ("log_format", "access_log", *defaults.OBSERVABILITY),
+        "notifications[]": ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS),
         "pool": tuple(defaults.POOL),
     }
 )
@@ -335,6 +337,12 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "observability.access_log": _reads("twserve.observe.logs", "access_log"),
         "pool": _SECTION,
         **{f"pool.{name}": _reads("twserve.upstream.client", name) for name in defaults.POOL},
+        "observability.log_queue_lines": _reads("twserve.observe.logs", "log_queue_lines"),
+        "notifications": _reads("twserve.observe.notify", "notifications"),
+        **{
+            f"notifications[].{name}": _reads("twserve.observe.notify", name)
+            for name in ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS)
+        },
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

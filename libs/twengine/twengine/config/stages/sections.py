@@ -527,6 +527,8 @@ def _observability(out: _Problems, top: _Fields) -> Observability:
     return Observability(
         log_format=of.choice("log_format", LogFormat, LogFormat.TEXT),
         access_log=of.boolean("access_log", True),
+        log_queue_lines=of.integer("log_queue_lines", defaults.OBSERVABILITY["log_queue_lines"])
+        or 0,
     )
 
 
