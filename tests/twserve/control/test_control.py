@@ -610,7 +610,7 @@ def test_model_rows_say_where_each_figure_came_from(tmp_path: Path) -> None:
     with running_stack(tmp_path, ups, control=True) as st:
         rows = {m["model"]: m for m in view(st, "/providers")["providers"][0]["models"]}
     known = rows["claude-sonnet-4-5"]
-    assert (known["max_output_tokens"], known["max_output_tokens_from"]) == (1000, "model_specs")
-    assert known["context_window"] and known["context_window_from"] == "price_table"
+    assert (known["max_output_tokens"], known["max_output_tokens_source"]) == (1000, "manual")
+    assert known["context_window"] and known["context_window_source"] == "price_table"
     unknown = rows["no-such-model"]
-    assert unknown["context_window"] is None and unknown["context_window_from"] is None
+    assert unknown["context_window"] is None and unknown["context_window_source"] is None
