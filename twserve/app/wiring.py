@@ -39,6 +39,7 @@ from twserve.gateway import realtime
 from twserve.gateway.answers import transport_error
 from twserve.gateway.handler import Gateway
 from twserve.observe.logs import ObservationLog
+from twserve.observe.otel_env import traces_wanted
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
@@ -49,6 +50,7 @@ from twserve.usage.prices import load_price_table
 
 if TYPE_CHECKING:
     from twserve.app.sharing import Sharing
+    from twserve.observe.traces import Tracing
     from twserve.store.postgres import StoreBack, StoreLost
 
 __all__ = ["GatewayApp", "open_store"]
@@ -74,6 +76,19 @@ def _sharing() -> type[Sharing]:
             "state.redis_url needs the Redis client: pip install 'twserve[redis]'"
         ) from exc
     return Sharing
+
+
+def _tracing(config: Config, env: Mapping[str, str], clock: Callable[[], float]) -> Tracing:
+    """The OpenTelemetry tracer, imported only when traces are on: the SDK and its OTLP/HTTP
+    exporter are the optional ``otel`` extra."""
+    try:
+        from twserve.observe.traces import Tracing
+    except ImportError as exc:  # the extra is not installed
+        raise RuntimeError(
+            "traces (observability.traces or OTEL_EXPORTER_OTLP_*ENDPOINT) need the "
+            "OpenTelemetry SDK: pip install 'twserve[otel]'"
+        ) from exc
+    return Tracing(config.observability.traces, env, clock=clock)
 
 
 class GatewayApp:
@@ -148,6 +163,9 @@ class GatewayApp:
         self.observation = ObservationLog(lambda: gw.config)
         self.events.listeners.append(self.observation.on_event)
         gw.row_listeners.append(self.observation.on_row)
+        # OpenTelemetry traces: imported and built only when configured (docs/observability.md).
+        if traces_wanted(config.observability.traces, self.env):
+            gw.tracing = _tracing(config, self.env, gw.clock)
         gw.hooks.listeners.append(self.events.health_changed)
         if not isinstance(self.store, RequestStore):
             from twserve.store.postgres import PostgresStore
@@ -231,6 +249,8 @@ class GatewayApp:
                     self.store.close()
                     with anyio.CancelScope(shield=True):
                         await self.upstream.aclose()
+                        if self.gateway.tracing is not None:  # the spans still queued go out
+                            await anyio.to_thread.run_sync(self.gateway.tracing.shutdown)
         finally:
             self.store.close_db()
             self._stopped.set()

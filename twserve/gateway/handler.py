@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
@@ -53,6 +54,9 @@ from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
 
+if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
+    from twserve.observe.traces import RequestTrace, Tracing
+
 __all__ = ["Gateway"]
 
 
@@ -86,6 +90,10 @@ class Gateway:
         self.row_listeners: list[Callable[[RequestRow], None]] = []
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
+        # OpenTelemetry traces (twserve.observe.traces), when the app turned them on; the
+        # requests' traces in progress by request id, ended with their rows.
+        self.tracing: Tracing | None = None
+        self.traces: dict[str, RequestTrace] = {}
         self._configured = False
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
@@ -160,6 +168,12 @@ class Gateway:
         # settings it was admitted with (its candidates are fixed below, before any wait).
         started, settings = self.clock(), self.settings
         row = new_row(request_id, self.wall(), request, client_name, dialect)
+        trace = None
+        if self.tracing is not None:
+            trace = self.traces[request_id] = self.tracing.begin(
+                request.headers, request_id, request.path, dialect.value
+            )
+            trace.capture(request.body)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -217,6 +231,7 @@ class Gateway:
             owner=row.id,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn
+            trace=trace,
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(
@@ -260,6 +275,8 @@ class Gateway:
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
             fill_row(row, outcome, models, reasoning.efforts)
+            if trace is not None:
+                trace.records = outcome.attempts
             if self.reasoning.settle(
                 reasoning,
                 outcome.attempts,
@@ -298,3 +315,7 @@ class Gateway:
             listener(row)
         if self.events is not None:
             self.events.request_ended(row)
+        if self.traces:
+            trace = self.traces.pop(row.id, None)
+            if trace is not None:
+                trace.end(row)

@@ -43,6 +43,7 @@ __all__ = (
     "RETENTION",
     "SET_MAX_TOKENS",
     "STORE",
+    "TRACES",
     "Bound",
 )
 
@@ -185,6 +186,14 @@ STORE: Mapping[str, Bound] = MappingProxyType(
     {
         # With commit_before_end: how long an answer's end waits for its row's commit.
         "commit_wait_secs": Bound(low=0.1, high=600, default=5, integer=False),
+    }
+)
+
+TRACES: Mapping[str, Bound] = MappingProxyType(
+    {
+        # observability.traces.sample_ratio: the share of new traces kept (a client's sampled
+        # traceparent is followed whatever it is).
+        "sample_ratio": Bound(low=0, high=1, default=1, integer=False),
     }
 )
 

@@ -71,6 +71,7 @@ __all__ = (
     "Store",
     "Target",
     "TargetKind",
+    "Traces",
     "WebSocketListen",
     "When",
     "parse_comparison",
@@ -685,6 +686,20 @@ class Observability:
 
     log_format: LogFormat = LogFormat.TEXT
     access_log: bool = True
+    # ``observability.traces``: OpenTelemetry traces; None without the section (the standard
+    # OTEL_EXPORTER_OTLP_*ENDPOINT variables may still turn them on, twserve.observe.traces).
+    traces: Traces | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Traces:
+    """``observability.traces`` (docs/observability.md): where spans are exported over OTLP/HTTP
+    (None: the OTEL_EXPORTER_OTLP_*ENDPOINT variables, else the SDK's default), the share of
+    new traces kept, and whether prompt text goes into spans."""
+
+    endpoint: str | None = None
+    sample_ratio: float = _d(defaults.TRACES, "sample_ratio")
+    capture_content: bool = False
 
 
 # --- the whole config ---------------------------------------------------------------------

@@ -122,7 +122,8 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
-        "observability": ("log_format", "access_log"),
+        "observability": ("log_format", "access_log", "traces"),
+        "observability.traces": ("endpoint", *defaults.TRACES, "capture_content"),
     }
 )
 
@@ -296,6 +297,10 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
         "observability": _SECTION,
         "observability.log_format": _reads("twserve.observe.logs", "log_format"),
         "observability.access_log": _reads("twserve.observe.logs", "access_log"),
+        "observability.traces": _SECTION,
+        "observability.traces.endpoint": _reads("twserve.observe.traces", "endpoint"),
+        "observability.traces.sample_ratio": _reads("twserve.observe.traces", "sample_ratio"),
+        "observability.traces.capture_content": _reads("twserve.observe.traces", "capture_content"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

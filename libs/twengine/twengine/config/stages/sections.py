@@ -41,6 +41,7 @@ from twengine.config.model import (
     Retention,
     StateConfig,
     Store,
+    Traces,
     WebSocketListen,
 )
 from twengine.config.schema import NOT_BUILT, SECTIONS
@@ -475,6 +476,27 @@ def _observability(out: _Problems, top: _Fields) -> Observability:
     return Observability(
         log_format=of.choice("log_format", LogFormat, LogFormat.TEXT),
         access_log=of.boolean("access_log", True),
+        traces=_traces(out, of),
+    )
+
+
+def _traces(out: _Problems, of: _Fields) -> Traces | None:
+    tf = of.fields("traces", SECTIONS["observability.traces"])
+    if tf is None:
+        return None
+    endpoint = tf.text("endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        out.add(
+            "config.url_invalid",
+            tf.at("endpoint"),
+            "observability.traces.endpoint must be an http:// or https:// URL",
+        )
+        endpoint = None
+    ratio = tf.number("sample_ratio", defaults.TRACES["sample_ratio"])
+    return Traces(
+        endpoint=endpoint,
+        sample_ratio=1.0 if ratio is None else ratio,
+        capture_content=tf.boolean("capture_content", False),
     )
 
 
