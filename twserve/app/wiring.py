@@ -155,7 +155,11 @@ class GatewayApp:
             clock=gw.clock,
             table=lambda: gw.usage.table,
             set_aside=lambda: store.rejected,
+            queued=store.queued,
+            keys=lambda: [c.name for c in gw.config.clients if c.limits],
+            key_view=self.usage.key_view,
         )
+        store.batch_listeners.append(self.metrics.observe_batch)
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)

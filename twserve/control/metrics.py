@@ -28,16 +28,19 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector
 
+from twengine.codes import CODES
 from twengine.config import Config
 from twengine.model_listing import configured_models
 from twengine.pricing import PriceTable
 from twengine.router import Router
+from twproto.failures import FailureKind
+from twserve.control.gauges import KeyLimitUsage, LiveState, StoreState
 from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
+from twserve.observe.logs import outcome
 from twserve.store.sqlite import RequestRow
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -47,55 +50,17 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Seconds; first bytes range from tens of milliseconds (cached, small) to a minute (slow
 # reasoning models before their first token).
 TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
-
-
-class _LiveState(Collector):
-    """In-flight attempts and pauses per upstream, read from the router at scrape time."""
-
-    def __init__(self, router: Callable[[], Router], clock: Callable[[], float]) -> None:
-        self._router = router
-        self._clock = clock
-
-    def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
-        )
-
-    def collect(self) -> Iterator[Metric]:
-        router = self._router()
-        now = self._clock()
-        in_flight = GaugeMetricFamily(
-            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
-        )
-        paused = GaugeMetricFamily(
-            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
-        )
-        for provider in router.config.providers:
-            name = provider.name
-            in_flight.add_metric([name], router.slots.in_flight(name))
-            paused.add_metric([name], 1.0 if router.health.is_paused(name, now) else 0.0)
-        yield in_flight
-        yield paused
-
-
-class _StoreRows(Collector):
-    """Rows the request store set aside (they could not be written), read from the store's
-    own count at scrape time."""
-
-    NAME = "gateway_store_rows_set_aside"
-    HELP = "Request rows the store could not write and set aside (gw.store.row_set_aside)"
-
-    def __init__(self, set_aside: Callable[[], int]) -> None:
-        self._set_aside = set_aside
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.NAME, self.HELP)
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.NAME, self.HELP, value=float(self._set_aside()))
+# Seconds; a whole request runs from a cached token count (milliseconds) to a long reasoning
+# answer streamed for minutes.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Seconds; one batch of request rows written by the store's writer.
+STORE_WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# The attempt failure reasons a label may carry: the failure kinds, and the ``gw.`` codes of
+# an end without a failure (a stream broken after content, a slow start); anything else is
+# ``other``.
+_REASONS = frozenset(k.value for k in FailureKind) | frozenset(
+    c for c in CODES if c.startswith("gw.")
+)
 
 
 class _ModelLabels:
@@ -132,6 +97,9 @@ class Metrics:
         clock: Callable[[], float] = time.monotonic,
         table: Callable[[], PriceTable | None] = lambda: None,
         set_aside: Callable[[], int] = lambda: 0,
+        queued: Callable[[], int] = lambda: 0,
+        keys: Callable[[], list[str]] = lambda: [],
+        key_view: Callable[[str], list[Any]] = lambda key: [],
     ) -> None:
         self._router = router
         self._model_label = _ModelLabels(table)
@@ -201,13 +169,72 @@ class Metrics:
             "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
         )
         self.in_flight.set_function(lambda: float(len(self._open)))
-        reg.register(_LiveState(router, clock))
-        reg.register(_StoreRows(set_aside))
+        # By client format, the upstream that answered and how the request ended
+        # (ok, local, refused, error, cancelled: docs/observability.md).
+        self.duration = Histogram(
+            "gateway_request_duration_seconds",
+            "Whole requests as the gateway saw them, by client format, upstream and outcome",
+            ["format", "upstream", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.first_content = Histogram(
+            "gateway_time_to_first_content_seconds",
+            "From sending to the answering upstream to its first content, by client format, "
+            "upstream and outcome",
+            ["format", "upstream", "outcome"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        self.key_requests = Counter(
+            "gateway_key_requests",
+            "Requests by gateway key and outcome",
+            ["key", "outcome"],
+            registry=reg,
+        )
+        self.refusals = Counter(
+            "gateway_refusals",
+            "Requests answered with an error code, by gateway key and code (docs/codes.md; "
+            "other: a code the list does not hold)",
+            ["key", "code"],
+            registry=reg,
+        )
+        self.attempt_failures = Counter(
+            "gateway_upstream_attempt_failures",
+            "Attempts that failed or were cut short, by upstream and reason (a failure kind or "
+            "a gw. code)",
+            ["upstream", "reason"],
+            registry=reg,
+        )
+        self.failovers = Counter(
+            "gateway_upstream_failovers",
+            "Moves to another upstream within a retry round, by the upstream left and why",
+            ["upstream", "reason"],
+            registry=reg,
+        )
+        self.store_write = Histogram(
+            "gateway_store_write_seconds",
+            "Time the request store took to write one batch of rows",
+            buckets=STORE_WRITE_BUCKETS,
+            registry=reg,
+        )
+        self.store_rows = Counter(
+            "gateway_store_rows_written", "Request rows the store wrote", registry=reg
+        )
+        reg.register(LiveState(router, clock))
+        reg.register(StoreState(set_aside, queued))
+        reg.register(KeyLimitUsage(keys, key_view))
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
+        # process_start_time_seconds, … read from /proc at scrape time (Linux).
+        ProcessCollector(registry=reg)
         self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
         self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
         self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
         self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
         self._unpriced, self._estimated = _Children(self.unpriced), _Children(self.estimated)
+        self._duration, self._first = _Children(self.duration), _Children(self.first_content)
+        self._key_requests, self._refusals = _Children(self.key_requests), _Children(self.refusals)
+        self._failed, self._failovers = _Children(self.attempt_failures), _Children(self.failovers)
 
     @property
     def open_requests(self) -> int:
@@ -220,11 +247,23 @@ class Metrics:
         elif isinstance(event, RequestFinished | RequestFailed):
             self._open.discard(event.id)
 
+    def observe_batch(self, rows: int, secs: float) -> None:
+        """A store batch listener: one batch of `rows` written in `secs`."""
+        self.store_write.observe(secs)
+        self.store_rows.inc(rows)
+
     def observe_row(self, row: RequestRow) -> None:
         """A gateway row listener: count one ended request."""
         provider = row.provider or "none"
         status = "none" if row.status is None else str(row.status)
-        self._requests(row.format or "unknown", status, provider).inc()
+        fmt, ended, key = row.format or "unknown", outcome(row), row.key_name or "none"
+        self._requests(fmt, status, provider).inc()
+        self._key_requests(key, ended).inc()
+        if row.duration_ms is not None:
+            self._duration(fmt, provider, ended).observe(row.duration_ms / 1000)
+        if row.error_code is not None:
+            code = row.error_code if row.error_code in CODES else "other"
+            self._refusals(key, code).inc()
         self.totals["requests"] += 1
         if row.cancelled:
             self.totals["cancelled"] += 1
@@ -233,16 +272,22 @@ class Metrics:
         else:
             self.totals["failed"] += 1
         if row.ttfb_ms is not None and row.provider:
-            self._ttfb(row.provider).observe(row.ttfb_ms / 1000)
+            secs = row.ttfb_ms / 1000
+            self._ttfb(row.provider).observe(secs)
+            self._first(fmt, provider, ended).observe(secs)
         self._observe_spend(row, provider)
         attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
         previous: dict[str, Any] | None = None
         for attempt in attempts:
             name = str(attempt.get("provider"))
-            outcome = str(attempt.get("outcome"))
-            self._attempts(name, outcome).inc()
-            if outcome == "skipped":
+            result = str(attempt.get("outcome"))
+            self._attempts(name, result).inc()
+            if result == "skipped":
                 continue
+            failed = result not in _NOT_FAILED
+            reason = _reason(attempt, result) if failed else ""
+            if failed:
+                self._failed(name, reason).inc()
             round_ = int(attempt.get("retry") or 0)
             if round_ > 0:
                 self._retries(name).inc()
@@ -252,6 +297,8 @@ class Metrics:
                 and int(previous.get("retry") or 0) == round_
             ):
                 self.fallbacks.inc()
+                left = str(previous.get("provider"))
+                self._failovers(left, _reason(previous, str(previous.get("outcome")))).inc()
             previous = attempt
 
     def _observe_spend(self, row: RequestRow, provider: str) -> None:
@@ -278,6 +325,19 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(_WithoutCreated(self.registry))
+
+
+# Attempt outcomes that are not failures of the upstream.
+_NOT_FAILED = frozenset(("ok", "cancelled", "skipped", "in_flight"))
+
+
+def _reason(attempt: dict[str, Any], result: str) -> str:
+    """Why an attempt ended as it did: its error (a failure kind or a gw. code) when that is
+    one of the known set, else its outcome, else ``other``."""
+    error = attempt.get("error")
+    if isinstance(error, str):
+        return error if error in _REASONS else "other"
+    return result if result.isidentifier() and len(result) < 32 else "other"
 
 
 class _Children:
