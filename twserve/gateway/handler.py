@@ -307,6 +307,8 @@ class Gateway:
     def record_row(self, row: RequestRow, answered: IdentifiedResponder | None = None) -> None:
         """Store a finished row and tell the listeners; `answered` counted the answer's bytes."""
         row.answer_bytes = answered.sent if answered is not None else row.answer_bytes
+        if row.duration_ms is None:  # refused before the relay: from arrival to the refusal
+            row.duration_ms = max(0, int((self.wall() - row.ts) * 1000))
         self.taps.take(row)
         self.ends.record(self.store, row)
         if self.on_finished is not None:
