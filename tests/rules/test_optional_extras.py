@@ -28,7 +28,7 @@ def test_serving_without_traces_does_not_import_opentelemetry() -> None:
         "from twserve.app.wiring import GatewayApp\n"
         "cfg = build_config({'version': 1, 'clients': [{'name': 'c', 'key': 'k'}]})\n"
         "app = GatewayApp(cfg, pathlib.Path(tempfile.mkdtemp()), env={}, port=0)\n"
-        "assert app.gateway.tracing is None\n"
+        "assert app.gateway.hooks.tracing is None\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))"
     )
     out = subprocess.run(

@@ -153,6 +153,7 @@ class GatewayApp:
         self.metrics = Metrics(
             lambda: gw.router,
             clock=gw.clock,
+            wall=gw.wall,
             table=lambda: gw.usage.table,
             set_aside=lambda: store.rejected,
             queued=store.queued,
@@ -169,7 +170,8 @@ class GatewayApp:
         gw.row_listeners.append(self.observation.on_row)
         # OpenTelemetry traces: imported and built only when configured (docs/observability.md).
         if traces_wanted(config.observability.traces, self.env):
-            gw.tracing = _tracing(config, self.env, gw.clock)
+            gw.hooks.tracing = tracing = _tracing(config, self.env, gw.clock)
+            gw.row_listeners.append(tracing.on_row)
         gw.hooks.listeners.append(self.events.health_changed)
         if not isinstance(self.store, RequestStore):
             from twserve.store.postgres import PostgresStore
@@ -253,8 +255,9 @@ class GatewayApp:
                     self.store.close()
                     with anyio.CancelScope(shield=True):
                         await self.upstream.aclose()
-                        if self.gateway.tracing is not None:  # the spans still queued go out
-                            await anyio.to_thread.run_sync(self.gateway.tracing.shutdown)
+                        tracing = self.gateway.hooks.tracing
+                        if tracing is not None:  # the spans still queued go out
+                            await anyio.to_thread.run_sync(tracing.shutdown)
         finally:
             self.store.close_db()
             self._stopped.set()

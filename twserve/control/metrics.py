@@ -9,7 +9,9 @@ show.
 The number of requests in flight is kept from the events (`Metrics.on_event`), by request id.
 
 Every app instance has its own `CollectorRegistry`: nothing touches prometheus-client's global
-default registry, so several gateways can run in one process (the tests do).
+default registry, so several gateways can run in one process (the tests do). The series counted
+per row are `twserve.control.series`'s lock-free counters and histograms (a row costs about 5 µs
+of CPU, docs/benchmarks.md); the live state is `twserve.control.gauges`', read at scrape time.
 
 Every label value comes from a bounded set, since each series is kept for good: formats,
 statuses, outcomes, and the names of keys and upstreams the config writes. The ``model`` label
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -39,6 +41,7 @@ from twengine.pricing import PriceTable
 from twengine.router import Router
 from twproto.failures import FailureKind
 from twserve.control.gauges import KeyLimitUsage, LiveState, StoreState
+from twserve.control.series import LoopCounter, LoopHistogram
 from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
 from twserve.observe.logs import outcome
 from twserve.store.sqlite import RequestRow
@@ -95,6 +98,7 @@ class Metrics:
         router: Callable[[], Router],
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         table: Callable[[], PriceTable | None] = lambda: None,
         set_aside: Callable[[], int] = lambda: 0,
         queued: Callable[[], int] = lambda: 0,
@@ -102,33 +106,34 @@ class Metrics:
         key_view: Callable[[str], list[Any]] = lambda key: [],
     ) -> None:
         self._router = router
+        self._wall = wall
         self._model_label = _ModelLabels(table)
         self.registry = CollectorRegistry()
         reg = self.registry
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "gateway_requests",
             "Requests by client format, final status and the upstream that answered",
             ["format", "status", "provider"],
             registry=reg,
         )
-        self.attempts = Counter(
+        self.attempts = LoopCounter(
             "gateway_provider_attempts",
             "Attempts by upstream and outcome (ok, failed, skipped, cancelled, ...)",
             ["provider", "outcome"],
             registry=reg,
         )
-        self.fallbacks = Counter(
+        self.fallbacks = LoopCounter(
             "gateway_provider_fallback",
             "Attempts that moved to another upstream within a retry round",
             registry=reg,
         )
-        self.retries = Counter(
+        self.retries = LoopCounter(
             "gateway_provider_retry",
             "Attempts in a retry round above 0, by the upstream retried",
             ["provider"],
             registry=reg,
         )
-        self.ttfb = Histogram(
+        self.ttfb = LoopHistogram(
             "gateway_ttfb_seconds",
             "From sending to the answering upstream to its first content (unstreamed: answer)",
             ["provider"],
@@ -137,7 +142,7 @@ class Metrics:
         )
         # Spend (docs/limits-and-costs.md): tokens by kind and known cost, per key, upstream and
         # model asked.
-        self.tokens = Counter(
+        self.tokens = LoopCounter(
             "gateway_tokens",
             "Tokens the upstreams reported, by key, upstream, model asked (other: a name the "
             "config and price table do not know) and kind "
@@ -145,19 +150,19 @@ class Metrics:
             ["key", "provider", "model", "kind"],
             registry=reg,
         )
-        self.cost = Counter(
+        self.cost = LoopCounter(
             "gateway_cost_usd",
             "Known cost in USD by key, upstream and model asked (free and unpriced add 0)",
             ["key", "provider", "model"],
             registry=reg,
         )
-        self.unpriced = Counter(
+        self.unpriced = LoopCounter(
             "gateway_unpriced_requests",
             "Requests whose cost is unknown (the model has no price), by upstream and model",
             ["provider", "model"],
             registry=reg,
         )
-        self.estimated = Counter(
+        self.estimated = LoopCounter(
             "gateway_estimated_cost_usd",
             "Estimated cost in USD of requests whose answer reported no usage (cancelled or "
             "cut off before it), as the key limits counted it, by key, upstream and model asked",
@@ -171,14 +176,14 @@ class Metrics:
         self.in_flight.set_function(lambda: float(len(self._open)))
         # By client format, the upstream that answered and how the request ended
         # (ok, local, refused, error, cancelled: docs/observability.md).
-        self.duration = Histogram(
+        self.duration = LoopHistogram(
             "gateway_request_duration_seconds",
             "Whole requests as the gateway saw them, by client format, upstream and outcome",
             ["format", "upstream", "outcome"],
             buckets=DURATION_BUCKETS,
             registry=reg,
         )
-        self.first_content = Histogram(
+        self.first_content = LoopHistogram(
             "gateway_time_to_first_content_seconds",
             "From sending to the answering upstream to its first content, by client format, "
             "upstream and outcome",
@@ -186,39 +191,39 @@ class Metrics:
             buckets=TTFB_BUCKETS,
             registry=reg,
         )
-        self.key_requests = Counter(
+        self.key_requests = LoopCounter(
             "gateway_key_requests",
             "Requests by gateway key and outcome",
             ["key", "outcome"],
             registry=reg,
         )
-        self.refusals = Counter(
+        self.refusals = LoopCounter(
             "gateway_refusals",
             "Requests answered with an error code, by gateway key and code (docs/codes.md; "
             "other: a code the list does not hold)",
             ["key", "code"],
             registry=reg,
         )
-        self.attempt_failures = Counter(
+        self.attempt_failures = LoopCounter(
             "gateway_upstream_attempt_failures",
             "Attempts that failed or were cut short, by upstream and reason (a failure kind or "
             "a gw. code)",
             ["upstream", "reason"],
             registry=reg,
         )
-        self.failovers = Counter(
+        self.failovers = LoopCounter(
             "gateway_upstream_failovers",
             "Moves to another upstream within a retry round, by the upstream left and why",
             ["upstream", "reason"],
             registry=reg,
         )
-        self.store_write = Histogram(
+        self.store_write = LoopHistogram(
             "gateway_store_write_seconds",
             "Time the request store took to write one batch of rows",
             buckets=STORE_WRITE_BUCKETS,
             registry=reg,
         )
-        self.store_rows = Counter(
+        self.store_rows = LoopCounter(
             "gateway_store_rows_written", "Request rows the store wrote", registry=reg
         )
         reg.register(LiveState(router, clock))
@@ -228,13 +233,13 @@ class Metrics:
         # process_start_time_seconds, … read from /proc at scrape time (Linux).
         ProcessCollector(registry=reg)
         self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
-        self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
-        self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
-        self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
-        self._unpriced, self._estimated = _Children(self.unpriced), _Children(self.estimated)
-        self._duration, self._first = _Children(self.duration), _Children(self.first_content)
-        self._key_requests, self._refusals = _Children(self.key_requests), _Children(self.refusals)
-        self._failed, self._failovers = _Children(self.attempt_failures), _Children(self.failovers)
+        self._requests, self._attempts = self.requests.labels, self.attempts.labels
+        self._retries, self._ttfb = self.retries.labels, self.ttfb.labels
+        self._tokens, self._cost = self.tokens.labels, self.cost.labels
+        self._unpriced, self._estimated = self.unpriced.labels, self.estimated.labels
+        self._duration, self._first = self.duration.labels, self.first_content.labels
+        self._key_requests, self._refusals = self.key_requests.labels, self.refusals.labels
+        self._failed, self._failovers = self.attempt_failures.labels, self.failovers.labels
 
     @property
     def open_requests(self) -> int:
@@ -259,8 +264,9 @@ class Metrics:
         fmt, ended, key = row.format or "unknown", outcome(row), row.key_name or "none"
         self._requests(fmt, status, provider).inc()
         self._key_requests(key, ended).inc()
-        if row.duration_ms is not None:
-            self._duration(fmt, provider, ended).observe(row.duration_ms / 1000)
+        # A request refused before the relay has no duration in its row: it ends now.
+        secs = row.duration_ms / 1000 if row.duration_ms is not None else self._wall() - row.ts
+        self._duration(fmt, provider, ended).observe(max(0.0, secs))
         if row.error_code is not None:
             code = row.error_code if row.error_code in CODES else "other"
             self._refusals(key, code).inc()
@@ -338,24 +344,6 @@ def _reason(attempt: dict[str, Any], result: str) -> str:
     if isinstance(error, str):
         return error if error in _REASONS else "other"
     return result if result.isidentifier() and len(result) < 32 else "other"
-
-
-class _Children:
-    """A labelled metric's children by their label values, kept in a dict: prometheus-client's
-    ``labels()`` checks and converts its arguments on every call, and a request's row takes
-    several. Nothing removes a child from these metrics, so a kept one stays the metric's."""
-
-    __slots__ = ("_children", "_metric")
-
-    def __init__(self, metric: Counter | Histogram) -> None:
-        self._metric = metric
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def __call__(self, *values: str) -> Any:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._metric.labels(*values)
-        return child
 
 
 class _WithoutCreated(CollectorRegistry):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
@@ -54,9 +53,6 @@ from twserve.store.sqlite import RequestRow, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
 
-if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
-    from twserve.observe.traces import RequestTrace, Tracing
-
 __all__ = ["Gateway"]
 
 
@@ -90,10 +86,6 @@ class Gateway:
         self.row_listeners: list[Callable[[RequestRow], None]] = []
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
-        # OpenTelemetry traces (twserve.observe.traces), when the app turned them on; the
-        # requests' traces in progress by request id, ended with their rows.
-        self.tracing: Tracing | None = None
-        self.traces: dict[str, RequestTrace] = {}
         self._configured = False
         # A new request id per call (twserve.gateway.realtime records rows of its own, too).
         self.next_request_id = request_ids()
@@ -168,12 +160,6 @@ class Gateway:
         # settings it was admitted with (its candidates are fixed below, before any wait).
         started, settings = self.clock(), self.settings
         row = new_row(request_id, self.wall(), request, client_name, dialect)
-        trace = None
-        if self.tracing is not None:
-            trace = self.traces[request_id] = self.tracing.begin(
-                request.headers, request_id, request.path, dialect.value
-            )
-            trace.capture(request.body)
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -231,7 +217,6 @@ class Gateway:
             owner=row.id,
             arrival=started,
             sockets=request.upstream_sockets,  # a client Responses socket's turn
-            trace=trace,
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(
@@ -275,8 +260,6 @@ class Gateway:
             row.cancelled = outcome.cancelled or (not finished and not outcome.delivered)
             models = {c.name: c.target.model for c in candidates}
             fill_row(row, outcome, models, reasoning.efforts)
-            if trace is not None:
-                trace.records = outcome.attempts
             if self.reasoning.settle(
                 reasoning,
                 outcome.attempts,
@@ -307,8 +290,6 @@ class Gateway:
     def record_row(self, row: RequestRow, answered: IdentifiedResponder | None = None) -> None:
         """Store a finished row and tell the listeners; `answered` counted the answer's bytes."""
         row.answer_bytes = answered.sent if answered is not None else row.answer_bytes
-        if row.duration_ms is None:  # refused before the relay: from arrival to the refusal
-            row.duration_ms = max(0, int((self.wall() - row.ts) * 1000))
         self.taps.take(row)
         self.ends.record(self.store, row)
         if self.on_finished is not None:
@@ -317,7 +298,3 @@ class Gateway:
             listener(row)
         if self.events is not None:
             self.events.request_ended(row)
-        if self.traces:
-            trace = self.traces.pop(row.id, None)
-            if trace is not None:
-                trace.end(row)

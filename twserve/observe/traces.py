@@ -13,13 +13,16 @@ exporter: ending a span appends it to the processor's queue, and the processor's
 exports, so the event loop never waits for the collector. A full queue drops spans (the SDK
 counts them); the request does not notice.
 
-Per request the gateway calls `Tracing.begin` (the client's W3C ``traceparent`` continued),
-then `RequestTrace.attempt` as each attempt's upstream request is built — the attempt's span
-(kind CLIENT) starts there and its context goes upstream in ``traceparent`` — and
-`RequestTrace.end` with the stored row and the attempts' records when the request ends: each
-attempt span gets its status, error and events (queued, retry back-off, first content) and
-ends at the attempt's own end time; then the request span (kind SERVER) gets the GenAI
-attributes of the answer and ends. Nothing here runs per chunk.
+Per request the relay calls `Tracing.begin` (twserve.relay.loop, through its hooks), which
+starts the request's span (kind SERVER) at the request's arrival, the client's W3C
+``traceparent`` continued; then `RequestTrace.attempt` as each attempt's upstream request is
+built (twserve.relay.reader) — the attempt's span (kind CLIENT) starts there and its context
+goes upstream in ``traceparent``. `Tracing.on_row`, a row listener, ends them when the row is
+recorded: each attempt span gets its status, error and events (queued, retry back-off, first
+content) from the attempt's record and ends at the attempt's own end time; then the request
+span gets the GenAI attributes of the answer and ends. A request refused before the relay gets
+its span there, from the row's start. The handler itself does nothing for traces, and nothing
+here runs per chunk.
 
 Attribute names follow the OpenTelemetry GenAI semantic conventions (docs/observability.md,
 "Traces"). Prompt text is recorded only with ``capture_content: true``.
@@ -29,8 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -49,7 +52,12 @@ from twengine.destinations import Destination
 from twproto.dialect import Dialect
 from twserve.observe.logs import outcome
 from twserve.observe.otel_env import ENDPOINT_VARIABLES
+from twserve.observe.request_ids import TRACEPARENT_HEADER as TRACEPARENT
+from twserve.relay.client import RelayOutcome
 from twserve.store.sqlite import RequestRow
+
+if TYPE_CHECKING:
+    from twserve.relay.loop import RelayRequest
 
 __all__ = (
     "MAX_CAPTURED_CHARS",
@@ -61,7 +69,6 @@ __all__ = (
 
 log = logging.getLogger("twserve.observe.traces")
 
-TRACEPARENT = b"traceparent"
 # With capture_content: the prompt recorded on the request span, cut at this many characters.
 MAX_CAPTURED_CHARS = 16_384
 
@@ -145,32 +152,46 @@ class Tracing:
         exporter = OTLPSpanExporter(endpoint=self.endpoint)
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("twserve")
+        # The traces of requests in the relay, by request id, until their rows end them.
+        self._open: dict[str, RequestTrace] = {}
         log.info("traces on: OTLP/HTTP to %s", self.endpoint or "the SDK's default endpoint")
 
-    def begin(
-        self, headers: Sequence[tuple[bytes, bytes]], request_id: str, path: str, dialect: str
-    ) -> RequestTrace:
-        """The request's span, child of the client's ``traceparent`` when it sent a valid one."""
-        parent: Context | None = None
-        for name, value in headers:
-            if name == TRACEPARENT:
-                remote = parse_traceparent(value)
-                if remote is not None:
-                    parent = trace.set_span_in_context(NonRecordingSpan(remote))
-                break
+    def _parent(self, traceparent: bytes | None) -> Context | None:
+        remote = parse_traceparent(traceparent) if traceparent is not None else None
+        return trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
+
+    def begin(self, request: RelayRequest, out: RelayOutcome) -> RequestTrace:
+        """The span of a request the relay carries, from its arrival, child of the client's
+        ``traceparent`` when it sent a valid one; `out` will hold its attempts' records."""
+        headers = request.call.headers
+        sent = next((value for name, value in headers if name == TRACEPARENT), None)
+        arrival = request.arrival
+        late = 0.0 if arrival is None else max(0.0, self._clock() - arrival)
         span = self.tracer.start_span(
-            f"POST {path}",
-            context=parent,
+            "POST",
+            context=self._parent(sent),
             kind=SpanKind.SERVER,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "http.request.method": "POST",
-                "url.path": path,
-                "twserve.request_id": request_id,
-                "twserve.client_format": dialect,
-            },
+            attributes={"twserve.request_id": request.owner},
+            start_time=time.time_ns() - int(late * 1e9),
         )
-        return RequestTrace(self, span, self._clock)
+        found = self._open[request.owner] = RequestTrace(self, span, self._clock, out)
+        found.capture(request.body)
+        return found
+
+    def on_row(self, row: RequestRow) -> None:
+        """A gateway row listener: end the request's spans. A request refused before the relay
+        has no trace yet: its span is made now, from the row's start to now."""
+        found = self._open.pop(row.id, None)
+        if found is None:
+            span = self.tracer.start_span(
+                "POST",
+                context=self._parent(row.traceparent),
+                kind=SpanKind.SERVER,
+                attributes={"twserve.request_id": row.id},
+                start_time=int(row.ts * 1e9),
+            )
+            found = RequestTrace(self, span, self._clock, None)
+        found.end(row)
 
     def shutdown(self) -> None:
         """Export what is queued and stop the processor's thread (blocks: call from a thread)."""
@@ -180,17 +201,18 @@ class Tracing:
 class RequestTrace:
     """One request's spans: the request's own and one per attempt, by attempt index."""
 
-    __slots__ = ("_answered", "_attempts", "_mono", "_tracing", "_wall_ns", "records", "span")
+    __slots__ = ("_answered", "_attempts", "_mono", "_out", "_tracing", "_wall_ns", "span")
 
-    def __init__(self, tracing: Tracing, span: Span, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, tracing: Tracing, span: Span, clock: Callable[[], float], out: RelayOutcome | None
+    ) -> None:
         self._tracing = tracing
         self.span = span
+        self._out = out
         # The gateway's clock against the wall clock, to place records' times on the span's.
         self._mono, self._wall_ns = clock(), time.time_ns()
         self._attempts: dict[int, tuple[Span, Destination]] = {}
         self._answered: dict[str, Destination] = {}
-        # The attempts' records, set when the relay is done (none for a refused request).
-        self.records: Sequence[AttemptRecord] = ()
 
     def _ns(self, at: float | None) -> int | None:
         if at is None:
@@ -227,8 +249,8 @@ class RequestTrace:
         return TRACEPARENT, _traceparent(span.get_span_context())
 
     def end(self, row: RequestRow) -> None:
-        """End every span: the attempts' from their `records`, then the request's from `row`."""
-        records = self.records
+        """End every span: the attempts' from their records, then the request's from `row`."""
+        records = self._out.attempts if self._out is not None else ()
         for index, (span, dest) in sorted(self._attempts.items()):
             record = records[index] if index < len(records) else None
             self._end_attempt(span, dest, record)
@@ -236,6 +258,7 @@ class RequestTrace:
         self._attempts.clear()
         span = self.span
         if span.is_recording():
+            span.update_name(f"POST {row.path}")
             span.set_attributes(_request_attributes(row, self._served(row)))
             if row.error_code is not None and not row.cancelled:
                 span.set_status(Status(StatusCode.ERROR, row.error_code))
@@ -280,7 +303,14 @@ class RequestTrace:
 
 
 def _request_attributes(row: RequestRow, served: Destination | None) -> dict[str, Any]:
-    attributes: dict[str, Any] = {"twserve.outcome": outcome(row)}
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "http.request.method": "POST",
+        "url.path": row.path,
+        "twserve.outcome": outcome(row),
+    }
+    if row.format is not None:
+        attributes["twserve.client_format"] = row.format
     if row.model is not None:
         attributes["gen_ai.request.model"] = row.model
     if row.key_name is not None:

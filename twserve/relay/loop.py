@@ -54,7 +54,6 @@ from twserve.upstream.client import Upstream
 if TYPE_CHECKING:
     from twproto.stream import UpstreamStream
     from twproto.upstream_request import UpstreamRequest
-    from twserve.observe.traces import RequestTrace
     from twserve.upstream.responses_socket import UpstreamSockets
 
 __all__ = ["RelayOutcome", "RelayRequest", "relay"]
@@ -82,8 +81,6 @@ class RelayRequest:
     # A Responses WebSocket turn: its client socket's own upstream sockets, which attempts to
     # a `Transport.RESPONSES_SOCKET` destination use (twserve.upstream.responses_socket).
     sockets: UpstreamSockets | None = None
-    # The request's trace when traces are on: each attempt's span, its traceparent upstream.
-    trace: RequestTrace | None = None
 
 
 _Taken = AttemptItem | Granted
@@ -108,7 +105,9 @@ class _Relay:
         call = req.call
         self.up, self.hooks, self.clock, self.wall, self.out = up, hooks, clock, wall, out
         self.call, self.model, self.observer = call, req.model, observer
-        self.sockets, self.trace = req.sockets, req.trace
+        self.sockets = req.sockets
+        # With traces on (twserve.observe.traces): the request's span, one per attempt.
+        self.trace = None if hooks.tracing is None else hooks.tracing.begin(req, out)
         self.dests = {d.name: d for d in destinations}
         self.names = list(self.dests)
         self.ledger = AttemptLedger(
@@ -264,16 +263,12 @@ class _Relay:
         await self._do(self.ledger.attempt_sent(live.sent_at))
         assert self.tg is not None
         dest, up, post = self.dests[provider], self.up, self.inbox.send
-        build = partial(self._build, dest, index)
-        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets)
+        build = partial(self._build, dest)
+        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets, self.trace)
 
-    def _build(
-        self, dest: Destination, index: int
-    ) -> tuple[UpstreamRequest, UpstreamStream | None]:
+    def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
         built = self.requests.build(dest, self.feed.answer, now=self.wall())
         self.out.dropped = list(self.requests.dropped)
-        if self.trace is not None:  # the attempt's span starts; its context goes upstream
-            built[0].headers.append(self.trace.attempt(index, dest))
         return built
 
 

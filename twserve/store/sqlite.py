@@ -227,6 +227,8 @@ class RequestRow:
     # not stored.
     request_bytes: int = 0
     answer_bytes: int = 0
+    # The client's W3C ``traceparent``, for its trace when traces are on: not stored.
+    traceparent: bytes | None = None
     # Kept in the bodies table when ``retention.store_bodies`` is on.
     body: StoredBody | None = None
 

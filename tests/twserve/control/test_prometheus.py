@@ -181,7 +181,9 @@ def test_label_values_come_from_bounded_sets(scraped: tuple[Stack, str]) -> None
             assert found["provider"] in names, (name, found)
         if "key" in found:
             assert found["key"] in keys, (name, found)
-        if "outcome" in found and name.startswith(("gateway_request_", "gateway_time_", "gateway_key_")):
+        if "outcome" in found and name.startswith(
+            ("gateway_request_", "gateway_time_", "gateway_key_")
+        ):
             assert found["outcome"] in outcomes, (name, found)
 
 
@@ -189,8 +191,21 @@ def test_label_values_come_from_bounded_sets(scraped: tuple[Stack, str]) -> None
 
 # PromQL words that are not series: aggregation modifiers and set operators.
 _KEYWORDS = frozenset(
-    ("by", "without", "on", "ignoring", "group_left", "group_right", "bool")
-    + ("and", "or", "unless", "offset", "inf", "nan")
+    [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "inf",
+        "nan",
+    ]
 )
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 

@@ -33,6 +33,7 @@ from twserve.server.base import Handler, Request, Responder
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+REFUSED_TRACE = "0af7651916cd43dd8448eb211c80319c"
 PROMPT = "a prompt nobody may read in a trace"
 
 
@@ -182,11 +183,17 @@ def test_a_refused_request_is_a_span_with_its_code(
     reply = http(
         stack.url + "/v1/chat/completions",
         body=b'{"model": "m", "messages": "not a list"}',
-        headers=(("authorization", f"Bearer {KEY}"),),
+        headers=(
+            ("authorization", f"Bearer {KEY}"),
+            ("traceparent", f"00-{REFUSED_TRACE}-{CLIENT_SPAN}-01"),
+        ),
     )
     assert reply.status == 400
     spans = receiver.wait_spans(before + 1)[before:]
     assert [s.kind for s in spans] == ["SERVER"]
+    assert spans[0].trace_id == REFUSED_TRACE and spans[0].parent_span_id == CLIENT_SPAN
+    assert spans[0].name == "POST /v1/chat/completions"
+    assert spans[0].start_ns <= spans[0].end_ns
     assert spans[0].attributes["error.type"].startswith("gw.")
     assert spans[0].attributes["twserve.outcome"] == "refused"
     assert spans[0].status_code == 2
