@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -66,10 +67,22 @@ def _stack(
             wrap=_recording(seen.setdefault("bad", [])),
         ),
         "good": Upstream("anthropic", wrap=_recording(seen.setdefault("good", []))),
+        # Its first answer fails: a request routed to it alone is retried after a back-off.
+        "flaky": Upstream(
+            "openai-chat", MockSettings(script=parse_script({"fail_first": 1, "error": 503}))
+        ),
     }
     config = {
         "groups": [{"name": "pool", "type": "fallback", "providers": ["bad", "good"]}],
-        "routes": [{"name": "default", "rules": [{"name": "all", "to": "pool"}]}],
+        "routes": [
+            {
+                "name": "default",
+                "rules": [
+                    {"name": "solo", "when": {"model": "solo"}, "to": "flaky"},
+                    {"name": "all", "to": "pool"},
+                ],
+            }
+        ],
         "failover": {"failures_to_pause": 100, "wait_secs": 10},
         "observability": {"traces": {"endpoint": receiver.endpoint, **traces}},
     }
@@ -199,6 +212,26 @@ def test_a_refused_request_is_a_span_with_its_code(
     assert spans[0].status_code == 2
 
 
+def test_a_retry_is_an_event_of_the_retried_attempt(
+    traced: tuple[Stack, OtlpReceiver, dict[str, list[str]]],
+) -> None:
+    stack, receiver, _ = traced
+    before = len(receiver.spans)
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+    client.chat.completions.create(model="solo", messages=[{"role": "user", "content": "x"}])
+    spans = receiver.wait_spans(before + 3)[before:]
+    server = next(s for s in spans if s.kind == "SERVER")
+    _, attempts = _tree(spans, server.trace_id)
+    assert [a.attributes["twserve.upstream"] for a in attempts] == ["flaky", "flaky"]
+    first, second = attempts
+    assert first.attributes["error.type"] == "overloaded"
+    assert "retry" not in [name for name, _ in first.events]
+    retry = dict(second.events)["retry"]
+    assert retry["twserve.retry"] == 1 and retry["twserve.backoff_ms"] >= 0
+    assert second.attributes["twserve.outcome"] == "ok"
+    assert server.attributes["twserve.upstream"] == "flaky"
+
+
 def test_capture_content_puts_the_prompt_on_the_request_span(tmp_path: Path) -> None:
     seen: dict[str, list[str]] = {}
     with otlp_receiver() as receiver:
@@ -269,6 +302,7 @@ def test_serve_turns_traces_on_from_the_standard_variables(tmp_path: Path) -> No
             stderr=subprocess.PIPE,
         )
         try:
+            _wait_listening(mock_port)  # else the gateway's first attempt finds no mock
             reply = None
             deadline = time.monotonic() + 30
             body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]})
@@ -295,9 +329,21 @@ def test_serve_turns_traces_on_from_the_standard_variables(tmp_path: Path) -> No
         spans = receiver.wait_spans(2, timeout=5)
     server, attempts = _tree(spans, CLIENT_TRACE)
     assert len(attempts) == 1, err.decode()
+    assert attempts[0].attributes["http.response.status_code"] == 200
     assert server.resource["service.name"] == "gateway-under-test"
     assert server.parent_span_id == CLIENT_SPAN
     assert {p for p, _ in receiver.posts} == {"/v1/traces"}
+
+
+def _wait_listening(port: int, secs: float = 30.0) -> None:
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
 
 
 def test_traces_are_off_without_config_or_variables() -> None:
