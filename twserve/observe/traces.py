@@ -260,6 +260,9 @@ class RequestTrace:
         if span.is_recording():
             span.update_name(f"POST {row.path}")
             span.set_attributes(_request_attributes(row, self._served(row)))
+            stop = self._out.stop_reason if self._out is not None else None
+            if stop is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", [str(stop.value)])
             if row.error_code is not None and not row.cancelled:
                 span.set_status(Status(StatusCode.ERROR, row.error_code))
         span.end()

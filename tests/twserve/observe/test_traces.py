@@ -185,6 +185,7 @@ def test_a_request_without_traceparent_starts_a_trace(
     server, attempts = _tree(spans, servers[0].trace_id)
     assert len(attempts) == 2
     assert server.attributes["twserve.client_format"] == "anthropic"
+    assert server.attributes["gen_ai.response.finish_reasons"] == ["end_turn"]
     assert seen["good"][-1] == f"00-{server.trace_id}-{attempts[1].span_id}-01"
 
 
