@@ -46,6 +46,9 @@ WIRE_FACTS = (
     "finishReason",
     "finish_reason",
 )
+# Names that contain a wire fact without being one: OpenTelemetry's GenAI span attribute for
+# the stop reason (twserve/observe/traces.py), which the IR's reason fills in every format.
+NOT_WIRE = ("gen_ai.response.finish_reasons",)
 
 
 def _shell_sources() -> list[Path]:
@@ -61,6 +64,8 @@ def test_the_shell_has_sources() -> None:
 @pytest.mark.parametrize("path", _shell_sources(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_wire_facts_in_the_shell(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
+    for name in NOT_WIRE:
+        text = text.replace(name, " " * len(name))  # line numbers unchanged
     found = [
         f"{fact!r} on line {text.count(chr(10), 0, text.index(fact)) + 1}"
         for fact in WIRE_FACTS

@@ -17,3 +17,21 @@ def test_serving_imports_neither_redis_nor_psycopg() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_serving_without_traces_does_not_import_opentelemetry() -> None:
+    # Traces (the ``otel`` extra) are imported only when configured: a gateway without them,
+    # its app built and its handler ready, never loads the SDK.
+    probe = (
+        "import sys, pathlib, tempfile\n"
+        "from twengine.config import build_config\n"
+        "from twserve.app.wiring import GatewayApp\n"
+        "cfg = build_config({'version': 1, 'clients': [{'name': 'c', 'key': 'k'}]})\n"
+        "app = GatewayApp(cfg, pathlib.Path(tempfile.mkdtemp()), env={}, port=0)\n"
+        "assert app.gateway.hooks.tracing is None\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -93,6 +93,39 @@ def _distribution_of(module: str) -> str:
     return _normalise(found[0])
 
 
+def full_imports(files: Iterable[Path]) -> set[str]:
+    """Every module an absolute import in `files` names, dotted in full."""
+    names: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+    return names
+
+
+def _namespace_distributions(top: str, modules: set[str]) -> set[str]:
+    """The distributions that ship the `modules` under namespace package `top` (several
+    distributions share ``opentelemetry``): each module's file, found in a distribution's
+    record of its files."""
+    owners: dict[str, str] = {}
+    for dist in _installed()[top]:
+        for file in importlib.metadata.distribution(dist).files or ():
+            owners.setdefault(file.as_posix(), _normalise(dist))
+    found = set()
+    for module in modules:
+        base = module.replace(".", "/")
+        for candidate in (f"{base}/__init__.py", f"{base}.py"):
+            if candidate in owners:
+                found.add(owners[candidate])
+                break
+        else:
+            # `from opentelemetry import trace`: the names are modules of the namespace.
+            assert module == top, f"no installed distribution ships {module!r}"
+    return found
+
+
 def imported_distributions(dist: str) -> tuple[set[str], set[str]]:
     """(third-party distributions `dist` imports, stdlib modules it imports)."""
     packages = DISTRIBUTIONS[dist][1]
@@ -103,7 +136,24 @@ def imported_distributions(dist: str) -> tuple[set[str], set[str]]:
     third = {m for m in modules - stdlib - own if m not in ("twproto", "twengine")}
     # The other libraries of this repository are distributions by their own names.
     siblings = {m for m in modules - own if m in ("twproto", "twengine")}
-    return {_distribution_of(m) for m in third} | siblings, stdlib
+    found = {_distribution_of(m) for m in third if len(_installed().get(m, ())) <= 1}
+    namespaces = {m for m in third if len(_installed().get(m, ())) > 1}
+    if namespaces:
+        imported = full_imports(files) | _from_namespace(files, namespaces)
+        for top in namespaces:
+            under = {m for m in imported if m == top or m.startswith(top + ".")}
+            found |= _namespace_distributions(top, under - {top})
+    return found | siblings, stdlib
+
+
+def _from_namespace(files: Iterable[Path], namespaces: set[str]) -> set[str]:
+    """``from opentelemetry import trace`` imports the module ``opentelemetry.trace``."""
+    names: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in namespaces and node.level == 0:
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 def expected_dependencies(dist: str) -> set[str]:

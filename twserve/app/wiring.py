@@ -41,6 +41,7 @@ from twserve.gateway.answers import transport_error
 from twserve.gateway.handler import Gateway
 from twserve.observe.logs import ObservationLog
 from twserve.observe.notify import Notifier
+from twserve.observe.otel_env import traces_wanted
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
@@ -51,6 +52,7 @@ from twserve.usage.prices import load_price_table
 
 if TYPE_CHECKING:
     from twserve.app.sharing import Sharing
+    from twserve.observe.traces import Tracing
     from twserve.store.postgres import StoreBack, StoreLost
 
 __all__ = ["GatewayApp", "open_store"]
@@ -76,6 +78,19 @@ def _sharing() -> type[Sharing]:
             "state.redis_url needs the Redis client: pip install 'twserve[redis]'"
         ) from exc
     return Sharing
+
+
+def _tracing(config: Config, env: Mapping[str, str], clock: Callable[[], float]) -> Tracing:
+    """The OpenTelemetry tracer, imported only when traces are on: the SDK and its OTLP/HTTP
+    exporter are the optional ``otel`` extra."""
+    try:
+        from twserve.observe.traces import Tracing
+    except ImportError as exc:  # the extra is not installed
+        raise RuntimeError(
+            "traces (observability.traces or OTEL_EXPORTER_OTLP_*ENDPOINT) need the "
+            "OpenTelemetry SDK: pip install 'twserve[otel]'"
+        ) from exc
+    return Tracing(config.observability.traces, env, clock=clock)
 
 
 class GatewayApp:
@@ -144,9 +159,14 @@ class GatewayApp:
         self.metrics = Metrics(
             lambda: gw.router,
             clock=gw.clock,
+            wall=gw.wall,
             table=lambda: gw.usage.table,
             set_aside=lambda: store.rejected,
+            queued=store.queued,
+            keys=lambda: [c.name for c in gw.config.clients if c.limits],
+            key_view=self.usage.key_view,
         )
+        store.batch_listeners.append(self.metrics.observe_batch)
         self.events.listeners.append(self.metrics.on_event)
         gw.events = self.events
         gw.row_listeners.append(self.metrics.observe_row)
@@ -157,6 +177,10 @@ class GatewayApp:
         # Alerts POSTed to the receivers of notifications[] (docs/observability.md).
         self.notifier = Notifier(lambda: gw.config, self.env, wall=gw.wall)
         self.events.listeners.append(self.notifier.on_event)
+        # OpenTelemetry traces: imported and built only when configured (docs/observability.md).
+        if traces_wanted(config.observability.traces, self.env):
+            gw.hooks.tracing = tracing = _tracing(config, self.env, gw.clock)
+            gw.row_listeners.append(tracing.on_row)
         gw.hooks.listeners.append(self.events.health_changed)
         if not isinstance(self.store, RequestStore):
             from twserve.store.postgres import PostgresStore
@@ -255,6 +279,9 @@ class GatewayApp:
                     self.store.close()
                     with anyio.CancelScope(shield=True):
                         await self.upstream.aclose()
+                        tracing = self.gateway.hooks.tracing
+                        if tracing is not None:  # the spans still queued go out
+                            await anyio.to_thread.run_sync(tracing.shutdown)
         finally:
             self.store.close_db()
             self._stopped.set()

@@ -9,7 +9,9 @@ show.
 The number of requests in flight is kept from the events (`Metrics.on_event`), by request id.
 
 Every app instance has its own `CollectorRegistry`: nothing touches prometheus-client's global
-default registry, so several gateways can run in one process (the tests do).
+default registry, so several gateways can run in one process (the tests do). The series counted
+per row are `twserve.control.series`'s lock-free counters and histograms (a row costs about 5 µs
+of CPU, docs/benchmarks.md); the live state is `twserve.control.gauges`', read at scrape time.
 
 Every label value comes from a bounded set, since each series is kept for good: formats,
 statuses, outcomes, and the names of keys and upstreams the config writes. The ``model`` label
@@ -28,16 +30,20 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector
 
+from twengine.codes import CODES
 from twengine.config import Config
 from twengine.model_listing import configured_models
 from twengine.pricing import PriceTable
 from twengine.router import Router
+from twproto.failures import FailureKind
+from twserve.control.gauges import KeyLimitUsage, LiveState, StoreState
+from twserve.control.series import LoopCounter, LoopHistogram
 from twserve.events import Event, RequestFailed, RequestFinished, RequestStarted
+from twserve.observe.logs import outcome
 from twserve.store.sqlite import RequestRow
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -47,55 +53,17 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Seconds; first bytes range from tens of milliseconds (cached, small) to a minute (slow
 # reasoning models before their first token).
 TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
-
-
-class _LiveState(Collector):
-    """In-flight attempts and pauses per upstream, read from the router at scrape time."""
-
-    def __init__(self, router: Callable[[], Router], clock: Callable[[], float]) -> None:
-        self._router = router
-        self._clock = clock
-
-    def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
-        )
-
-    def collect(self) -> Iterator[Metric]:
-        router = self._router()
-        now = self._clock()
-        in_flight = GaugeMetricFamily(
-            "gateway_provider_in_flight", "Attempts in flight per upstream", labels=["provider"]
-        )
-        paused = GaugeMetricFamily(
-            "gateway_provider_paused", "1 while an upstream is paused", labels=["provider"]
-        )
-        for provider in router.config.providers:
-            name = provider.name
-            in_flight.add_metric([name], router.slots.in_flight(name))
-            paused.add_metric([name], 1.0 if router.health.is_paused(name, now) else 0.0)
-        yield in_flight
-        yield paused
-
-
-class _StoreRows(Collector):
-    """Rows the request store set aside (they could not be written), read from the store's
-    own count at scrape time."""
-
-    NAME = "gateway_store_rows_set_aside"
-    HELP = "Request rows the store could not write and set aside (gw.store.row_set_aside)"
-
-    def __init__(self, set_aside: Callable[[], int]) -> None:
-        self._set_aside = set_aside
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.NAME, self.HELP)
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.NAME, self.HELP, value=float(self._set_aside()))
+# Seconds; a whole request runs from a cached token count (milliseconds) to a long reasoning
+# answer streamed for minutes.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Seconds; one batch of request rows written by the store's writer.
+STORE_WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# The attempt failure reasons a label may carry: the failure kinds, and the ``gw.`` codes of
+# an end without a failure (a stream broken after content, a slow start); anything else is
+# ``other``.
+_REASONS = frozenset(k.value for k in FailureKind) | frozenset(
+    c for c in CODES if c.startswith("gw.")
+)
 
 
 class _ModelLabels:
@@ -130,37 +98,42 @@ class Metrics:
         router: Callable[[], Router],
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         table: Callable[[], PriceTable | None] = lambda: None,
         set_aside: Callable[[], int] = lambda: 0,
+        queued: Callable[[], int] = lambda: 0,
+        keys: Callable[[], list[str]] = lambda: [],
+        key_view: Callable[[str], list[Any]] = lambda key: [],
     ) -> None:
         self._router = router
+        self._wall = wall
         self._model_label = _ModelLabels(table)
         self.registry = CollectorRegistry()
         reg = self.registry
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "gateway_requests",
             "Requests by client format, final status and the upstream that answered",
             ["format", "status", "provider"],
             registry=reg,
         )
-        self.attempts = Counter(
+        self.attempts = LoopCounter(
             "gateway_provider_attempts",
             "Attempts by upstream and outcome (ok, failed, skipped, cancelled, ...)",
             ["provider", "outcome"],
             registry=reg,
         )
-        self.fallbacks = Counter(
+        self.fallbacks = LoopCounter(
             "gateway_provider_fallback",
             "Attempts that moved to another upstream within a retry round",
             registry=reg,
         )
-        self.retries = Counter(
+        self.retries = LoopCounter(
             "gateway_provider_retry",
             "Attempts in a retry round above 0, by the upstream retried",
             ["provider"],
             registry=reg,
         )
-        self.ttfb = Histogram(
+        self.ttfb = LoopHistogram(
             "gateway_ttfb_seconds",
             "From sending to the answering upstream to its first content (unstreamed: answer)",
             ["provider"],
@@ -169,7 +142,7 @@ class Metrics:
         )
         # Spend (docs/limits-and-costs.md): tokens by kind and known cost, per key, upstream and
         # model asked.
-        self.tokens = Counter(
+        self.tokens = LoopCounter(
             "gateway_tokens",
             "Tokens the upstreams reported, by key, upstream, model asked (other: a name the "
             "config and price table do not know) and kind "
@@ -177,19 +150,19 @@ class Metrics:
             ["key", "provider", "model", "kind"],
             registry=reg,
         )
-        self.cost = Counter(
+        self.cost = LoopCounter(
             "gateway_cost_usd",
             "Known cost in USD by key, upstream and model asked (free and unpriced add 0)",
             ["key", "provider", "model"],
             registry=reg,
         )
-        self.unpriced = Counter(
+        self.unpriced = LoopCounter(
             "gateway_unpriced_requests",
             "Requests whose cost is unknown (the model has no price), by upstream and model",
             ["provider", "model"],
             registry=reg,
         )
-        self.estimated = Counter(
+        self.estimated = LoopCounter(
             "gateway_estimated_cost_usd",
             "Estimated cost in USD of requests whose answer reported no usage (cancelled or "
             "cut off before it), as the key limits counted it, by key, upstream and model asked",
@@ -201,13 +174,72 @@ class Metrics:
             "gateway_requests_in_flight", "Requests started and not yet ended", registry=reg
         )
         self.in_flight.set_function(lambda: float(len(self._open)))
-        reg.register(_LiveState(router, clock))
-        reg.register(_StoreRows(set_aside))
+        # By client format, the upstream that answered and how the request ended
+        # (ok, local, refused, error, cancelled: docs/observability.md).
+        self.duration = LoopHistogram(
+            "gateway_request_duration_seconds",
+            "Whole requests as the gateway saw them, by client format, upstream and outcome",
+            ["format", "upstream", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.first_content = LoopHistogram(
+            "gateway_time_to_first_content_seconds",
+            "From sending to the answering upstream to its first content, by client format, "
+            "upstream and outcome",
+            ["format", "upstream", "outcome"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        self.key_requests = LoopCounter(
+            "gateway_key_requests",
+            "Requests by gateway key and outcome",
+            ["key", "outcome"],
+            registry=reg,
+        )
+        self.refusals = LoopCounter(
+            "gateway_refusals",
+            "Requests answered with an error code, by gateway key and code (docs/codes.md; "
+            "other: a code the list does not hold)",
+            ["key", "code"],
+            registry=reg,
+        )
+        self.attempt_failures = LoopCounter(
+            "gateway_upstream_attempt_failures",
+            "Attempts that failed or were cut short, by upstream and reason (a failure kind or "
+            "a gw. code)",
+            ["upstream", "reason"],
+            registry=reg,
+        )
+        self.failovers = LoopCounter(
+            "gateway_upstream_failovers",
+            "Moves to another upstream within a retry round, by the upstream left and why",
+            ["upstream", "reason"],
+            registry=reg,
+        )
+        self.store_write = LoopHistogram(
+            "gateway_store_write_seconds",
+            "Time the request store took to write one batch of rows",
+            buckets=STORE_WRITE_BUCKETS,
+            registry=reg,
+        )
+        self.store_rows = LoopCounter(
+            "gateway_store_rows_written", "Request rows the store wrote", registry=reg
+        )
+        reg.register(LiveState(router, clock))
+        reg.register(StoreState(set_aside, queued))
+        reg.register(KeyLimitUsage(keys, key_view))
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
+        # process_start_time_seconds, … read from /proc at scrape time (Linux).
+        ProcessCollector(registry=reg)
         self.totals = {"requests": 0, "ok": 0, "failed": 0, "cancelled": 0}
-        self._requests, self._attempts = _Children(self.requests), _Children(self.attempts)
-        self._retries, self._ttfb = _Children(self.retries), _Children(self.ttfb)
-        self._tokens, self._cost = _Children(self.tokens), _Children(self.cost)
-        self._unpriced, self._estimated = _Children(self.unpriced), _Children(self.estimated)
+        self._requests, self._attempts = self.requests.labels, self.attempts.labels
+        self._retries, self._ttfb = self.retries.labels, self.ttfb.labels
+        self._tokens, self._cost = self.tokens.labels, self.cost.labels
+        self._unpriced, self._estimated = self.unpriced.labels, self.estimated.labels
+        self._duration, self._first = self.duration.labels, self.first_content.labels
+        self._key_requests, self._refusals = self.key_requests.labels, self.refusals.labels
+        self._failed, self._failovers = self.attempt_failures.labels, self.failovers.labels
 
     @property
     def open_requests(self) -> int:
@@ -220,11 +252,24 @@ class Metrics:
         elif isinstance(event, RequestFinished | RequestFailed):
             self._open.discard(event.id)
 
+    def observe_batch(self, rows: int, secs: float) -> None:
+        """A store batch listener: one batch of `rows` written in `secs`."""
+        self.store_write.observe(secs)
+        self.store_rows.inc(rows)
+
     def observe_row(self, row: RequestRow) -> None:
         """A gateway row listener: count one ended request."""
         provider = row.provider or "none"
         status = "none" if row.status is None else str(row.status)
-        self._requests(row.format or "unknown", status, provider).inc()
+        fmt, ended, key = row.format or "unknown", outcome(row), row.key_name or "none"
+        self._requests(fmt, status, provider).inc()
+        self._key_requests(key, ended).inc()
+        # A request refused before the relay has no duration in its row: it ends now.
+        secs = row.duration_ms / 1000 if row.duration_ms is not None else self._wall() - row.ts
+        self._duration(fmt, provider, ended).observe(max(0.0, secs))
+        if row.error_code is not None:
+            code = row.error_code if row.error_code in CODES else "other"
+            self._refusals(key, code).inc()
         self.totals["requests"] += 1
         if row.cancelled:
             self.totals["cancelled"] += 1
@@ -233,16 +278,22 @@ class Metrics:
         else:
             self.totals["failed"] += 1
         if row.ttfb_ms is not None and row.provider:
-            self._ttfb(row.provider).observe(row.ttfb_ms / 1000)
+            secs = row.ttfb_ms / 1000
+            self._ttfb(row.provider).observe(secs)
+            self._first(fmt, provider, ended).observe(secs)
         self._observe_spend(row, provider)
         attempts: list[dict[str, Any]] = (row.routing or {}).get("attempts") or []
         previous: dict[str, Any] | None = None
         for attempt in attempts:
             name = str(attempt.get("provider"))
-            outcome = str(attempt.get("outcome"))
-            self._attempts(name, outcome).inc()
-            if outcome == "skipped":
+            result = str(attempt.get("outcome"))
+            self._attempts(name, result).inc()
+            if result == "skipped":
                 continue
+            failed = result not in _NOT_FAILED
+            reason = _reason(attempt, result) if failed else ""
+            if failed:
+                self._failed(name, reason).inc()
             round_ = int(attempt.get("retry") or 0)
             if round_ > 0:
                 self._retries(name).inc()
@@ -252,6 +303,8 @@ class Metrics:
                 and int(previous.get("retry") or 0) == round_
             ):
                 self.fallbacks.inc()
+                left = str(previous.get("provider"))
+                self._failovers(left, _reason(previous, str(previous.get("outcome")))).inc()
             previous = attempt
 
     def _observe_spend(self, row: RequestRow, provider: str) -> None:
@@ -280,22 +333,17 @@ class Metrics:
         return generate_latest(_WithoutCreated(self.registry))
 
 
-class _Children:
-    """A labelled metric's children by their label values, kept in a dict: prometheus-client's
-    ``labels()`` checks and converts its arguments on every call, and a request's row takes
-    several. Nothing removes a child from these metrics, so a kept one stays the metric's."""
+# Attempt outcomes that are not failures of the upstream.
+_NOT_FAILED = frozenset(("ok", "cancelled", "skipped", "in_flight"))
 
-    __slots__ = ("_children", "_metric")
 
-    def __init__(self, metric: Counter | Histogram) -> None:
-        self._metric = metric
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def __call__(self, *values: str) -> Any:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._metric.labels(*values)
-        return child
+def _reason(attempt: dict[str, Any], result: str) -> str:
+    """Why an attempt ended as it did: its error (a failure kind or a gw. code) when that is
+    one of the known set, else its outcome, else ``other``."""
+    error = attempt.get("error")
+    if isinstance(error, str):
+        return error if error in _REASONS else "other"
+    return result if result.isidentifier() and len(result) < 32 else "other"
 
 
 class _WithoutCreated(CollectorRegistry):

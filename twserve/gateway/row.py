@@ -20,7 +20,7 @@ from twengine.attempt import Action, AttemptRecord, Backoff, ResendReason, Send,
 from twengine.config import CredentialFault
 from twproto.dialect import Dialect
 from twserve.events import EventBus
-from twserve.observe.request_ids import correlation_id
+from twserve.observe.request_ids import client_ids
 from twserve.relay.client import RelayOutcome
 from twserve.server.base import Request
 from twserve.store.sqlite import RequestRow
@@ -49,13 +49,15 @@ def new_row(
 ) -> RequestRow:
     """The row of a generation `request` by `client` in `dialect`'s format, started at `ts`
     (the wall clock), with the client's own request id if it sent a valid one."""
+    correlation, traceparent = client_ids(request.headers)
     return RequestRow(
         id=request_id,
         ts=ts,
         path=request.path,
         key_name=client,
         format=dialect.value,
-        correlation_id=correlation_id(request.headers),
+        correlation_id=correlation,
+        traceparent=traceparent,
         request_bytes=len(request.body),
     )
 

@@ -17,9 +17,17 @@ import re
 
 from twserve.server.base import Headers, Responder
 
-__all__ = ("MAX_CORRELATION_CHARS", "REQUEST_ID_HEADER", "IdentifiedResponder", "correlation_id")
+__all__ = (
+    "MAX_CORRELATION_CHARS",
+    "REQUEST_ID_HEADER",
+    "TRACEPARENT_HEADER",
+    "IdentifiedResponder",
+    "client_ids",
+    "correlation_id",
+)
 
 REQUEST_ID_HEADER = b"x-request-id"
+TRACEPARENT_HEADER = b"traceparent"
 # Longer ids are not ids (a UUID is 36 characters, a W3C trace id 32, AWS's X-Amzn-Trace-Id 40).
 MAX_CORRELATION_CHARS = 128
 _TOKEN = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,%d}" % (MAX_CORRELATION_CHARS - 1))
@@ -28,10 +36,20 @@ _TOKEN = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,%d}" % (MAX_CORRELATION_
 def correlation_id(headers: Headers) -> str | None:
     """The client's own ``x-request-id`` when it is a token of letters, digits and
     ``._:@/+=-`` of at most `MAX_CORRELATION_CHARS`; None for none or anything else."""
+    return client_ids(headers)[0]
+
+
+def client_ids(headers: Headers) -> tuple[str | None, bytes | None]:
+    """The client's `correlation_id` and its ``traceparent`` as sent (read by the tracer,
+    twserve.observe.traces, when traces are on), in one pass over the headers."""
+    found: str | None = None
+    parent: bytes | None = None
     for name, value in headers:
-        if name == REQUEST_ID_HEADER:
-            return value.decode("ascii") if _TOKEN.fullmatch(value) else None
-    return None
+        if name == REQUEST_ID_HEADER and found is None:
+            found = value.decode("ascii") if _TOKEN.fullmatch(value) else ""
+        elif name == TRACEPARENT_HEADER and parent is None:
+            parent = value
+    return found or None, parent
 
 
 class IdentifiedResponder:

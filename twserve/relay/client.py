@@ -60,6 +60,8 @@ class RelayOutcome:
     provider: str | None = None
     ttfb_ms: int | None = None
     usage: Any = None
+    # Why a streamed answer ended, as its upstream said (an `ir.StopReason`; None: unknown).
+    stop_reason: Any = None
     error_code: str | None = None
     attempts: tuple[AttemptRecord, ...] = ()
     dropped: list[str] = field(default_factory=list)  # what conversion could not carry
@@ -272,7 +274,7 @@ class ClientAnswer:
         assert translator is not None
         out = self.out
         out.provider, out.status = live.provider, 200
-        out.usage = translator.usage
+        out.usage, out.stop_reason = translator.usage, translator.stop_reason
         out.dropped.extend(translator.dropped)
         await live.stream.flush()
         await self.responder.end()

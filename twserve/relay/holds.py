@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Protocol, assert_never
+from typing import TYPE_CHECKING, Protocol, assert_never
 
 import anyio
 
@@ -38,6 +38,9 @@ from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 from twproto.ir import Usage
+
+if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
+    from twserve.observe.traces import Tracing
 
 __all__ = [
     "Bookkeeping",
@@ -56,7 +59,10 @@ log = logging.getLogger("twserve.relay.holds")
 
 
 class RelayHooks(Protocol):
-    """What the relay needs from the gateway's shared state (slots, health)."""
+    """What the relay needs from the gateway's shared state (slots, health), and its tracer
+    when traces are on."""
+
+    tracing: Tracing | None
 
     def free(self, names: Collection[str]) -> set[str]: ...
 
@@ -203,6 +209,8 @@ class RouterHooks:
         self.listeners: list[Callable[[PauseChanged], None]] = []
         # Told (conversation, upstream, cached tokens) whenever a conversation got its answer.
         self.answer_listeners: list[Callable[[str, str, int], None]] = []
+        # OpenTelemetry traces (twserve.observe.traces), set by the app when they are on.
+        self.tracing: Tracing | None = None
 
     # -- slots ---------------------------------------------------------------------------------
 

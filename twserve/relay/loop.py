@@ -111,6 +111,8 @@ class _Relay:
         self.up, self.hooks, self.clock, self.wall, self.out = up, hooks, clock, wall, out
         self.call, self.model, self.observer = call, req.model, observer
         self.sockets = req.sockets
+        # With traces on (twserve.observe.traces): the request's span, one per attempt.
+        self.trace = None if hooks.tracing is None else hooks.tracing.begin(req, out)
         self.dests = {d.name: d for d in destinations}
         self.names = list(self.dests)
         self.ledger = AttemptLedger(
@@ -266,7 +268,7 @@ class _Relay:
         assert self.tg is not None
         dest, up, post = self.dests[provider], self.up, self.inbox.send
         build = partial(self._build, dest)
-        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets)
+        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets, self.trace)
 
     def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
         built = self.requests.build(dest, self.feed.answer, now=self.wall())

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -39,6 +40,9 @@ from twserve.upstream.client import (
     read_prefix,
 )
 from twserve.upstream.responses_socket import UpstreamSockets
+
+if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
+    from twserve.observe.traces import RequestTrace
 
 __all__ = [
     "Attempt",
@@ -168,18 +172,22 @@ async def read_attempt(
     post: Callable[[AttemptItem], Awaitable[None]],
     dest: Destination,
     sockets: UpstreamSockets | None = None,
+    trace: RequestTrace | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
     through `up` — or over `sockets`, a client socket's own upstream sockets, for a `dest`
     reached by its Responses socket — and `post` what arrives. A committed stream's chunks go
     the way its `AttemptStream` says: posted to the loop, or written here, or handed to the
-    upstream connection's sink as they arrive (twserve.relay.stream)."""
+    upstream connection's sink as they arrive (twserve.relay.stream). With `trace`, the
+    attempt's span starts as its request is built, its context upstream in ``traceparent``."""
     index = attempt.index
     reader = attempt.reader
     try:
         with attempt.scope:
             try:
                 request, reader.opening = build()
+                if trace is not None:
+                    request.headers.append(trace.attempt(index, dest))
                 reader.upstream_sse = request.sse
                 reader.upstream_eventstream = request.eventstream
                 stream = reader.opening is not None

@@ -394,12 +394,18 @@ class PostgresStore:
         self._unlisted: list[tuple[str, str, str]] = []
         # Rows whose answer's end waits for them (store.commit_before_end).
         self.commits = Commits()
+        self.batch_listeners: list[Callable[[int, float], None]] = []
 
     # -- the writer --------------------------------------------------------------------------
 
     def record(self, row: RequestRow) -> None:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
+
+    def queued(self) -> int:
+        """Rows recorded and not in PostgreSQL yet: queued and held in memory (the journal's
+        rows are on disk, counted in `status`)."""
+        return self._receive.statistics().current_buffer_used + len(self._held)
 
     def record_committed(self, row: RequestRow) -> Commit:
         """Queue `row` like `record`; the returned `Commit` settles when PostgreSQL committed
@@ -562,6 +568,15 @@ class PostgresStore:
         cannot be sent, the rows are written one by one and each one that still fails is set
         aside in the journal's ``rejected`` table with the reason, instead of holding every
         later row back."""
+        started = time.perf_counter()
+        await self._write_batch(conn, batch)
+        secs = time.perf_counter() - started
+        for listener in self.batch_listeners:
+            listener(len(batch), secs)
+
+    async def _write_batch(
+        self, conn: psycopg.AsyncConnection[Any], batch: Sequence[_Item]
+    ) -> None:
         try:
             await self._copy(conn, batch)
         except Exception as exc:

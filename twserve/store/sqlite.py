@@ -35,7 +35,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -229,6 +229,8 @@ class RequestRow:
     # not stored.
     request_bytes: int = 0
     answer_bytes: int = 0
+    # The client's W3C ``traceparent``, for its trace when traces are on: not stored.
+    traceparent: bytes | None = None
     # Kept in the bodies table when ``retention.store_bodies`` is on.
     body: StoredBody | None = None
 
@@ -351,8 +353,14 @@ class Store(Protocol):
 
     written: int
     rejected: int  # rows set aside: they could not be written
+    # Told of every batch the writer committed: its rows and the seconds its write took.
+    batch_listeners: list[Callable[[int, float], None]]
 
     def record(self, row: RequestRow) -> None: ...
+
+    def queued(self) -> int:
+        """Rows recorded and not written yet (PostgreSQL: held in memory too)."""
+        ...
 
     def record_committed(self, row: RequestRow) -> Commit: ...
 
@@ -539,10 +547,16 @@ class RequestStore:
         self.commits = Commits()
         # Set when a row whose commit is awaited is queued; made by the writer in its loop.
         self._urgent: anyio.Event | None = None
+        self.batch_listeners: list[Callable[[int, float], None]] = []
+        self._batch = 0  # rows of the batch being written
 
     def record(self, row: RequestRow) -> None:
         """Queue `row` for writing; never blocks."""
         self._send.send_nowait(row)
+
+    def queued(self) -> int:
+        """Rows recorded and not written yet: the queue's and the batch being written."""
+        return self._receive.statistics().current_buffer_used + self._batch
 
     def record_committed(self, row: RequestRow) -> Commit:
         """Queue `row` like `record`; the returned `Commit` settles when its batch commits."""
@@ -592,8 +606,16 @@ class RequestStore:
                 return refused, False
             return refused, True
 
-        async with self._lock:
-            refused, kept = await anyio.to_thread.run_sync(write)
+        self._batch = len(rows)
+        started = time.perf_counter()
+        try:
+            async with self._lock:
+                refused, kept = await anyio.to_thread.run_sync(write)
+        finally:
+            self._batch = 0
+        secs = time.perf_counter() - started
+        for listener in self.batch_listeners:
+            listener(len(rows), secs)
         for row_id, reason, _ in refused:
             log_set_aside(row_id, reason, self.path if kept else None)
         self.rejected += len(refused)

@@ -48,6 +48,7 @@ __all__ = (
     "RETENTION",
     "SET_MAX_TOKENS",
     "STORE",
+    "TRACES",
     "Bound",
 )
 
@@ -230,6 +231,14 @@ NOTIFICATIONS: Mapping[str, Bound] = MappingProxyType(
         "backoff_secs": Bound(low=0.01, high=300, default=1, integer=False),
         # Notifications waiting for this receiver; past it a new one is dropped and counted.
         "max_queued": Bound(low=1, high=100_000, default=1000),
+    }
+)
+
+TRACES: Mapping[str, Bound] = MappingProxyType(
+    {
+        # observability.traces.sample_ratio: the share of new traces kept (a client's sampled
+        # traceparent is followed whatever it is).
+        "sample_ratio": Bound(low=0, high=1, default=1, integer=False),
     }
 )
 

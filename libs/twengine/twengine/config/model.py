@@ -86,6 +86,7 @@ __all__ = (
     "Store",
     "Target",
     "TargetKind",
+    "Traces",
     "UpstreamPool",
     "WebSocketListen",
     "When",
@@ -650,6 +651,9 @@ class Observability:
     log_format: LogFormat = LogFormat.TEXT
     access_log: bool = True
     log_queue_lines: int = int(_d(defaults.OBSERVABILITY, "log_queue_lines"))
+    # ``observability.traces``: OpenTelemetry traces; None without the section (the standard
+    # OTEL_EXPORTER_OTLP_*ENDPOINT variables may still turn them on, twserve.observe.traces).
+    traces: Traces | None = None
 
 
 class NotifyFormat(StrEnum):
@@ -684,6 +688,17 @@ class Notification:
     max_attempts: int = int(_d(defaults.NOTIFICATIONS, "max_attempts"))
     backoff_secs: float = _d(defaults.NOTIFICATIONS, "backoff_secs")
     max_queued: int = int(_d(defaults.NOTIFICATIONS, "max_queued"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Traces:
+    """``observability.traces`` (docs/observability.md): where spans are exported over OTLP/HTTP
+    (None: the OTEL_EXPORTER_OTLP_*ENDPOINT variables, else the SDK's default), the share of
+    new traces kept, and whether prompt text goes into spans."""
+
+    endpoint: str | None = None
+    sample_ratio: float = _d(defaults.TRACES, "sample_ratio")
+    capture_content: bool = False
 
 
 # --- the whole config ---------------------------------------------------------------------

@@ -145,7 +145,8 @@ SECTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "pricing.sheets[].models.*": ("input", "output", "cache_read", "cache_write"),
         "state": ("redis_url",),
         "store": ("postgres_dsn", "commit_before_end", *defaults.STORE),
-        "observability": ("log_format", "access_log", *defaults.OBSERVABILITY),
+        "observability": ("log_format", "access_log", "traces", *defaults.OBSERVABILITY),
+        "observability.traces": ("endpoint", *defaults.TRACES, "capture_content"),
         "notifications[]": ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS),
         "pool": tuple(defaults.POOL),
     }
@@ -343,6 +344,10 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
             f"notifications[].{name}": _reads("twserve.observe.notify", name)
             for name in ("name", "url", "secret", "events", "format", *defaults.NOTIFICATIONS)
         },
+        "observability.traces": _SECTION,
+        "observability.traces.endpoint": _reads("twserve.observe.traces", "endpoint"),
+        "observability.traces.sample_ratio": _reads("twserve.observe.traces", "sample_ratio"),
+        "observability.traces.capture_content": _reads("twserve.observe.traces", "capture_content"),
         "failover": _SECTION,
         "failover.failures_to_pause": _reads("twengine.health", "failures_to_pause"),
         "failover.pause_secs": _reads("twengine.health", "pause_secs"),

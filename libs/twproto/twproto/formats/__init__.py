@@ -57,6 +57,7 @@ class StreamDecoder(Protocol):
 
     usage: ir.Usage | None
     finished: bool
+    stop_reason: ir.StopReason | None
     error: ir.StreamErrorEvent | None
     dropped: list[str]
 

@@ -63,7 +63,7 @@ class DecoderBase(ABC):
     takes the already parsed elements of its JSON-array stream, and widens `feed_into` and
     `watch` for them."""
 
-    __slots__ = ("dropped", "error", "finished", "usage")
+    __slots__ = ("dropped", "error", "finished", "stop_reason", "usage")
 
     #: The format's watch table (its module's ``WATCH``).
     needles: ClassVar[WatchNeedles]
@@ -71,6 +71,8 @@ class DecoderBase(ABC):
     def __init__(self) -> None:
         self.usage: ir.Usage | None = None
         self.finished = False
+        # Why the answer ended, once the upstream said (its finish reason in the IR's terms).
+        self.stop_reason: ir.StopReason | None = None
         self.error: ir.StreamErrorEvent | None = None
         self.dropped: list[str] = []
 

@@ -93,6 +93,9 @@ class StreamTranslator(Protocol):
     def broken(self) -> bool: ...
 
     @property
+    def stop_reason(self) -> ir.StopReason | None: ...
+
+    @property
     def finished(self) -> bool: ...
 
     @property
@@ -181,6 +184,11 @@ class _UpstreamOutcome:
     def broken(self) -> bool:
         """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
         return self._broken
+
+    @property
+    def stop_reason(self) -> ir.StopReason | None:
+        """Why the upstream's answer ended, once it said (its finish reason)."""
+        return self._decoder.stop_reason
 
     @property
     def finished(self) -> bool:

@@ -41,6 +41,7 @@ from twengine.config.model import (
     Retention,
     StateConfig,
     Store,
+    Traces,
     UpstreamPool,
     WebSocketListen,
 )
@@ -529,6 +530,7 @@ def _observability(out: _Problems, top: _Fields) -> Observability:
         access_log=of.boolean("access_log", True),
         log_queue_lines=of.integer("log_queue_lines", defaults.OBSERVABILITY["log_queue_lines"])
         or 0,
+        traces=_traces(out, of),
     )
 
 
@@ -546,6 +548,26 @@ def _pool(out: _Problems, top: _Fields) -> UpstreamPool:
         max_idle=int(values["max_idle"]),
         idle_secs=values["idle_secs"],
         wait_secs=values["wait_secs"],
+    )
+
+
+def _traces(out: _Problems, of: _Fields) -> Traces | None:
+    tf = of.fields("traces", SECTIONS["observability.traces"])
+    if tf is None:
+        return None
+    endpoint = tf.text("endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        out.add(
+            "config.url_invalid",
+            tf.at("endpoint"),
+            "observability.traces.endpoint must be an http:// or https:// URL",
+        )
+        endpoint = None
+    ratio = tf.number("sample_ratio", defaults.TRACES["sample_ratio"])
+    return Traces(
+        endpoint=endpoint,
+        sample_ratio=1.0 if ratio is None else ratio,
+        capture_content=tf.boolean("capture_content", False),
     )
 
 

@@ -107,10 +107,8 @@ class StreamDecoder(DecoderBase):
                 reason = delta.get("stop_reason")
                 if reason is not None:
                     self.finished = True
-                    h.finish(
-                        STOP_FROM.get(str(reason), ir.StopReason.END_TURN),
-                        as_str(delta.get("stop_sequence")),
-                    )
+                    stop = self.stop_reason = STOP_FROM.get(str(reason), ir.StopReason.END_TURN)
+                    h.finish(stop, as_str(delta.get("stop_sequence")))
             elif kind == "message_stop":
                 self.finished = True
                 h.end()

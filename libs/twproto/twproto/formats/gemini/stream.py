@@ -138,7 +138,8 @@ class StreamDecoder(DecoderBase):
                 self._close_text(h)
                 self._close_reasoning(h)
                 self.finished = True
-                h.finish(_finish(reason, self._calls > 0), None)
+                self.stop_reason = _finish(reason, self._calls > 0)
+                h.finish(self.stop_reason, None)
         except MALFORMED:
             # A value of the wrong JSON type somewhere in the event: skip the event.
             self._drop("event (malformed)")

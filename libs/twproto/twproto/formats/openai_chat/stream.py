@@ -96,9 +96,9 @@ class StreamDecoder(DecoderBase):
                 if not self.finished:
                     self._close(h)
                     self.finished = True
-                    h.finish(
-                        ir.StopReason.TOOL_USE if self._tools else ir.StopReason.END_TURN, None
-                    )
+                    stop = ir.StopReason.TOOL_USE if self._tools else ir.StopReason.END_TURN
+                    self.stop_reason = stop
+                    h.finish(stop, None)
                 h.end()
                 return
             try:
@@ -170,7 +170,8 @@ class StreamDecoder(DecoderBase):
                 if reason and not self.finished:
                     self._close(h)
                     self.finished = True
-                    h.finish(_finish(reason, bool(self._tools)), None)
+                    self.stop_reason = _finish(reason, bool(self._tools))
+                    h.finish(self.stop_reason, None)
             usage = obj.get("usage")
             if usage:
                 self.usage = decode_usage(usage)

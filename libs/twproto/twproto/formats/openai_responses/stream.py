@@ -203,7 +203,8 @@ class StreamDecoder(DecoderBase):
                     self.usage = decode_usage(response["usage"])
                     h.usage(self.usage)
                 self.finished = True
-                h.finish(_stop_reason(response, self._saw_calls), None)
+                self.stop_reason = _stop_reason(response, self._saw_calls)
+                h.finish(self.stop_reason, None)
                 h.end()
             elif kind in ("response.failed", "error"):
                 if self.error is not None:
