@@ -13,8 +13,7 @@ its actions out, one `match` arm per verb, and feeds it what happened:
 * The bookkeeping verbs (slots, slot waits, health records) go to
   `twserve.relay.holds.SlotHolds`; a slot grant comes back through the inbox.
 
-A client that leaves cancels the handler's scope (see twserve.server.http1); the `finally` here
-tells the ledger (`client_gone`), gives back what it says, and closes the records.
+A client that leaves cancels the handler's scope; the `finally` tells the ledger (`client_gone`).
 """
 
 from __future__ import annotations
@@ -110,8 +109,7 @@ class _Relay:
         call = req.call
         self.up, self.hooks, self.clock, self.wall, self.out = up, hooks, clock, wall, out
         self.call, self.model, self.observer = call, req.model, observer
-        self.sockets = req.sockets
-        # With traces on (twserve.observe.traces): the request's span, one per attempt.
+        self.sockets = req.sockets  # and with traces on, the request's span (observe.traces):
         self.trace = None if hooks.tracing is None else hooks.tracing.begin(req, out)
         self.dests = {d.name: d for d in destinations}
         self.names = list(self.dests)
