@@ -10,6 +10,8 @@ config but its ``observability`` (and environment):
                  ``parentbased_traceidratio``, ``--trace-ratio``), text access lines too —
                  only where the ``otel`` extra is installed and twserve reads the
                  ``OTEL_EXPORTER_OTLP_*`` variables; else skipped with the reason printed
+    traces_only  the same traces with ``access_log: false`` (traces on, logs off)
+    traces_every traces with every request sampled (ratio 1.0), text access lines too
     baseline     with ``--baseline-root DIR``: the default config on another checkout's gateway
 
 Each gateway's stderr goes to a file of its own (real writes, as to a journal). The same short
@@ -96,6 +98,13 @@ def variants(args: argparse.Namespace) -> list[Variant]:
         Variant("logs_text", ""),
         Variant("logs_json", "{log_format: json}"),
         Variant("traces", "", env=_trace_env(args.trace_ratio), unavailable=_traces_unavailable),
+        Variant(
+            "traces_only",
+            "{access_log: false}",
+            env=_trace_env(args.trace_ratio),
+            unavailable=_traces_unavailable,
+        ),
+        Variant("traces_every", "", env=_trace_env(1.0), unavailable=_traces_unavailable),
     ]
     if args.baseline_root:
         found.append(Variant("baseline", "", root=Path(args.baseline_root)))

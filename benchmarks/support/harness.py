@@ -60,7 +60,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 
 def wait_port(
-    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0
+    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 90.0
 ) -> None:
     """Until something listens on `port`; fails early when `proc`, which should, has exited."""
     deadline = time.monotonic() + timeout

@@ -60,7 +60,7 @@ class RelayOutcome:
     provider: str | None = None
     ttfb_ms: int | None = None
     usage: Any = None
-    # Why a streamed answer ended, as its upstream said (an `ir.StopReason`; None: unknown).
+    # Why the answer ended, as its upstream said (an `ir.StopReason`; None: unknown).
     stop_reason: Any = None
     error_code: str | None = None
     attempts: tuple[AttemptRecord, ...] = ()
@@ -201,7 +201,7 @@ class ClientAnswer:
                 return
             answer = None  # a same-format answer goes through as it came
         if answer is not None:
-            out.usage = answer.usage
+            out.usage, out.stop_reason = answer.usage, answer.stop_reason
             out.dropped.extend(answer.dropped)
         # Same format: the upstream's bytes, with only the model renamed (translate_response).
         payload = body if answer is None else answer.body

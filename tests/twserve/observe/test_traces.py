@@ -189,6 +189,22 @@ def test_a_request_without_traceparent_starts_a_trace(
     assert seen["good"][-1] == f"00-{server.trace_id}-{attempts[1].span_id}-01"
 
 
+def test_an_unstreamed_answer_names_its_finish_reason(
+    traced: tuple[Stack, OtlpReceiver, dict[str, list[str]]],
+) -> None:
+    stack, receiver, _ = traced
+    before = len(receiver.spans)
+    client = anthropic.Anthropic(base_url=stack.url, api_key=KEY, max_retries=0, timeout=10)
+    message = client.messages.create(
+        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert message.stop_reason == "end_turn"
+    spans = receiver.wait_spans(before + 3)[before:]
+    servers = [s for s in spans if s.kind == "SERVER"]
+    assert len(servers) == 1
+    assert servers[0].attributes["gen_ai.response.finish_reasons"] == ["end_turn"]
+
+
 def test_a_refused_request_is_a_span_with_its_code(
     traced: tuple[Stack, OtlpReceiver, dict[str, list[str]]],
 ) -> None:
