@@ -85,7 +85,9 @@ def _gemini(signature: str) -> dict[str, Any]:
             {"role": "user", "parts": [{"text": "weather?"}]},
             {
                 "role": "model",
-                "parts": [{"functionCall": {"name": "weather", "args": {}}, "thoughtSignature": signature}],
+                "parts": [
+                    {"functionCall": {"name": "weather", "args": {}}, "thoughtSignature": signature}
+                ],
             },
             {
                 "role": "user",

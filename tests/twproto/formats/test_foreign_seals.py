@@ -127,9 +127,7 @@ def test_openai_encrypted_content_never_reaches_anthropic() -> None:
 
 
 def test_an_anthropic_signature_carried_by_codex_goes_back_with_thinking() -> None:
-    out, dropped = _to(
-        _responses_round(ANTHROPIC_SIG), Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC
-    )
+    out, dropped = _to(_responses_round(ANTHROPIC_SIG), Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC)
     turn = out["messages"][1]["content"]
     assert turn[0] == {"type": "thinking", "thinking": "look it up", "signature": ANTHROPIC_SIG}
     assert out["thinking"]["type"] == "enabled"
@@ -150,11 +148,15 @@ def _gemini_round(signature: str) -> dict[str, Any]:
             {"role": "user", "parts": [{"text": "weather?"}]},
             {
                 "role": "model",
-                "parts": [{"functionCall": {"name": "weather", "args": {}}, "thoughtSignature": signature}],
+                "parts": [
+                    {"functionCall": {"name": "weather", "args": {}}, "thoughtSignature": signature}
+                ],
             },
             {
                 "role": "user",
-                "parts": [{"functionResponse": {"name": "weather", "response": {"output": "sunny"}}}],
+                "parts": [
+                    {"functionResponse": {"name": "weather", "response": {"output": "sunny"}}}
+                ],
             },
         ],
     }
