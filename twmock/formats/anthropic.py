@@ -142,6 +142,13 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
     base64, or an OpenAI Fernet token), and with thinking on, the assistant turn of the tool
     round in progress must open with a thinking block."""
     for i, message in enumerate(messages):
+        kinds = [b.get("type") if isinstance(b, dict) else None for b in _blocks_of(message)]
+        thinks = {"thinking", "redacted_thinking"}
+        if kinds and kinds[0] not in thinks and thinks & set(kinds):
+            raise BadRequest(
+                f"messages.{i}.content.0: If an assistant message contains any thinking blocks, "
+                f"the first block must be thinking or redacted_thinking. Found {kinds[0]}."
+            )
         for j, block in enumerate(_blocks_of(message)):
             if isinstance(block, dict) and block.get("type") == "thinking":
                 seal = block.get("signature")

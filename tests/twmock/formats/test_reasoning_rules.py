@@ -127,3 +127,16 @@ def test_later_messages_of_the_turn_may_go_without_thinking() -> None:
     body["messages"][1]["content"] = body["messages"][1]["content"][1:]
     p = run("/v1/messages", body)
     assert p.status == 400 and _message(p).startswith("messages.1.content.0.type: Expected")
+
+
+def test_thinking_blocks_must_open_the_assistant_message() -> None:
+    body = _anthropic({"type": "text", "text": "let me look"}, thinking=None)
+    body["messages"][1]["content"].append(
+        {"type": "thinking", "thinking": "hmm", "signature": OWN_SIGNATURE}
+    )
+    p = run("/v1/messages", body)
+    assert p.status == 400
+    assert _message(p) == (
+        "messages.1.content.0: If an assistant message contains any thinking blocks, the first "
+        "block must be thinking or redacted_thinking. Found text."
+    )

@@ -243,3 +243,14 @@ def test_later_messages_of_a_thinking_turn_need_no_thinking_block() -> None:
     out, dropped = _to(body, Dialect.ANTHROPIC, Dialect.ANTHROPIC, max_tokens=30000)
     assert out["thinking"]["type"] == "enabled"
     assert FINAL_TURN not in dropped
+
+
+def test_a_gemini_seal_after_text_opens_the_anthropic_turn() -> None:
+    # Gemini seals a step on its first function call, after any text: Anthropic wants the
+    # thinking block first in the message.
+    body = _gemini_round(ANTHROPIC_SIG)
+    body["contents"][1]["parts"].insert(0, {"text": "Let me check."})
+    out, dropped = _to(body, Dialect.GEMINI, Dialect.ANTHROPIC)
+    kinds = [b["type"] for b in out["messages"][1]["content"]]
+    assert kinds == ["thinking", "text", "tool_use"]
+    assert out["thinking"]["type"] == "enabled" and FINAL_TURN not in dropped

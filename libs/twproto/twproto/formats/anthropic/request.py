@@ -430,6 +430,11 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
         if message_out["role"] == "user":
             # Tool results must open the user turn that answers the tool calls.
             message_out["content"].sort(key=lambda b: b.get("type") != "tool_result")
+        elif message_out["content"][0].get("type") not in _THINKING_BLOCKS:
+            # Thinking blocks must open an assistant message that has any; a Gemini history
+            # seals its reasoning on a later part (a function call after some text). One that
+            # already opens with thinking keeps its order (interleaved thinking).
+            message_out["content"].sort(key=lambda b: b.get("type") not in _THINKING_BLOCKS)
     out["messages"] = messages
 
 
