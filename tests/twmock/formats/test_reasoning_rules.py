@@ -8,8 +8,13 @@ import base64
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.twmock.formats.test_formats import run
 from twmock.answer import Ids, sealed_by_openai, standard_base64
+from twproto.dialect import Dialect
+from twproto.translate import translate_request
 
 THINKING = {"type": "enabled", "budget_tokens": 4096}
 FERNET = Ids(7).fernet(120)
@@ -140,3 +145,53 @@ def test_thinking_blocks_must_open_the_assistant_message() -> None:
         "messages.1.content.0: If an assistant message contains any thinking blocks, the first "
         "block must be thinking or redacted_thinking. Found text."
     )
+
+
+# What the gateway sends a thinking Anthropic upstream is never refused by the mock's rules,
+# whatever the history: the encoder and the mock agree on the rule.
+_SEALS = st.sampled_from([OWN_SIGNATURE, FERNET, "skip_thought_signature_validator", None])
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for turn in range(draw(st.integers(1, 4))):
+        blocks: list[dict[str, Any]] = []
+        seal = draw(_SEALS)
+        if seal is not None:
+            blocks.append({"type": "thinking", "thinking": "hmm", "signature": seal})
+        if draw(st.booleans()):
+            blocks.insert(draw(st.integers(0, len(blocks))), {"type": "text", "text": "ok"})
+        call = f"toolu_{turn}"
+        blocks.append({"type": "tool_use", "id": call, "name": "weather", "input": {}})
+        messages.append({"role": "assistant", "content": blocks})
+        result = {"type": "tool_result", "tool_use_id": call, "content": "sunny"}
+        content: list[dict[str, Any]] = [result]
+        if draw(st.booleans()):
+            content.append({"type": "text", "text": "and?"})
+        messages.append({"role": "user", "content": content})
+    return messages
+
+
+@settings(max_examples=150, deadline=None)
+@given(_histories(), st.booleans())
+def test_the_gateway_never_sends_what_the_rules_refuse(
+    messages: list[dict[str, Any]], drop: bool
+) -> None:
+    body = {
+        "model": "claude-test",
+        "max_tokens": 32000,
+        "thinking": THINKING,
+        "tools": [{"name": "weather", "input_schema": {"type": "object"}}],
+        "messages": messages,
+    }
+    # Through the IR (a rule's output limit), as a converted or resent request goes.
+    out = translate_request(
+        json.dumps(body).encode(),
+        Dialect.ANTHROPIC,
+        Dialect.ANTHROPIC,
+        max_tokens=30000,
+        drop_sealed_reasoning=drop,
+    )
+    p = run("/v1/messages", json.loads(out.body))
+    assert p.status == 200, p.body
