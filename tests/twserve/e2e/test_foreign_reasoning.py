@@ -45,6 +45,11 @@ UPSTREAMS = {
         Script(text=ANSWER, fail_first=1, error=ErrorSpec(shape="anthropic-invalid-signature")),
         "claude-refuses",
     ),
+    "anthropic-refuses-gemini": (
+        "anthropic",
+        Script(text=ANSWER, fail_first=1, error=ErrorSpec(shape="anthropic-invalid-signature")),
+        "claude-refuses-gemini",
+    ),
     "gemini-refuses-once": (
         "gemini",
         Script(
@@ -357,4 +362,55 @@ def test_gemini_refusing_a_signature_gets_the_resend_without_seals(
     assert [(a["outcome"], a["resend"]) for a in attempts] == [
         ("resent", None),
         ("ok", "sealed_reasoning"),
+    ]
+
+
+def test_a_gemini_signature_refused_by_anthropic_gets_the_resend_without_seals(
+    gateway: Stack, clients: SdkClients
+) -> None:
+    # Gemini CLI's own signature (no shape names it Gemini's) goes to Anthropic, which refuses
+    # it; the resend leaves it out and, its tool loop left without thinking, thinking too.
+    signature = Ids(8).signature(0x0A, 160)
+    before, rows = _seen(gateway, "anthropic-refuses-gemini"), gateway.app.store.written
+    reply = clients.genai.models.generate_content(
+        model="claude-refuses-gemini",
+        config=gtypes.GenerateContentConfig(
+            max_output_tokens=16000,
+            thinking_config=gtypes.ThinkingConfig(thinking_budget=4096),
+        ),
+        contents=[
+            gtypes.Content(role="user", parts=[gtypes.Part(text="Weather in Paris?")]),
+            gtypes.Content(
+                role="model",
+                parts=[
+                    gtypes.Part(text="Let me check."),
+                    gtypes.Part(
+                        function_call=gtypes.FunctionCall(name="weather", args={"city": "Paris"}),
+                        thought_signature=base64.b64decode(signature),
+                    ),
+                ],
+            ),
+            gtypes.Content(
+                role="user",
+                parts=[
+                    gtypes.Part(
+                        function_response=gtypes.FunctionResponse(
+                            name="weather", response={"output": "sunny"}
+                        )
+                    )
+                ],
+            ),
+        ],
+    )
+    assert reply.text == ANSWER
+    first, second = _bodies(gateway, "anthropic-refuses-gemini", before)
+    # The first went with thinking on, its (moved) thinking block opening the turn.
+    assert first["thinking"]["type"] == "enabled"
+    assert [b["type"] for b in first["messages"][1]["content"]] == ["thinking", "text", "tool_use"]
+    assert "thinking" not in second
+    assert [b["type"] for b in second["messages"][1]["content"]] == ["text", "tool_use"]
+    row = _row(gateway, rows + 1)
+    assert [a["resend"] for a in json.loads(row["routing"])["attempts"]] == [
+        None,
+        "sealed_reasoning",
     ]
