@@ -25,6 +25,7 @@ from twproto.dialect import Dialect
 from twproto.paths import PathRoute
 
 __all__ = [
+    "FERNET_STAMP",
     "Answer",
     "BadRequest",
     "ErrorReply",
@@ -39,7 +40,9 @@ __all__ = [
     "build_answer",
     "echo_line",
     "error_headers",
+    "sealed_by_openai",
     "split_text",
+    "standard_base64",
 ]
 
 Headers = tuple[tuple[bytes, bytes], ...]
@@ -81,6 +84,29 @@ class MockRequest:
     include_encrypted: bool = False  # Responses: include has reasoning.encrypted_content
     obfuscation: bool = True  # Responses: stream_options.include_obfuscation
     body: dict[str, Any] = field(default_factory=dict)
+
+
+# The timestamp in the mock's Fernet tokens (fixed, so answers depend on the seed alone).
+FERNET_STAMP = 1_760_000_000
+
+
+def sealed_by_openai(seal: str) -> bool:
+    """Whether `seal` decodes (either base64 alphabet) to a Fernet token: OpenAI's
+    ``encrypted_content``, which neither Anthropic nor Gemini accepts as a signature."""
+    try:
+        raw = base64.urlsafe_b64decode(seal.replace("+", "-").replace("/", "_") + "==")
+    except ValueError:
+        return False
+    return raw[:1] == b"\x80"
+
+
+def standard_base64(seal: str) -> bool:
+    """Whether `seal` is standard base64 (what Anthropic's signatures are)."""
+    try:
+        base64.b64decode(seal, validate=True)
+    except ValueError:
+        return False
+    return True
 
 
 class Ids:
@@ -131,6 +157,17 @@ class Ids:
 
     def b64url(self, n_bytes: int) -> str:
         return base64.urlsafe_b64encode(self._bytes(n_bytes)).decode()
+
+    def signature(self, first: int, n_bytes: int) -> str:
+        """A thinking signature: base64 of protobuf-framed bytes, as Anthropic's (first byte
+        0x12) and Gemini's (0x0a or 0x12) are."""
+        return base64.b64encode(bytes((first,)) + self._bytes(n_bytes - 1)).decode()
+
+    def fernet(self, n_bytes: int) -> str:
+        """A Responses ``encrypted_content``: a Fernet token (version byte 0x80, a 64-bit
+        timestamp, then the sealed bytes), URL-safe base64, so it opens with ``gAAAAA``."""
+        stamp = FERNET_STAMP.to_bytes(8, "big")
+        return base64.urlsafe_b64encode(b"\x80" + stamp + self._bytes(n_bytes - 9)).decode()
 
     def openai_item(self, prefix: str) -> str:
         """A Responses id: items of one response share their first 16 hex digits."""

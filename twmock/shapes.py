@@ -364,6 +364,12 @@ SHAPES: dict[str, Shape] = {
         'https://ai.google.dev/gemini-api/docs/thought-signatures for more details.",'
         '"status":"INVALID_ARGUMENT"}}',
     ),
+    "gemini-corrupted-thought-signature": Shape(
+        status=400,
+        content_type=_GOOGLE_JSON,
+        body='{\n  "error": {\n    "code": 400,\n    "message": "Corrupted thought signature.",'
+        '\n    "status": "INVALID_ARGUMENT"\n  }\n}\n',
+    ),
     "gemini-array-429": Shape(
         status=429,
         content_type=_GOOGLE_JSON,

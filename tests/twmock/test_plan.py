@@ -177,6 +177,7 @@ VERBATIM = {
     "gemini-unavailable": "gemini-503-unavailable",
     "gemini-quota-daily": "gemini-429-resource-exhausted-help-only",
     "gemini-missing-thought-signature": "gemini-400-missing-thought-signature",
+    "gemini-corrupted-thought-signature": "gemini-400-corrupted-thought-signature",
     "gemini-array-429": "gemini-cloudcode-429-array-form",
 }
 

@@ -126,6 +126,9 @@ FIXTURES: dict[str, Expect] = {
         now=CODEX_EVENT_NOW,
     ),
     "deepseek-402-insufficient-balance": Expect(K.NO_BALANCE, P.NO_BALANCE, rule="no_balance"),
+    "gemini-400-corrupted-thought-signature": Expect(
+        K.SEALED_REASONING, P.NONE, rule="sealed_thinking_signature"
+    ),
     "gemini-400-invalid-argument-schema": Expect(K.CLIENT_ERROR, P.NONE),
     "gemini-400-missing-thought-signature": Expect(K.CLIENT_ERROR, P.NONE),
     "gemini-429-resource-exhausted-help-only": Expect(

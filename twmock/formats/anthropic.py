@@ -26,6 +26,8 @@ from twmock.answer import (
     Stream,
     error_headers,
     last_text,
+    sealed_by_openai,
+    standard_base64,
 )
 from twmock.formats._wire import Template, compact, hole, sse, text_json
 from twmock.script import ErrorSpec
@@ -119,6 +121,63 @@ def _blocks(answer: Answer, tool_ids: list[str], signature: str) -> list[dict[st
     return blocks
 
 
+_THINKING_TURN = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+
+
+def _blocks_of(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
+    """The API's two rules for thinking in a history, with its own words: a thinking block's
+    signature must be one Anthropic made (the mock refuses what cannot be: not standard
+    base64, or an OpenAI Fernet token), and with thinking on, the assistant turn of the tool
+    round in progress must open with a thinking block."""
+    for i, message in enumerate(messages):
+        kinds = [b.get("type") if isinstance(b, dict) else None for b in _blocks_of(message)]
+        thinks = {"thinking", "redacted_thinking"}
+        if kinds and kinds[0] not in thinks and thinks & set(kinds):
+            raise BadRequest(
+                f"messages.{i}.content.0: If an assistant message contains any thinking blocks, "
+                f"the first block must be thinking or redacted_thinking. Found {kinds[0]}."
+            )
+        for j, block in enumerate(_blocks_of(message)):
+            if isinstance(block, dict) and block.get("type") == "thinking":
+                seal = block.get("signature")
+                if not isinstance(seal, str) or not standard_base64(seal) or sealed_by_openai(seal):
+                    raise BadRequest(
+                        f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                    )
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive"):
+        return
+    # The assistant turn in progress opens after the last user message without tool results.
+    opening: int | None = None
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        role = message.get("role") if isinstance(message, dict) else None
+        blocks = _blocks_of(message)
+        results = any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
+        if role == "user" and not results:
+            break
+        if role == "assistant" and blocks:
+            opening = i
+    if opening is None or messages[-1].get("role") != "user":
+        return
+    first = _blocks_of(messages[opening])[0]
+    kind = first.get("type") if isinstance(first, dict) else None
+    if kind not in ("thinking", "redacted_thinking"):
+        raise BadRequest(_THINKING_TURN.format(index=opening, found=kind))
+
+
 class AnthropicWriter:
     dialect = Dialect.ANTHROPIC
     not_json_message = (
@@ -138,6 +197,7 @@ class AnthropicWriter:
             generate = route.operation is Operation.GENERATE
             if generate and not isinstance(body.get("max_tokens"), int):
                 raise BadRequest("max_tokens: Field required")
+            _check_thinking(body, messages)
         tools = body.get("tools")
         names = (
             tuple(
@@ -169,7 +229,7 @@ class AnthropicWriter:
     def whole(self, answer: Answer) -> tuple[Headers, bytes]:
         ids = answer.ids
         tool_ids = ["toolu_01" + ids.alnum(22) for _ in answer.tools]
-        signature = ids.b64(180) if answer.reasoning else ""
+        signature = ids.signature(0x12, 180) if answer.reasoning else ""
         body = compact(
             {
                 "model": answer.model,
@@ -242,7 +302,7 @@ class AnthropicWriter:
             # The API closes the thinking text with an empty delta before the signature.
             add(Event(tpl.fill(b'""'), False))
             signature = _delta_template(index, "signature_delta", "signature")
-            add(Event(signature.fill(text_json(ids.b64(180))), False))
+            add(Event(signature.fill(text_json(ids.signature(0x12, 180))), False))
             block_stop()
             index += 1
         if answer.text:

@@ -36,6 +36,7 @@ from twmock.answer import (
     Stream,
     error_headers,
     last_text,
+    sealed_by_openai,
 )
 from twmock.formats._wire import Template, google_compact, hole, pretty, text_json
 from twmock.script import ErrorSpec
@@ -149,6 +150,22 @@ def _response(answer: Answer, response_id: str, candidate: dict[str, Any], *, fi
     }
 
 
+# Google's documented placeholder for a function call whose signature is unknown.
+_PLACEHOLDER = "skip_thought_signature_validator"
+
+
+def _check_signatures(contents: list[Any]) -> None:
+    """Gemini refuses a thoughtSignature it did not make with 400 "Corrupted thought
+    signature."; the mock refuses what cannot be Gemini's: an OpenAI Fernet token (the
+    placeholder is accepted, as the API does)."""
+    for content in contents:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            seal = part.get("thoughtSignature") if isinstance(part, dict) else None
+            if isinstance(seal, str) and seal != _PLACEHOLDER and sealed_by_openai(seal):
+                raise BadRequest("Corrupted thought signature.")
+
+
 class GeminiWriter:
     dialect = Dialect.GEMINI
     not_json_message = NOT_JSON
@@ -159,6 +176,8 @@ class GeminiWriter:
         contents = body.get("contents")
         if validate and not isinstance(contents, list) and "generateContentRequest" not in body:
             raise BadRequest("* GenerateContentRequest.contents: contents is not specified\n")
+        if validate and isinstance(contents, list):
+            _check_signatures(contents)
         names: list[str] = []
         tools = body.get("tools")
         for tool in tools if isinstance(tools, list) else ():
@@ -212,7 +231,7 @@ class GeminiWriter:
 
     def whole(self, answer: Answer) -> tuple[Headers, bytes]:
         ids = answer.ids
-        parts = self._parts(answer, ids.b64(160))
+        parts = self._parts(answer, ids.signature(0x0A, 160))
         candidate = _candidate(parts, _FINISH[answer.finish], bool(answer.tools))
         body = pretty(_response(answer, ids.alnum(23), candidate, final=True)) + b"\n"
         headers = (
@@ -227,7 +246,7 @@ class GeminiWriter:
         sse = answer.facts.sse
         encode = google_compact if sse else pretty
         response_id = ids.alnum(23)
-        signature = ids.b64(160)
+        signature = ids.signature(0x0A, 160)
         finish = _FINISH[answer.finish]
         tools = bool(answer.tools)
         events: list[Event] = []

@@ -68,7 +68,7 @@ class _Items:
     def __init__(self, answer: Answer) -> None:
         ids = answer.ids
         self.reasoning_id = ids.openai_item("rs") if answer.reasoning else ""
-        self.encrypted = ids.b64url(330) if answer.reasoning else ""
+        self.encrypted = ids.fernet(330) if answer.reasoning else ""
         # The real blobs start with the Fernet version byte and a timestamp: "gAAAAAB…".
         self.encrypted = "gAAAAAB" + self.encrypted[7:]
         self.message_id = ids.openai_item("msg") if answer.text or not answer.tools else ""

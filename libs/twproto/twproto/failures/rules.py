@@ -71,6 +71,8 @@ RULES: tuple[FailureRule, ...] = (
         texts=(
             r"invalid `?signature`? in `?thinking`? block",
             r"invalid `?data`? in `?redacted_thinking`? block",
+            # Gemini's words for another API's (or a damaged) thoughtSignature.
+            r"(?:corrupted|invalid) thought signature",
         ),
         statuses=_BAD_REQUEST,
     ),

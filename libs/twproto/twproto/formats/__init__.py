@@ -25,6 +25,8 @@ The stream factories are the format's `StreamDecoder` and `StreamEncoder` classe
 what the four formats' codecs share is written once, in their bases (`formats/_codec.py`).
 
 `FORMATS` maps a `Dialect` to its format, so callers need not import the formats by name.
+`seal_maker` / `welcome_seal` (``seals.py``) say which reasoning seals an upstream of a format
+would refuse for certain (docs/conversion.md, "Reasoning in foreign histories").
 """
 
 from __future__ import annotations
@@ -37,17 +39,22 @@ from twproto.dialect import Dialect
 from twproto.errors import GatewayError
 from twproto.formats import anthropic, gemini, openai_chat, openai_responses
 from twproto.formats._codec import WatchNeedles
+from twproto.formats.seals import GEMINI_PLACEHOLDER, SealMaker, seal_maker, welcome_seal
 from twproto.sse import SSEEvent
 
 __all__ = (
     "FORMATS",
+    "GEMINI_PLACEHOLDER",
     "Format",
+    "SealMaker",
     "StreamDecoder",
     "StreamEncoder",
     "WatchNeedles",
     "get",
     "new_stream_decoder",
     "new_stream_encoder",
+    "seal_maker",
+    "welcome_seal",
 )
 
 

@@ -33,6 +33,7 @@ from twproto.formats._common import (
     parse_arguments,
     standard_base64,
 )
+from twproto.formats.seals import welcome_seal
 
 __all__ = (
     "DEFAULT_MAX_TOKENS",
@@ -360,6 +361,11 @@ def _encode_part(
         if not seal:
             dropped.add("reasoning (no signature)")
             return None
+        refused = welcome_seal(seal, DIALECT)
+        if refused is not None:
+            # Another API's seal: Anthropic would refuse it ("Invalid `signature`").
+            dropped.add(refused)
+            return None
         if url_safe_seals and is_base64(seal):
             # Signatures are standard base64; Google's SDK replays a thoughtSignature it was
             # given in the URL-safe alphabet (it decodes bytes fields and encodes them again).
@@ -424,7 +430,35 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> None:
         if message_out["role"] == "user":
             # Tool results must open the user turn that answers the tool calls.
             message_out["content"].sort(key=lambda b: b.get("type") != "tool_result")
+        elif message_out["content"][0].get("type") not in _THINKING_BLOCKS:
+            # Thinking blocks must open an assistant message that has any; a Gemini history
+            # seals its reasoning on a later part (a function call after some text). One that
+            # already opens with thinking keeps its order (interleaved thinking).
+            message_out["content"].sort(key=lambda b: b.get("type") not in _THINKING_BLOCKS)
     out["messages"] = messages
+
+
+def _unsigned_tool_turn(messages: list[dict[str, Any]]) -> bool:
+    """Whether `messages` end in a tool loop whose assistant turn does not open with a
+    thinking block. The turn opens at the first assistant message after the last user message
+    that carries no tool results; the API's rule, with thinking on: "a final `assistant`
+    message must start with a thinking block (preceeding the lastmost set of `tool_use` and
+    `tool_result` blocks)"; later messages of the turn may go without one."""
+    if not messages or messages[-1]["role"] != "user":
+        return False
+    opening: dict[str, Any] | None = None
+    for message in reversed(messages):
+        results = any(block.get("type") == "tool_result" for block in message["content"])
+        if message["role"] == "user" and not results:
+            break
+        if message["role"] == "assistant":
+            opening = message
+    if opening is None:
+        return False  # the last user message is a question, not tool results
+    return opening["content"][0].get("type") not in _THINKING_BLOCKS
+
+
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 def _tools(req: ir.Request, out: dict[str, Any], dropped: Dropped) -> bool:
@@ -567,6 +601,13 @@ def encode_request(req: ir.Request, *, model: str) -> tuple[dict[str, Any], tupl
     # output_config gathers the effort (from the reasoning) and the structured-output format.
     output_config: dict[str, Any] = {}
     thinking_on = _reasoning(req, out, output_config, dropped, max_tokens=max_tokens)
+    if thinking_on and _unsigned_tool_turn(out["messages"]):
+        # With thinking on, the API refuses a tool round whose assistant turn does not open
+        # with a (signed) thinking block; a history from another format, or one whose seals
+        # were left out, has none: this turn goes without thinking (docs/conversion.md).
+        del out["thinking"]
+        thinking_on = False
+        dropped.add("reasoning (final assistant turn has no thinking block)")
     _sampling(req, out, dropped, thinking_on=thinking_on)
     _stop_sequences(req, out)
     _output_format(req, output_config, dropped)

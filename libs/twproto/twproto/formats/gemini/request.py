@@ -41,6 +41,7 @@ from twproto.formats._common import (
     standard_base64,
 )
 from twproto.formats._schema import sanitize_schema
+from twproto.formats.seals import GEMINI_PLACEHOLDER, welcome_seal
 
 __all__ = (
     "DIALECT",
@@ -52,7 +53,7 @@ __all__ = (
 DIALECT = Dialect.GEMINI
 
 #: Google's documented placeholder for a function call whose real signature is unknown.
-DUMMY_SIGNATURE = "skip_thought_signature_validator"
+DUMMY_SIGNATURE = GEMINI_PLACEHOLDER
 
 FINISH_FROM: Mapping[str, ir.StopReason] = {
     "STOP": ir.StopReason.END_TURN,
@@ -430,7 +431,10 @@ def _messages(req: ir.Request, out: dict[str, Any], dropped: Dropped, *, model: 
                 elif part.text:
                     dropped.add("reasoning text")
                 seal = part.signature or part.encrypted_content
-                if seal and is_base64(seal):
+                refused = welcome_seal(seal, DIALECT) if seal else None
+                if refused is not None:
+                    dropped.add(refused)  # Gemini: "Corrupted thought signature."
+                elif seal and is_base64(seal):
                     pending = seal
                 elif seal:
                     dropped.add("reasoning.signature (not base64)")
