@@ -209,6 +209,11 @@ class RouterHooks:
         self.listeners: list[Callable[[PauseChanged], None]] = []
         # Told (conversation, upstream, cached tokens) whenever a conversation got its answer.
         self.answer_listeners: list[Callable[[str, str, int], None]] = []
+        # Told (upstream, time, failure or None for a success, first-content seconds) of every
+        # outcome reported for an upstream (shared health: twserve.shared.health).
+        self.outcome_listeners: list[
+            Callable[[str, float, Failure | None, float | None], None]
+        ] = []
         # OpenTelemetry traces (twserve.observe.traces), set by the app when they are on.
         self.tracing: Tracing | None = None
 
@@ -310,11 +315,15 @@ class RouterHooks:
         if first_content_secs is not None:
             self.router.record_first_content(provider, first_content_secs, now=now)
         self.publish(self.router.record_failure(provider, failure, now=now, wall_now=self.wall()))
+        for listener in self.outcome_listeners:
+            listener(provider, now, failure, first_content_secs)
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None:
         if first_content_secs is not None:
             self.router.record_first_content(provider, first_content_secs, now=now)
         self.publish(self.router.record_success(provider, now=now))
+        for listener in self.outcome_listeners:
+            listener(provider, now, None, first_content_secs)
 
     def tick(self) -> float | None:
         """End the pauses that have run out; returns when the next one does."""
