@@ -130,7 +130,10 @@ def test_three_failures_one_on_each_instance_pause_the_upstream_for_all(tmp_path
     failing = Script(error=ErrorSpec(status=500, message="upstream exploded"))
     with (
         start_redis() as server,
-        three_gateways(tmp_path, server, {"mock": failing}) as gateways,
+        # A 500 is retried after 2 s within `wait_secs`: with 1 s, one attempt per request.
+        three_gateways(
+            tmp_path, server, {"mock": failing}, {"failover": {"wait_secs": 1}}
+        ) as gateways,
     ):
         db = redis.Redis(port=server.port)
         run = "twserve:{health:mock}:run"
