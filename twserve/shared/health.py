@@ -142,7 +142,7 @@ class SharedHealth:
             return
         at_ms = int((self.wall() - (self.clock() - now)) * 1000)
         settings = router.health.settings
-        args = [
+        args: list[str | int] = [
             at_ms,
             attempt,
             run,

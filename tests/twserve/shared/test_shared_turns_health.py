@@ -5,6 +5,7 @@ when Redis stops."""
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -17,9 +18,12 @@ import redis
 
 from tests.support.servers import RedisServer, start_redis
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
-from twengine.balance import SmoothWeightedRoundRobin
+from twengine.balance import SmoothWeightedRoundRobin, milli_weights, swrr_step
+from twengine.rules import RequestFacts
 from twmock.script import ErrorSpec, MockSettings, Script
+from twproto.dialect import Dialect
 from twserve.events import HealthChanged, RequestRouted
+from twserve.shared.turns import SWRR_STEP
 
 POOL = {
     "groups": [
@@ -216,10 +220,7 @@ def test_latency_ranks_alike_on_every_instance(tmp_path: Path) -> None:
         assert fast_median is not None and slow_median is not None and fast_median < slow_median
 
 
-def _facts() -> Any:
-    from twengine.rules import RequestFacts
-    from twproto.dialect import Dialect
-
+def _facts() -> RequestFacts:
     return RequestFacts(model="gpt-e2e-1", dialect=Dialect.OPENAI_CHAT, client="tester")
 
 
@@ -254,3 +255,41 @@ def test_redis_stopped_each_instance_takes_its_own_turns_and_shares_again(
             assert ask(gateways[n][0], f"back {n}")
         after = [s.app.sharing.turns.shared for s, _ in gateways if s.app.sharing]
         assert [y - x for x, y in zip(before, after, strict=True)] == [1, 1, 1]
+
+
+def test_the_script_steps_exactly_as_twengine(redis_server: RedisServer) -> None:
+    """`SWRR_STEP` on a real Redis against `swrr_step`: random members, weights (fractional
+    ones too, as balance factors make), members sitting out, sticky requests forced, and
+    forced steps refused beyond max_lead — 2000 steps over 40 groups, the same picks and the
+    same current weights at every step."""
+    db = redis.Redis(port=redis_server.port)
+    step = db.register_script(SWRR_STEP)
+    rng = random.Random(27)
+    max_lead = 2.0
+    refused = 0
+    try:
+        for group in range(40):
+            key = f"twserve:{{swrr:prop{group}}}:current"
+            names = [f"m{i}" for i in range(rng.randint(2, 6))]
+            local: dict[str, int] = {}
+            for _ in range(50):
+                members = [(n, rng.choice([1, 3, 7, 0.35, 2.5, 100])) for n in names]
+                eligible = {n for n in names if rng.random() < 0.7}
+                forced = rng.choice(names) if rng.random() < 0.3 else None
+                weights = milli_weights(members)
+                args: list[str | int | float] = ["sig", forced or "", max_lead, 60_000]
+                for name, weight in weights:
+                    args += [name, weight, "1" if name in eligible else "0"]
+                found = step(keys=[key], args=args)
+                winner, new = swrr_step(local, members, eligible, forced=forced)
+                total = sum(w for n, w in weights if n in (eligible or set(names)) or n == forced)
+                taken = not (forced is not None and new[forced] < -max_lead * total)
+                if taken:
+                    local = new
+                refused += not taken
+                shared = {found[i].decode(): int(found[i + 1]) for i in range(2, len(found), 2)}
+                assert (found[0].decode(), bool(found[1])) == (winner, taken)
+                assert shared == {n: local.get(n, 0) for n in names}
+        assert refused > 10  # max_lead's refusals were exercised too
+    finally:
+        db.close()
