@@ -2,7 +2,7 @@
 
 `Sharing` builds the Redis connection and the shared parts over the gateway's own objects — key
 limits (`UsageKeeper.shared`), upstream slots, pauses/affinity and health (listeners on
-`RouterHooks`), load-balance turns (`Gateway.shared_turns`) — and runs their background work:
+`RouterHooks`), load-balance turns (`RouterHooks.turns`) — and runs their background work:
 the connection's jobs and reconnects, renewing the reservations of requests in flight, the slot
 lease, the announcements channel and the health reads.
 """

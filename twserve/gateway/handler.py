@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from twengine.admission import AdmissionRequest, Routed, admit
 from twengine.attempt import AttemptSettings
@@ -62,7 +62,6 @@ class Gateway:
 
     router: Router
     hooks: RouterHooks
-    shared_turns: Callable[[Routed], Awaitable[Routed]] | None = None  # twserve.shared.turns
     _LISTINGS = (Operation.LIST_MODELS, Operation.GET_MODEL)
 
     def __init__(
@@ -172,8 +171,8 @@ class Gateway:
             config=self.config,
             now=self.clock(),
         )
-        if self.shared_turns is not None and isinstance(verdict, Routed) and not counting:
-            verdict = await self.shared_turns(verdict)
+        if self.hooks.turns is not None and isinstance(verdict, Routed) and not counting:
+            verdict = await self.hooks.turns.take(verdict)  # the deployment's load-balance turn
         note_admission(row, verdict)
         if not isinstance(verdict, Routed):
             self.record_row(row, responder)

@@ -22,8 +22,6 @@ is back, picks are shared again from the weights Redis holds.
 
 from __future__ import annotations
 
-import logging
-
 from redis.asyncio import Redis
 
 from twengine.admission import RequestView, Routed, routing_view
@@ -34,7 +32,6 @@ from twserve.shared.redis import RedisDown, RedisState
 
 __all__ = ["SWRR_STEP", "SharedTurns"]
 
-log = logging.getLogger("twserve.shared")
 
 # An idle group's current weights are forgotten after this long.
 TURNS_TTL_MS = 86_400_000
