@@ -49,18 +49,19 @@ def until(check: Callable[[], bool], what: str, secs: float = 20.0) -> None:
 def three_gateways(
     tmp: Path,
     server: RedisServer,
-    upstreams: dict[str, Script],
+    upstreams: dict[str, Script] | list[dict[str, Script]],
     config: dict[str, Any] | None = None,
 ) -> Iterator[list[tuple[Stack, list[Any]]]]:
     """Three gateways sharing `server`, each over its own mocks named as `upstreams` (played by
-    the scripts given), with the events each published."""
+    the scripts given; a list: per instance), with the events each published."""
     shared = {"state": {"redis_url": server.url}} | (config or {})
     out: list[tuple[Stack, list[Any]]] = []
     with ExitStack() as exits:
         for i in range(3):
+            scripts = upstreams[i] if isinstance(upstreams, list) else upstreams
             ups = {
                 name: Upstream("openai-chat", MockSettings(script=script))
-                for name, script in upstreams.items()
+                for name, script in scripts.items()
             }
             stack = exits.enter_context(running_stack(tmp / f"g{i}", ups, config=shared))
             seen: list[Any] = []
@@ -174,6 +175,36 @@ def test_three_failures_one_on_each_instance_pause_the_upstream_for_all(tmp_path
             stack.portal.call(sharing.health.sync)
             snap = stack.app.gateway.router.health.snapshot("mock", stack.app.gateway.clock())
             assert snap.attempts == 3
+        db.close()
+
+
+def test_a_success_on_another_instance_breaks_the_shared_run(tmp_path: Path) -> None:
+    failing = {"mock": Script(error=ErrorSpec(status=500, message="upstream exploded"))}
+    with (
+        start_redis() as server,
+        three_gateways(
+            tmp_path,
+            server,
+            [failing, {"mock": Script()}, failing],
+            {"failover": {"wait_secs": 1}},
+        ) as gateways,
+    ):
+        db = redis.Redis(port=server.port)
+        run = "twserve:{health:mock}:run"
+        attempts = "twserve:{health:mock}:attempts"
+        # Fail on 0, fail on 2, succeed on 1, fail on 0, fail on 2: four failures, two in a row.
+        for n, which in enumerate((0, 2, 1, 0, 2)):
+            stack = gateways[which][0]
+            if which == 1:
+                assert ask(stack, f"request {n}")
+            else:
+                with pytest.raises(openai.APIError):
+                    ask(stack, f"request {n}")
+            until(lambda n=n: db.llen(attempts) == n + 1, f"outcome {n + 1} written")
+        assert int(db.hget(run, "failures") or 0) == 2
+        for stack, seen in gateways:
+            assert not stack.app.gateway.router.health.is_paused("mock", stack.app.gateway.clock())
+            assert not [e for e in seen if isinstance(e, HealthChanged)]
         db.close()
 
 
