@@ -305,3 +305,17 @@ def test_a_pause_decided_elsewhere_keeps_its_reason_and_ends_as_such() -> None:
     (ended,) = h.resume("a", 31.0, HealthReason.SUCCESS)
     assert (ended.paused, ended.reason) == (False, HealthReason.SUCCESS)
     assert not h.is_paused("a", 32.0) and h.resume("a", 33.0) == []
+
+
+def test_shared_attempts_and_samples_keep_the_windows_and_minimum_counts() -> None:
+    health = Health(HealthSettings(samples=3, attempts=4, min_attempts=3, attempts_window_secs=60))
+    health.record_first_content("a", 9.0)
+    # Five attempts from several instances, out of order; the oldest is outside the window.
+    attempts = [(50.0, False), (10.0, True), (70.0, True), (60.0, True), (65.0, False)]
+    health.take_shared("a", samples=[1.0, 2.0, 3.0, 4.0], attempts=attempts)
+    # The last 3 samples (the local one is replaced), the last 4 attempts in time.
+    assert health.sample_count("a") == 3 and health.first_content_median("a") == 3.0
+    now = 100.0  # attempts after 40.0 count: 50 (fail), 60, 65 (fail), 70
+    assert health.success_rate("a", now) == 0.5
+    assert health.snapshot("a", now).attempts == 4
+    assert health.success_rate("a", 125.0) is None  # only 65 and 70 left: fewer than 3

@@ -494,3 +494,38 @@ def test_configure_forgets_removed_upstreams_and_applies_failover() -> None:
     assert router.health.settings == health_settings(router.config.failover)
     assert len(router.record_failure("a", stream_ended_early(), now=1.0)) == 1
     assert router.balancer("fb") is None
+
+
+# --- turns taken by a balancer shared by several instances ----------------------------------
+
+
+def test_a_shared_turn_replaces_the_local_pick_and_its_current_weights() -> None:
+    router = Router(config(lb(*weighted(a=7, b=3, c=1))))
+    plan = router.plan(facts(), now=0.0)
+    assert plan.first == "a"
+    shared = {"a": -1000, "b": 2000, "c": -1000}
+    taken = router.take_shared_turn(plan, shared, lead="b", counted=None)
+    # b leads; the others follow by effective weight, as a local pick of b would order them.
+    assert [c.provider for c in taken.candidates] == ["b", "a", "c"]
+    assert taken.balance is not None and taken.balance.lead == "b"
+    balancer = router.balancer("pool")
+    assert balancer is not None and balancer.current() == shared
+    # The local balancer carries on from the shared weights (as when Redis is lost next): a
+    # (6000 against b's 5000), where its own weights after its pick of a would have made b.
+    assert router.dryrun(facts(), now=1.0).next == "a"
+
+
+def test_a_shared_turn_that_names_no_candidate_leaves_the_plan() -> None:
+    router = Router(config(lb(*weighted(a=7, b=3))))
+    plan = router.plan(facts(), now=0.0)
+    assert router.take_shared_turn(plan, {"a": 0, "b": 0}, lead="gone", counted=None) is plan
+
+
+def test_a_shared_count_of_a_sticky_request_keeps_it_first() -> None:
+    router = Router(config(lb("a", "b")))
+    router.plan(facts(), now=0.0, conversation="c", new_turn=True)
+    router.record_answer("c", "a", cached_tokens=0, now=0.0)
+    plan = router.plan(facts(), now=1.0, conversation="c", new_turn=False)
+    taken = router.take_shared_turn(plan, {"a": -500, "b": 500}, lead="a", counted=False)
+    assert taken.first == "a" and taken.sticky == "a"
+    assert taken.balance is not None and taken.balance.counted is False

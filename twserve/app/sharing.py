@@ -1,9 +1,10 @@
 """The shared state of one instance, wired to its gateway (``state.redis_url`` set).
 
-`Sharing` builds the Redis connection and the three shared parts over the gateway's own
-objects — key limits (`UsageKeeper.shared`), upstream slots and pauses/affinity (listeners on
-`RouterHooks`) — and runs their background work: the connection's jobs and reconnects, renewing
-the reservations of requests in flight, the slot lease, and the announcements channel.
+`Sharing` builds the Redis connection and the shared parts over the gateway's own objects — key
+limits (`UsageKeeper.shared`), upstream slots, pauses/affinity and health (listeners on
+`RouterHooks`), load-balance turns (`RouterHooks.turns`) — and runs their background work:
+the connection's jobs and reconnects, renewing the reservations of requests in flight, the slot
+lease, the announcements channel and the health reads.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import anyio
 from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
 from twserve.shared.aborts import SharedAborts
+from twserve.shared.health import SharedHealth
 from twserve.shared.limits import SharedLimits
 from twserve.shared.redis import RedisDown, RedisState
 from twserve.shared.router import SharedRouter
 from twserve.shared.slots import SharedSlots
+from twserve.shared.turns import SharedTurns
 from twserve.usage.keeper import UsageKeeper
 
 __all__ = ["Sharing"]
 
 
 class Sharing:
-    """Redis-backed limits, slots, pauses, affinity and aborts for one instance."""
+    """Redis-backed limits, slots, pauses, affinity, turns, health and aborts for one instance."""
 
     def __init__(
         self,
@@ -55,6 +58,10 @@ class Sharing:
             self.state, aborts if aborts is not None else Aborts(), instance=self.instance
         )
         self.router.handlers["abort"] = self.aborts.heard
+        # Load-balance turns taken by the deployment (twserve.shared.turns).
+        self.turns = SharedTurns(self.state, hooks.router)
+        # Failure runs, success rates and first-content samples (twserve.shared.health).
+        self.health = SharedHealth(self.state, hooks, wall=wall, clock=clock)
 
     async def connect(self) -> bool:
         """Reach Redis once before serving; False: serving starts on in-process state."""
@@ -67,6 +74,7 @@ class Sharing:
                 tg.start_soon(self.state.run)
                 tg.start_soon(self.slots.run)
                 tg.start_soon(self.router.listen)
+                tg.start_soon(self.health.run)
                 tg.start_soon(self._renew)
         finally:
             await self.state.aclose()

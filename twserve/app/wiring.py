@@ -200,6 +200,7 @@ class GatewayApp:
                 clock=gw.clock,
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)
+            gw.hooks.turns = self.sharing.turns
             self.sharing.aborts.on_aborted = self.events.request_aborted
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         # One budget for the gateway's request bodies held in memory, whichever protocol they

@@ -86,8 +86,7 @@ class Gateway:
         self.row_listeners: list[Callable[[RequestRow], None]] = []
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
-        self._configured = False
-        self.next_request_id, self.rng = request_ids(), random.Random()  # realtime's rows too
+        self._configured, self.next_request_id, self.rng = False, request_ids(), random.Random()
         # Requests by id, to abort; load shedding (loop lag sampled by the app, requests relayed).
         self.aborts, self.load = Aborts(), LoadGauge()
         # twengine.reasoning's memories; the app loads (`use_effort_memory`) and saves efforts.
@@ -109,8 +108,7 @@ class Gateway:
             self.usage.apply_config(config)
         self.settings = AttemptSettings.from_failover(config.failover)
         self.callers = Callers(config)
-        # No body copy (retention.store_bodies), no commit wait (store.commit_before_end).
-        store = config.store
+        store = config.store  # bare: no body copy (retention.store_bodies), no commit wait
         self._bare = not config.retention.store_bodies and not (store and store.commit_before_end)
 
     def use_effort_memory(self, memory: EffortMemory) -> None:
@@ -154,10 +152,10 @@ class Gateway:
         running: Running,  # its id, and where an abort reaches it
     ) -> None:
         responder = IdentifiedResponder(plain, running.id)  # x-request-id; the answer's bytes
-        # A reload may swap the config while this request waits for a key permit; it keeps the
-        # settings it was admitted with (its candidates are fixed below, before any wait).
+        # A reload during a key wait leaves the request the settings it was admitted with.
         started, settings = self.clock(), self.settings
         row = new_row(running.id, self.wall(), request, client_name, dialect)
+        counting = route.operation is Operation.COUNT_TOKENS
         if self.events is not None:
             self.events.request_started(row)
         verdict = admit(
@@ -173,13 +171,14 @@ class Gateway:
             config=self.config,
             now=self.clock(),
         )
+        if self.hooks.turns is not None and isinstance(verdict, Routed) and not counting:
+            verdict = await self.hooks.turns.take(verdict)  # the deployment's load-balance turn
         note_admission(row, verdict)
         if not isinstance(verdict, Routed):
             self.record_row(row, responder)
             await answer(responder, dialect, verdict)
             return
         plan, summary = verdict.plan, verdict.summary
-        counting = route.operation is Operation.COUNT_TOKENS
         # Vertex AI access tokens are obtained there too (twserve.upstream.cloud_tokens).
         usable, faults, refused = await self.upstream.tokens.destinations(
             self.config, verdict.candidates, plan.sticky, self.env, self.catalog, counting=counting

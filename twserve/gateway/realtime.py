@@ -370,7 +370,7 @@ class _Proxy:
             too_long = model_name_refusal(model, limit)
             if too_long is not None:
                 raise _Refused(too_long)
-            usable = self._candidates(model, client_name)
+            usable = await self._candidates(model, client_name)
         except _Refused as refused:
             await self._refuse(row, refused.err)
             return
@@ -429,13 +429,15 @@ class _Proxy:
                 turn.end(row, outcome, models)
                 gw.record_row(row)
 
-    def _candidates(self, model: str, client_name: str) -> list[Destination]:
+    async def _candidates(self, model: str, client_name: str) -> list[Destination]:
         gw = self.gateway
         config = gw.config
         plan = gw.router.plan(
             RequestFacts(model=model, dialect=Dialect.OPENAI_RESPONSES, client=client_name),
             now=gw.clock(),
         )
+        if gw.hooks.turns is not None:  # the deployment's load-balance turn (twserve.shared.turns)
+            plan = await gw.hooks.turns.take_plan(plan)
         capable = [
             c
             for c in plan.candidates

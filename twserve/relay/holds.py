@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, assert_never
 
 import anyio
 
+from twengine.admission import Routed
 from twengine.attempt import (
     AcquireSlot,
     CancelWait,
@@ -34,7 +35,7 @@ from twengine.attempt import (
     WaitForSlot,
 )
 from twengine.health import PauseChanged
-from twengine.router import Router
+from twengine.router import RoutePlan, Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 from twproto.ir import Usage
@@ -48,6 +49,7 @@ __all__ = [
     "RelayHooks",
     "RouterHooks",
     "SlotHolds",
+    "TurnTaker",
     "grant_poster",
     "snapshot_of",
 ]
@@ -87,6 +89,15 @@ class RelayHooks(Protocol):
     ) -> None: ...
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
+
+
+class TurnTaker(Protocol):
+    """The deployment's load-balance turns (twserve.shared.turns, with ``state.redis_url``):
+    a plan made here, with its turn taken by the whole deployment instead."""
+
+    async def take(self, verdict: Routed) -> Routed: ...
+
+    async def take_plan(self, plan: RoutePlan) -> RoutePlan: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +220,13 @@ class RouterHooks:
         self.listeners: list[Callable[[PauseChanged], None]] = []
         # Told (conversation, upstream, cached tokens) whenever a conversation got its answer.
         self.answer_listeners: list[Callable[[str, str, int], None]] = []
+        # Told (upstream, time, failure or None for a success, first-content seconds) of every
+        # outcome reported for an upstream (shared health: twserve.shared.health).
+        self.outcome_listeners: list[
+            Callable[[str, float, Failure | None, float | None], None]
+        ] = []
+        # Load-balance turns taken by the deployment, set by the app with state.redis_url.
+        self.turns: TurnTaker | None = None
         # OpenTelemetry traces (twserve.observe.traces), set by the app when they are on.
         self.tracing: Tracing | None = None
 
@@ -310,11 +328,15 @@ class RouterHooks:
         if first_content_secs is not None:
             self.router.record_first_content(provider, first_content_secs, now=now)
         self.publish(self.router.record_failure(provider, failure, now=now, wall_now=self.wall()))
+        for listener in self.outcome_listeners:
+            listener(provider, now, failure, first_content_secs)
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None:
         if first_content_secs is not None:
             self.router.record_first_content(provider, first_content_secs, now=now)
         self.publish(self.router.record_success(provider, now=now))
+        for listener in self.outcome_listeners:
+            listener(provider, now, None, first_content_secs)
 
     def tick(self) -> float | None:
         """End the pauses that have run out; returns when the next one does."""

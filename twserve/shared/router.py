@@ -8,8 +8,8 @@ server, keys are not). A pause that ends early (a success, an operator's resume)
 is announced too; one that runs out needs nothing, its key expires with it. The other instances
 take what they hear into their own `twengine.health.Health` (`Health.pause`/`Health.resume` with
 the reason the deciding instance gave), so a pause shows in their ``HealthChanged`` events and
-views as well. Failure runs and success rates stay per instance: each instance counts what its
-own requests saw, and whichever reaches a pause first decides it for all.
+views as well. Failure runs, success rates and first-content samples are shared by
+twserve.shared.health, whose pauses travel this way too.
 
 *Affinity.* When a conversation gets its answer, the upstream and the prompt cache it used are
 written to ``<prefix>conv:<conversation>`` for the conversation TTL and announced; the other

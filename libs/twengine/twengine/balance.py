@@ -68,6 +68,7 @@ __all__ = (
     "group_median",
     "health_factor",
     "latency_factor",
+    "milli_weights",
     "swrr_step",
     "take_part",
 )
@@ -90,6 +91,14 @@ def _scaled(weight: float) -> int:
     if not weight > 0:
         raise ValueError(f"weights must be positive, not {weight!r}")
     return max(1, round(weight * WEIGHT_SCALE))
+
+
+def milli_weights(members: Sequence[tuple[str, float]]) -> list[tuple[str, int]]:
+    """The members' effective weights as the step uses them: integer milli-weights, at least 1.
+
+    A caller that carries out the step elsewhere (a shared balancer's script) passes these, so
+    its picks are the ones `swrr_step` would make."""
+    return [(name, _scaled(weight)) for name, weight in members]
 
 
 def swrr_step(

@@ -199,6 +199,25 @@ class Health:
         state = self._upstreams.get(name)
         return 0 if state is None else len(state.samples)
 
+    def take_shared(
+        self,
+        name: str,
+        *,
+        samples: Iterable[float],
+        attempts: Iterable[tuple[float, bool]],
+    ) -> None:
+        """Replace the upstream's samples and attempts with those of a whole deployment.
+
+        Several instances sharing health (twserve.shared.health) write every outcome to one
+        list per upstream and read the lists back: `samples` oldest first, `attempts` as
+        ``(time on this clock, success)``. The same windows and minimum counts then apply to
+        what every instance saw, so every instance ranks and weighs alike. Failure runs and
+        pauses are not touched (the run that pauses is counted where it is shared)."""
+        state = self._state(name)
+        settings = self._settings
+        state.samples = deque((s for s in samples if s >= 0), maxlen=settings.samples)
+        state.attempts = deque(sorted(attempts), maxlen=settings.attempts)
+
     # -- outcomes ------------------------------------------------------------------------
 
     def success_rate(self, name: str, now: float) -> float | None:

@@ -56,8 +56,8 @@ config.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from twengine.affinity import Affinity
 from twengine.attempt.actions import CandidateRef
@@ -379,13 +379,7 @@ class Router:
         balance = None
         if decision.group is not None and decision.group_type is GroupType.LOAD_BALANCE:
             balance = self._balance(decision, names, paused | full, sticky, now, commit=commit)
-        ordered = self._strategy_order(decision, balance)
-        head: list[Candidate] = []
-        if sticky is not None:
-            head.append(ordered.pop(next(i for i, c in enumerate(ordered) if c.provider == sticky)))
-        # A stable sort: within each class the strategy's order holds.
-        ordered.sort(key=lambda c: (c.provider in paused, c.provider in full))
-        final = (*head, *ordered)
+        final = self._ordered(decision, balance, sticky, paused, full)
         return RoutePlan(
             decision=decision,
             candidates=final,
@@ -397,6 +391,47 @@ class Router:
             full=tuple(c.provider for c in final if c.provider in full),
             balance=balance,
         )
+
+    def _ordered(
+        self,
+        decision: RoutingDecision,
+        balance: Balance | None,
+        sticky: str | None,
+        paused: Collection[str],
+        full: Collection[str],
+    ) -> tuple[Candidate, ...]:
+        ordered = self._strategy_order(decision, balance)
+        head: list[Candidate] = []
+        if sticky is not None:
+            head.append(ordered.pop(next(i for i, c in enumerate(ordered) if c.provider == sticky)))
+        # A stable sort: within each class the strategy's order holds.
+        ordered.sort(key=lambda c: (c.provider in paused, c.provider in full))
+        return (*head, *ordered)
+
+    def take_shared_turn(
+        self, plan: RoutePlan, current: Mapping[str, int], *, lead: str, counted: bool | None
+    ) -> RoutePlan:
+        """`plan` with the turn a balancer shared by several instances took instead of this
+        router's own (`SharedTurns` in twserve runs the same step on the shared current weights).
+
+        The group's balancer takes the shared `current` weights, so it carries on from them if
+        the shared state is lost. `lead` is the shared pick for a new conversation (ignored for
+        a sticky request, whose upstream stays first); `counted` whether a sticky request was
+        counted. A `lead` that is not among the plan's candidates leaves the plan as it was.
+        """
+        balance, group = plan.balance, plan.decision.group
+        if balance is None or group is None:
+            return plan
+        rr = self._balancers.get(group)
+        if rr is not None:
+            rr.restore(current)
+        if balance.sticky:
+            return replace(plan, balance=replace(balance, counted=counted))
+        if lead == balance.lead or all(c.provider != lead for c in plan.candidates):
+            return plan
+        balance = replace(balance, lead=lead)
+        final = self._ordered(plan.decision, balance, plan.sticky, plan.paused, plan.full)
+        return replace(plan, candidates=final, balance=balance)
 
     def _decide(
         self,

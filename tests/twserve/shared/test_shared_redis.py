@@ -26,6 +26,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.support.servers import RedisServer, free_port, start_redis
+from twengine.balance import SmoothWeightedRoundRobin
 
 KEY = "pool-key"
 
@@ -68,9 +69,15 @@ def _process(argv: list[str], port: int, home: Path) -> Iterator[subprocess.Pope
 
 @contextmanager
 def instances(
-    tmp: Path, redis: RedisServer, count: int, extra: dict[str, Any] | None = None
+    tmp: Path,
+    redis: RedisServer,
+    count: int,
+    extra: dict[str, Any] | None = None,
+    *,
+    upstreams: tuple[str, ...] = ("mock",),
 ) -> Iterator[list[int]]:
-    """`count` gateway processes sharing `redis`, over one mock upstream; their ports."""
+    """`count` gateway processes sharing `redis`, over one mock upstream process (configured as
+    each of `upstreams`); their ports."""
     with ExitStack() as exits:
         mock_port = free_port()
         exits.enter_context(
@@ -84,11 +91,12 @@ def instances(
             ],
             "providers": [
                 {
-                    "name": "mock",
+                    "name": name,
                     "protocol": "openai-chat",
                     "base_url": f"http://127.0.0.1:{mock_port}/v1",
                     "key": "upstream-key",
                 }
+                for name in upstreams
             ],
             # A request that finds the window held by requests in flight waits at most this.
             "failover": {"wait_secs": 2},
@@ -179,3 +187,55 @@ def test_three_instances_admit_exactly_the_key_limit(tmp_path: Path) -> None:
     # Each instance admitted its part (round-robin), and stored what it admitted.
     counted = [_counted(tmp_path / f"i{i}") for i in range(3)]
     assert sum(counted) == 100 and all(c > 0 for c in counted), counted
+
+
+def _providers(home: Path) -> list[str]:
+    with closing(sqlite3.connect(home / "requests.sqlite3")) as db:
+        rows = db.execute("SELECT provider FROM requests ORDER BY ts").fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_three_instances_interleave_a_7_3_group_as_one_gateway(tmp_path: Path) -> None:
+    """The issue's run: 20 requests alternating over three processes on a 7:3 group went
+    ``33777733777733777777`` while each instance kept its own turns. Shared, the deployment's
+    sequence is one gateway's (twengine.balance): never more than three of the 7 in a row."""
+    pool = {
+        "clients": [{"name": "pool", "key": KEY}],
+        "groups": [
+            {
+                "name": "pool",
+                "type": "load-balance",
+                "providers": [{"name": "seven", "weight": 7}, {"name": "three", "weight": 3}],
+            }
+        ],
+        "routes": [{"name": "default", "rules": [{"name": "all", "to": "pool"}]}],
+    }
+
+    async def sequential(ports: Sequence[int]) -> list[str]:
+        clients = [
+            openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=20
+            )
+            for port in ports
+        ]
+        outcomes = [await _ask(clients[n % 3], n) for n in range(20)]
+        for client in clients:
+            await client.close()
+        return outcomes
+
+    with (
+        start_redis() as redis,
+        instances(tmp_path, redis, 3, pool, upstreams=("seven", "three")) as ports,
+    ):
+        assert anyio.run(sequential, ports) == ["ok"] * 20
+        homes = [tmp_path / f"i{i}" for i in range(3)]
+        deadline = time.monotonic() + 20
+        while [len(_providers(h)) for h in homes] != [7, 7, 6]:
+            assert time.monotonic() < deadline, "the rows were never written"
+            time.sleep(0.1)
+        per_instance = [_providers(h) for h in homes]
+    picks = "".join(per_instance[n % 3][n // 3][0] for n in range(20))  # s(even) / t(hree)
+    rr = SmoothWeightedRoundRobin()
+    one = "".join(rr.pick([("s", 7.0), ("t", 3.0)], {"s", "t"}) for _ in range(20))
+    assert picks == one, picks
+    assert max(len(run) for run in picks.replace("t", " ").split()) <= 3
