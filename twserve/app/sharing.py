@@ -1,9 +1,10 @@
 """The shared state of one instance, wired to its gateway (``state.redis_url`` set).
 
-`Sharing` builds the Redis connection and the three shared parts over the gateway's own
-objects — key limits (`UsageKeeper.shared`), upstream slots and pauses/affinity (listeners on
-`RouterHooks`) — and runs their background work: the connection's jobs and reconnects, renewing
-the reservations of requests in flight, the slot lease, and the announcements channel.
+`Sharing` builds the Redis connection and the shared parts over the gateway's own objects — key
+limits (`UsageKeeper.shared`), upstream slots and pauses/affinity (listeners on `RouterHooks`),
+the effort memory and sealed-reasoning marks (listeners on `ReasoningMemory`) — and runs their
+background work: the connection's jobs and reconnects, renewing the reservations of requests in
+flight, the slot leases, and the announcements channel.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Callable
 
 import anyio
 
+from twengine.reasoning import ReasoningMemory
 from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
 from twserve.shared.aborts import SharedAborts
 from twserve.shared.limits import SharedLimits
+from twserve.shared.memory import SharedMemory
 from twserve.shared.redis import RedisDown, RedisState
 from twserve.shared.router import SharedRouter
 from twserve.shared.slots import SharedSlots
@@ -26,7 +29,8 @@ __all__ = ["Sharing"]
 
 
 class Sharing:
-    """Redis-backed limits, slots, pauses, affinity and aborts for one instance."""
+    """Redis-backed limits, slots, pauses, affinity, aborts and reasoning memories for one
+    instance."""
 
     def __init__(
         self,
@@ -35,6 +39,8 @@ class Sharing:
         usage: UsageKeeper,
         *,
         aborts: Aborts | None = None,
+        reasoning: ReasoningMemory | None = None,
+        on_efforts_changed: Callable[[], None] = lambda: None,
         wall: Callable[[], float],
         clock: Callable[[], float],
         prefix: str = "twserve:",
@@ -46,7 +52,7 @@ class Sharing:
         self.wall = wall
         self.limits = SharedLimits(self.state)
         usage.shared = self.limits
-        self.slots = SharedSlots(self.state, hooks, instance=self.instance, wall=wall)
+        self.slots = SharedSlots(self.state, hooks, instance=self.instance, clock=clock)
         self.router = SharedRouter(
             self.state, hooks, instance=self.instance, wall=wall, clock=clock
         )
@@ -55,6 +61,17 @@ class Sharing:
             self.state, aborts if aborts is not None else Aborts(), instance=self.instance
         )
         self.router.handlers["abort"] = self.aborts.heard
+        self.router.handlers["slots"] = self.slots.heard
+        # The effort memory and sealed-reasoning marks (twserve.shared.memory).
+        self.memory = SharedMemory(
+            self.state,
+            self.router,
+            reasoning if reasoning is not None else ReasoningMemory(),
+            instance=self.instance,
+            wall=wall,
+            clock=clock,
+            on_efforts_changed=on_efforts_changed,
+        )
 
     async def connect(self) -> bool:
         """Reach Redis once before serving; False: serving starts on in-process state."""

@@ -9,6 +9,8 @@ in-process (twengine's objects, driven by twserve.usage.keeper and twserve.relay
 * `shared_slots.SharedSlots` — upstream slots counted across instances under expiring leases;
 * `shared_router.SharedRouter` — pauses and conversation affinity, kept in keys with a TTL and
   announced on a pub/sub channel;
+* `memory.SharedMemory` — the effort memory and sealed-reasoning marks, kept in keys with their
+  expiry and announced on the same channel;
 * `sharing.Sharing` — all of the above for one instance, wired to its gateway by twserve.app.wiring.
 
 docs/deployment.md ("Several instances: Redis") says what is exact and what is approximate.
