@@ -161,7 +161,9 @@ class SharedMemory:
             str(note["conversation"]), str(note["upstream"]), now=now, until=until
         )
 
-    async def _read_back(self, client: Redis, pattern: str, heard: Callable[[bytes], None]) -> None:
+    async def _read_back(
+        self, client: Redis, pattern: str, heard: Callable[[bytes | str], None]
+    ) -> None:
         keys: list[bytes] = []
         async for key in client.scan_iter(match=pattern, count=1000):
             keys.append(key)

@@ -92,8 +92,8 @@ RENEW = (
     + """
 local lost = {}
 for i = 2, #ARGV do
-  local until = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if until and tonumber(until) > now then
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if expiry and tonumber(expiry) > now then
     redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
   else
     redis.call('ZREM', KEYS[1], ARGV[i])
@@ -188,6 +188,7 @@ class SharedSlots:
         here, set aside for `owner` (one round trip for them all; none when all have one)."""
         if not self.state.up:
             return
+        self._apply()
         limits = self._limited()
         now = self.clock()
         slots = self.hooks.router.slots
@@ -217,7 +218,7 @@ class SharedSlots:
         async def run(client: Redis) -> list[list[bytes]]:
             async with client.pipeline(transaction=False) as pipe:
                 for name, n in counts.items():
-                    args = [limits[name], n, lease_ms, prefix, starts[name]]
+                    args: list[str | int] = [limits[name], n, lease_ms, prefix, starts[name]]
                     await self._acquire(keys=[self.lease_key(name)], args=args, client=pipe)
                 return list(await pipe.execute())
 
@@ -237,7 +238,7 @@ class SharedSlots:
             async with client.pipeline(transaction=False) as pipe:
                 for name, given in ids.items():
                     note = json_dumps({"kind": "slots", "from": self.instance, "upstream": name})
-                    args = [self.channel, note, *given]
+                    args: list[str | bytes] = [self.channel, note, *given]
                     await self._release(keys=[self.lease_key(name)], args=args, client=pipe)
                 await pipe.execute()
 
@@ -253,9 +254,8 @@ class SharedSlots:
         async def run(client: Redis) -> list[list[bytes]]:
             async with client.pipeline(transaction=False) as pipe:
                 for name, ids in held.items():
-                    await self._renew(
-                        keys=[self.lease_key(name)], args=[lease_ms, *ids], client=pipe
-                    )
+                    args: list[str | int] = [lease_ms, *ids]
+                    await self._renew(keys=[self.lease_key(name)], args=args, client=pipe)
                 return list(await pipe.execute())
 
         for name, lost in zip(held, await self.state.call(run), strict=True):

@@ -401,8 +401,9 @@ class Efforts:
             if self.memory.remember(key, sent, now=now, identity=_identity(dest)):
                 changed = True
                 choice = self.memory.get(key)
-                for listener in self.learned if choice is not None else ():
-                    listener(key, choice)
+                if choice is not None:
+                    for listener in self.learned:
+                        listener(key, choice)
         return changed
 
 
