@@ -4,6 +4,7 @@ three gateways over one mock upstream with ``max_concurrent: 2``."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,8 +17,10 @@ import anyio
 import httpcore
 import pytest
 import redis
+from ruamel.yaml import YAML
 
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, free_port
+from tests.twserve.shared.test_shared_redis import _process
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
 from twengine.router import Router
@@ -203,3 +206,64 @@ async def test_a_slot_given_back_reaches_a_waiter_on_another_instance(
     assert one.hooks.router.slots.is_full("a") and two.hooks.router.slots.is_full("a")
     for shared in (one, two):
         await shared.state.aclose()
+
+
+def test_an_instance_killed_mid_stream_frees_its_slots_when_its_leases_lapse(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    url = _db_url(redis_server, 12)
+    # Streams of about 3 s: the killed instance's two are cut in the middle.
+    up = Upstream(
+        "openai-chat",
+        MockSettings(script=Script(chunks=30, chunk_delay=0.1)),
+        extra={"max_concurrent": 2},
+    )
+    config = {"state": {"redis_url": url}, "failover": {"wait_secs": 20}}
+    with running_stack(tmp_path / "A", {"a": up}, config=config) as a:
+        mock = a.mock("a")
+        (provider,) = a.app.gateway.config.providers
+        sharing = a.app.sharing
+        assert sharing is not None
+        until(lambda: sharing.state.up, "A connected to Redis")
+        # B: a `twserve serve` process over the same upstream, to be killed with SIGKILL.
+        port = free_port()
+        path = tmp_path / "b.yaml"
+        with path.open("w") as f:
+            YAML().dump(
+                {
+                    "version": 1,
+                    "listen": {"gateway": {"bind": "127.0.0.1"}},
+                    "clients": [{"name": "tester", "key": KEY}],
+                    "providers": [
+                        {
+                            "name": "a",
+                            "protocol": "openai-chat",
+                            "base_url": provider.base_url,
+                            "key": "upstream-key-a",
+                            "max_concurrent": 2,
+                        }
+                    ],
+                    **config,
+                },
+                f,
+            )
+        db = redis.Redis.from_url(url)
+        argv = ["serve", "--config", str(path), "--port", str(port)]
+        with ThreadPoolExecutor(3) as pool, _process(argv, port, tmp_path / "B") as proc:
+            b = Stack(portal=a.portal, app=a.app, port=port, mocks={}, data_dir=tmp_path / "B")
+            cut = [pool.submit(stream, b) for _ in range(2)]
+            until(lambda: mock.in_flight == 2, "B's two streams at the upstream")
+            assert db.zcard("twserve:{slots:a}") == 2
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            killed = time.monotonic()
+            # A's request waits: B's leases stay until they lapse (5 s), then it is served.
+            status, _, content = stream(a)
+            waited = time.monotonic() - killed
+        assert status == 200 and b"data: [DONE]" in content
+        # B's leases had 3.3-5 s left (renewed every 1.7 s), then A's ~3 s stream.
+        print(f"killed instance: waited {waited:.2f} s for its slots and a 3 s stream")
+        assert 5.5 < waited < 12.0
+        assert mock.peak_in_flight == 2
+        for future in cut:
+            assert future.exception() is not None or future.result()[0] == 200
