@@ -21,7 +21,7 @@ use on each instance on its own; the key in Redis lasts from the last refusal.
 
 On (re)connecting, each instance reads the keys back (after subscribing), and writes the
 efforts it holds that Redis does not (learned while Redis was away, or from its file at start):
-``SET NX``, never replacing what another instance wrote. While Redis is away each instance
+``SET NX``, never replacing what another instance wrote, and announces those it wrote. While Redis is away each instance
 learns alone: efforts in its file, marks in its memory.
 """
 
@@ -181,9 +181,16 @@ class SharedMemory:
         now = self.wall()
         mine = [(k, c) for k, c in self.reasoning.efforts.memory.items() if c.expires_at > now]
         for start in range(0, len(mine), _BATCH):
+            notes = [json_dumps(self._effort_note(k, c)) for k, c in mine[start : start + _BATCH]]
             async with client.pipeline(transaction=False) as pipe:
-                for key, choice in mine[start : start + _BATCH]:
-                    note = self._effort_note(key, choice)
+                for (key, choice), note in zip(mine[start : start + _BATCH], notes, strict=True):
                     life_ms = int((choice.expires_at - now) * 1000)
-                    pipe.set(self.effort_key(key), json_dumps(note), px=life_ms, nx=True)
-                await pipe.execute()
+                    pipe.set(self.effort_key(key), note, px=life_ms, nx=True)
+                written = await pipe.execute()
+            # Announced too: the others may have read back before these were written.
+            new = [note for note, done in zip(notes, written, strict=True) if done]
+            if new:
+                async with client.pipeline(transaction=False) as pipe:
+                    for note in new:
+                        pipe.publish(self.channel, note)
+                    await pipe.execute()

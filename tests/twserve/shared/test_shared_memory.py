@@ -14,7 +14,7 @@ import httpcore
 import pytest
 import redis
 
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, start_redis
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
 from twmock.script import ErrorSpec, MockSettings, Script
 
@@ -179,3 +179,30 @@ def test_a_sealed_reasoning_refusal_on_one_instance_is_left_out_by_the_others(
             # The conversation's id (percent-encoded), then the upstream.
             assert key.startswith(b"twserve:sealed:") and key.endswith(b":a")
             assert 23.9 * 3600 < db.pttl(key) / 1000 <= 24 * 3600
+
+
+def test_efforts_learned_while_redis_is_away_reach_the_others_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    refusing = MockSettings(
+        script=Script(fail_first=1, error=ErrorSpec(shape="anthropic-effort-unsupported"))
+    )
+    with start_redis() as server:
+        url = server.url
+        with gateway(tmp_path, url, "A", Upstream("anthropic", refusing)) as a:
+            same = Upstream("anthropic", MockSettings(), extra={"base_url": base_url(a)})
+            with gateway(tmp_path, url, "B", same) as b:
+                server.stop()
+                # A learns alone: into its file, and its requests still get their answers.
+                assert ask(a, effort_body()) == 200
+                until(lambda: saved_levels(a) == [("a", "xhigh", "high")], "A kept it")
+                sharing = a.app.sharing
+                assert sharing is not None
+                until(lambda: not sharing.state.up, "A found Redis gone")
+                assert saved_levels(b) == []
+                server.start()
+                # Back: A writes what only it holds (SET NX); B reads it back on reconnecting.
+                until(lambda: saved_levels(b) == [("a", "xhigh", "high")], "B got it", 30.0)
+                assert ask(b, effort_body()) == 200
+                sent = [r.json()["output_config"]["effort"] for r in a.mock("a").received]
+                assert sent == ["xhigh", "high", "high"]

@@ -19,14 +19,14 @@ import pytest
 import redis
 from ruamel.yaml import YAML
 
-from tests.support.servers import RedisServer, free_port
+from tests.support.servers import RedisServer, free_port, start_redis
 from tests.twserve.shared.test_shared_redis import _process
 from tests.twserve.support.stack import KEY, Stack, Upstream, running_stack
 from twengine.config import build_config
 from twengine.router import Router
 from twmock.script import MockSettings, Script
 from twserve.relay.holds import RouterHooks
-from twserve.shared.redis import RedisState
+from twserve.shared.redis import RedisDown, RedisState
 from twserve.shared.slots import SharedSlots
 
 # A stream of 8 chunks 0.1 s apart: about 0.8 s at the upstream.
@@ -267,3 +267,27 @@ def test_an_instance_killed_mid_stream_frees_its_slots_when_its_leases_lapse(
         assert mock.peak_in_flight == 2
         for future in cut:
             assert future.exception() is not None or future.result()[0] == 200
+
+
+@pytest.mark.anyio
+async def test_with_redis_away_each_instance_counts_its_slots_alone() -> None:
+    with start_redis() as server:
+        one = await _instance(server.url, "away:", lease_secs=30.0)
+        await one.ready(["a"], "r1")
+        assert one.hooks.acquire("a", "r1") is not None
+        slots = one.hooks.router.slots
+        assert slots.outside("a") == 1  # the lease not held here counts as held elsewhere
+        server.stop()
+        with pytest.raises(RedisDown):
+            await one.renew()  # the batch renewal finds Redis gone
+        # Lost: leases forgotten, the full limit counted here alone (documented overshoot).
+        assert not one.state.up and one.leases == {} and slots.outside("a") == 0
+        await one.ready(["a"], "r2")  # no round trip while Redis is lost
+        assert one.hooks.acquire("a", "r2") is not None and slots.is_full("a")
+        server.start()
+        assert await one.state.connect()
+        await one.reconcile()
+        # Back: leases for both slots in flight, taken in Redis again.
+        assert len(one.leases["a"]) == 2
+        assert redis.Redis.from_url(server.url).zcard("away:{slots:a}") == 2
+        await one.state.aclose()
