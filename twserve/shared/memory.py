@@ -21,8 +21,8 @@ use on each instance on its own; the key in Redis lasts from the last refusal.
 
 On (re)connecting, each instance reads the keys back (after subscribing), and writes the
 efforts it holds that Redis does not (learned while Redis was away, or from its file at start):
-``SET NX``, never replacing what another instance wrote, and announces those it wrote. While Redis is away each instance
-learns alone: efforts in its file, marks in its memory.
+``SET NX``, never replacing what another instance wrote, and announces those it wrote. While
+Redis is away each instance learns alone: efforts in its file, marks in its memory.
 """
 
 from __future__ import annotations
