@@ -188,8 +188,11 @@ class SharedSlots:
         here, set aside for `owner` (one round trip for them all; none when all have one)."""
         if not self.state.up:
             return
-        self._apply()
         limits = self._limited()
+        if not any(name in limits for name in names):
+            return
+        # The limits in force now (a reload may have changed them since the last round).
+        self._apply()
         now = self.clock()
         slots = self.hooks.router.slots
         need = []
