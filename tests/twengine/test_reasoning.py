@@ -19,6 +19,7 @@ from twengine import (
 )
 from twengine.reasoning import (
     EFFORT_MEMORY_TTL_SECS,
+    EffortChoice,
     EffortKey,
     EffortMemory,
     Efforts,
@@ -310,3 +311,47 @@ def test_a_level_is_remembered_only_for_a_generation_that_ran_to_its_end(
         assert not memory.recall(
             key_of(), now=200.0 + EFFORT_MEMORY_TTL_SECS, identity=identity_of()
         )
+
+
+# --- shared with other instances --------------------------------------------------------------
+
+
+def test_a_choice_learned_is_told_once_and_taken_elsewhere() -> None:
+    efforts = Efforts()
+    told: list[tuple[EffortKey, EffortChoice]] = []
+    efforts.learned.append(lambda key, choice: told.append((key, choice)))
+    dests, views = efforts.apply([dest()], ASKED, Dialect.ANTHROPIC, now=0.0)
+    args = (dests, views, ASKED, Dialect.ANTHROPIC)
+    assert efforts.remember(resent_ok(), {"a": "high"}, *args, now=10.0)
+    assert not efforts.remember(resent_ok(), {"a": "high"}, *args, now=11.0)
+    assert told == [
+        (
+            key_of(),
+            EffortChoice(
+                sent="high", expires_at=10.0 + EFFORT_MEMORY_TTL_SECS, identity=identity_of()
+            ),
+        )
+    ]
+    # Another instance's memory takes it; a copy, an older one or an expired one changes nothing.
+    other = EffortMemory()
+    key, choice = told[0]
+    assert other.take(key, choice, now=20.0)
+    assert other.recall(key, now=21.0, identity=identity_of()) == "high"
+    assert not other.take(key, choice, now=22.0)
+    older = EffortChoice(sent="low", expires_at=choice.expires_at - 5, identity=identity_of())
+    assert not other.take(key, older, now=22.0)
+    assert not EffortMemory().take(key, choice, now=choice.expires_at)
+    assert [k for k, _ in other.items()] == [key]
+
+
+def test_a_mark_made_is_told_and_taken_elsewhere_with_its_end() -> None:
+    here, there = SealedReasoning(ttl_secs=100.0), SealedReasoning(ttl_secs=100.0)
+    told: list[tuple[str, str, float]] = []
+    here.listeners.append(lambda conv, up, ttl: told.append((conv, up, ttl)))
+    here.mark("c", "a", now=0.0)
+    assert told == [("c", "a", 100.0)]
+    assert there.take("c", "a", now=5.0, until=105.0)
+    assert not there.take("c", "a", now=5.0, until=50.0)  # a shorter one changes nothing
+    assert not there.take("d", "a", now=5.0, until=5.0)  # already over
+    assert there.leave_out("c", "a", now=104.0) and not there.leave_out("d", "a", now=6.0)
+    assert not told[1:]  # taking a mark tells no one (it came from elsewhere)

@@ -126,6 +126,10 @@ class MockHandler:
         self.sockets = SocketLog()
         # The access tokens the Vertex token endpoint issued (twmock.serve.cloud).
         self.google_tokens = GoogleTokenLog()
+        # Requests being answered now, and the most there ever were at once (`reset` restarts
+        # it): what a gateway's max_concurrent is checked against.
+        self.in_flight = 0
+        self.peak_in_flight = 0
 
     def count(self, profile: str = "") -> int:
         """How many scripted requests (generate, count tokens) `profile` has received."""
@@ -135,6 +139,7 @@ class MockHandler:
         """Forget the counters and the request log (the random sequence goes on)."""
         self._counts.clear()
         self.received.clear()
+        self.peak_in_flight = self.in_flight
 
     def profile_of(self, path: str) -> tuple[str, Script, str]:
         """The profile `path` names (its first segment, when that is a profile), the profile's
@@ -240,9 +245,14 @@ class MockHandler:
         return with_azure_filter_chunk(result, call) if call.platform == "azure" else result
 
     async def __call__(self, request: Request, responder: Responder) -> None:
-        await carry_out(
-            self.plan_for(request), responder, silence_limit=self.settings.silence_limit
-        )
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            await carry_out(
+                self.plan_for(request), responder, silence_limit=self.settings.silence_limit
+            )
+        finally:
+            self.in_flight -= 1
 
 
 def _check_shapes(script: Script, where: str) -> None:

@@ -2,9 +2,10 @@
 
 `Sharing` builds the Redis connection and the shared parts over the gateway's own objects — key
 limits (`UsageKeeper.shared`), upstream slots, pauses/affinity and health (listeners on
-`RouterHooks`), load-balance turns (`RouterHooks.turns`) — and runs their background work:
-the connection's jobs and reconnects, renewing the reservations of requests in flight, the slot
-lease, the announcements channel and the health reads.
+`RouterHooks`), load-balance turns (`RouterHooks.turns`), the effort memory and sealed-reasoning
+marks (listeners on `ReasoningMemory`) — and runs their background work: the connection's jobs
+and reconnects, renewing the reservations of requests in flight, the slot leases, the
+announcements channel and the health reads.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from collections.abc import Callable
 
 import anyio
 
+from twengine.reasoning import ReasoningMemory
 from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
 from twserve.shared.aborts import SharedAborts
 from twserve.shared.health import SharedHealth
 from twserve.shared.limits import SharedLimits
+from twserve.shared.memory import SharedMemory
 from twserve.shared.redis import RedisDown, RedisState
 from twserve.shared.router import SharedRouter
 from twserve.shared.slots import SharedSlots
@@ -29,7 +32,8 @@ __all__ = ["Sharing"]
 
 
 class Sharing:
-    """Redis-backed limits, slots, pauses, affinity, turns, health and aborts for one instance."""
+    """Redis-backed limits, slots, pauses, affinity, turns, health, aborts and reasoning
+    memories for one instance."""
 
     def __init__(
         self,
@@ -38,6 +42,8 @@ class Sharing:
         usage: UsageKeeper,
         *,
         aborts: Aborts | None = None,
+        reasoning: ReasoningMemory | None = None,
+        on_efforts_changed: Callable[[], None] = lambda: None,
         wall: Callable[[], float],
         clock: Callable[[], float],
         prefix: str = "twserve:",
@@ -49,7 +55,7 @@ class Sharing:
         self.wall = wall
         self.limits = SharedLimits(self.state)
         usage.shared = self.limits
-        self.slots = SharedSlots(self.state, hooks, instance=self.instance, wall=wall)
+        self.slots = SharedSlots(self.state, hooks, instance=self.instance, clock=clock)
         self.router = SharedRouter(
             self.state, hooks, instance=self.instance, wall=wall, clock=clock
         )
@@ -62,6 +68,17 @@ class Sharing:
         self.turns = SharedTurns(self.state, hooks.router)
         # Failure runs, success rates and first-content samples (twserve.shared.health).
         self.health = SharedHealth(self.state, hooks, wall=wall, clock=clock)
+        self.router.handlers["slots"] = self.slots.heard
+        # The effort memory and sealed-reasoning marks (twserve.shared.memory).
+        self.memory = SharedMemory(
+            self.state,
+            self.router,
+            reasoning if reasoning is not None else ReasoningMemory(),
+            instance=self.instance,
+            wall=wall,
+            clock=clock,
+            on_efforts_changed=on_efforts_changed,
+        )
 
     async def connect(self) -> bool:
         """Reach Redis once before serving; False: serving starts on in-process state."""

@@ -188,7 +188,8 @@ class GatewayApp:
             assert isinstance(self.store, PostgresStore)
             self.store.listeners.append(self._store_changed)
         self.usage.alert_listeners.append(self.events.key_limit_alert)
-        # With state.redis_url: limits, slots, pauses and affinity shared with other instances.
+        # With state.redis_url: limits, slots, pauses, affinity and the reasoning memories shared
+        # with other instances.
         self.sharing: Sharing | None = None
         if config.state is not None and config.state.redis_url is not None:
             self.sharing = _sharing()(
@@ -196,6 +197,8 @@ class GatewayApp:
                 gw.hooks,
                 self.usage,
                 aborts=gw.aborts,
+                reasoning=gw.reasoning,
+                on_efforts_changed=lambda: gw.on_efforts_changed(),
                 wall=gw.wall,
                 clock=gw.clock,
             )

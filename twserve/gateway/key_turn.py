@@ -174,13 +174,36 @@ async def key_turn(
     input tokens and the (provider, model) candidates a cost estimate reads; `counted` False for
     requests that count toward no limit (token counts). The permit is given back on a refusal or
     if the client leaves while waiting. `head` keeps a streamed client alive while it waits."""
-    turn = _turn(hooks, usage, config, client, owner, deadline, estimate, counted)
+    turn = _ready(
+        hooks,
+        estimate[1],
+        owner,
+        _turn(hooks, usage, config, client, owner, deadline, estimate, counted),
+    )
     if head is None or not _may_wait(usage, config, client, counted):
         # Nothing to wait for: no keep-alive task (and its task group) for the request.
         return await turn
     if head.req.running is None:
         return await head.keeping_alive(turn)
     return await _abortable(head.req.running, head.keeping_alive(turn))
+
+
+async def _ready(
+    hooks: RouterHooks,
+    candidates: list[tuple[str, str]],
+    owner: str,
+    turn: Awaitable[KeyTurn | GatewayError],
+) -> KeyTurn | GatewayError:
+    """`turn`, then what the upstream slots shared across instances need before the request runs
+    (`RouterHooks.ready`: a lease where none is spare); the turn goes back if the client left."""
+    result = await turn
+    if isinstance(result, KeyTurn) and hooks.slot_gate is not None:
+        try:
+            await hooks.ready([name for name, _ in candidates], owner)
+        except BaseException:
+            result.give_back()
+            raise
+    return result
 
 
 async def _abortable(

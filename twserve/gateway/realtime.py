@@ -461,6 +461,8 @@ class _Proxy:
     ) -> tuple[Permit, _Hop, Destination]:
         gw = self.gateway
         hooks = gw.hooks
+        # Slots shared across instances: a lease for each limited upstream first (one round trip).
+        await hooks.ready([dest.name for dest in usable], owner)
         full = 0
         for dest in usable:
             permit = hooks.acquire(dest.name, owner)

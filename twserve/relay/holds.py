@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, assert_never
 
@@ -229,6 +229,11 @@ class RouterHooks:
         self.turns: TurnTaker | None = None
         # OpenTelemetry traces (twserve.observe.traces), set by the app when they are on.
         self.tracing: Tracing | None = None
+        # With slots shared across instances (twserve.shared.slots): awaited with a request's
+        # candidates and owner before it runs (`ready`), and told the owner of every slot taken,
+        # given back, waited for or no longer waited for.
+        self.slot_gate: Callable[[Collection[str], str], Awaitable[None]] | None = None
+        self.slot_listeners: list[Callable[[str], None]] = []
 
     # -- slots ---------------------------------------------------------------------------------
 
@@ -236,8 +241,19 @@ class RouterHooks:
         slots = self.router.slots
         return {n for n in names if not slots.is_full(n)}
 
+    async def ready(self, names: Collection[str], owner: str) -> None:
+        """Before `owner` runs on `names`: what the shared slots need (nothing without them)."""
+        if self.slot_gate is not None:
+            await self.slot_gate(names, owner)
+
+    def _slot_changed(self, owner: str) -> None:
+        for listener in self.slot_listeners:
+            listener(owner)
+
     def acquire(self, name: str, owner: str) -> Permit | None:
-        return self.router.slots.try_acquire(name, owner=owner)
+        permit = self.router.slots.try_acquire(name, owner=owner)
+        self._slot_changed(owner)
+        return permit
 
     def wait(
         self,
@@ -248,14 +264,17 @@ class RouterHooks:
     ) -> Ticket:
         ticket = self.router.slots.wait(names, owner=owner, deadline=deadline)
         self._deliver[ticket.id] = deliver
+        self._slot_changed(owner)
         return ticket
 
     def cancel_wait(self, ticket: Ticket) -> None:
         self.router.slots.cancel(ticket)
         self._deliver.pop(ticket.id, None)
+        self._slot_changed(ticket.owner)
 
     def release(self, permit: Permit) -> None:
         self._hand_on(list(self.router.slots.release(permit)))
+        self._slot_changed(permit.owner)
 
     def deliver_grant(self, grant: Grant) -> None:
         """A grant made outside a release (a reload raised a limit)."""

@@ -18,13 +18,14 @@ request stays on that upstream whichever instance it reaches. The routing decisi
 rest of a turn stays per instance.
 
 On (re)connecting, an instance subscribes first, then reads the pause keys and the conversation
-keys (`resync`), so nothing said in between is missed.
+keys (`resync`, and whatever else is in `resyncs`: the reasoning memories of
+twserve.shared.memory), so nothing said in between is missed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -81,6 +82,8 @@ class SharedRouter:
         self._adopting = False
         # Announcements of other kinds, by kind (``abort``: twserve.shared.aborts).
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # More to read back after (re)subscribing (twserve.shared.memory: efforts, sealed marks).
+        self.resyncs: list[Callable[[Redis], Awaitable[None]]] = []
         self._set_pause = state.client.register_script(SET_PAUSE)
         hooks.listeners.append(self.pause_changed)
         hooks.answer_listeners.append(self.answered)
@@ -218,6 +221,8 @@ class SharedRouter:
             for value in await client.mget(keys[start : start + 500]):
                 if value is not None:
                     self.heard(value)
+        for more in self.resyncs:
+            await more(client)
 
     async def listen(self) -> None:
         """Take the others' announcements while Redis answers; until cancelled."""

@@ -26,13 +26,17 @@ items — so the conversation is marked for that upstream (`SealedReasoning`) an
 requests there leave them out up front. A mark lasts `SEALED_MARK_TTL_SECS` after it was last
 used (a conversation idle that long has moved on) and at most `MAX_SEALED_MARKS` are kept, the
 least recently used going first, so the store stays bounded whatever the traffic.
+
+*Shared.* Both memories tell their listeners what they learned (`Efforts.learned`,
+`SealedReasoning.listeners`) and take what another instance learned (`EffortMemory.take`,
+`SealedReasoning.take`); twserve.shared.memory carries both through Redis.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -120,6 +124,25 @@ class EffortMemory:
         self._entries[key] = choice
         return before is None or before.sent != sent or before.identity != identity
 
+    def get(self, key: EffortKey) -> EffortChoice | None:
+        """The choice kept for `key` (expired or not), or None."""
+        return self._entries.get(key)
+
+    def items(self) -> list[tuple[EffortKey, EffortChoice]]:
+        """Every choice kept, with its key."""
+        return list(self._entries.items())
+
+    def take(self, key: EffortKey, choice: EffortChoice, *, now: float) -> bool:
+        """Adopt `choice`, made elsewhere (another instance sharing the memory), unless it has
+        expired or the one kept is the same or lasts longer; whether anything changed."""
+        before = self._entries.get(key)
+        if choice.expires_at <= now or before == choice:
+            return False
+        if before is not None and before.expires_at > choice.expires_at:
+            return False
+        self._entries[key] = choice
+        return True
+
     def keep_only(self, identities: Mapping[str, str]) -> bool:
         """Drop entries of upstreams not in `identities` (name → identity) or whose identity
         changed; whether any was dropped."""
@@ -200,14 +223,34 @@ class SealedReasoning:
         self._ttl = ttl_secs
         self._max = max_marks
         self._marks: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # Told (conversation, upstream, lifetime in seconds) of every mark made here, to share.
+        self.listeners: list[Callable[[str, str, float], None]] = []
+
+    @property
+    def ttl_secs(self) -> float:
+        return self._ttl
 
     def __len__(self) -> int:
         return len(self._marks)
 
     def mark(self, conversation: str, upstream: str, *, now: float) -> None:
         """`upstream` refused the conversation's sealed reasoning: leave it out from now on."""
+        self._put((conversation, upstream), now + self._ttl)
+        for listener in self.listeners:
+            listener(conversation, upstream, self._ttl)
+
+    def take(self, conversation: str, upstream: str, *, now: float, until: float) -> bool:
+        """Adopt a mark made elsewhere (another instance), lasting until `until` on this
+        clock; whether it was new or longer than the one kept."""
         key = (conversation, upstream)
-        self._marks[key] = now + self._ttl
+        current = self._marks.get(key)
+        if until <= now or (current is not None and current >= until):
+            return False
+        self._put(key, until)
+        return True
+
+    def _put(self, key: tuple[str, str], until: float) -> None:
+        self._marks[key] = until
         self._marks.move_to_end(key)
         while len(self._marks) > self._max:
             self._marks.popitem(last=False)
@@ -254,10 +297,12 @@ class Efforts:
     front and returns each one's effort view for the request row; `remember` keeps the level a
     resend succeeded with. Both say when the memory changed, for the caller to persist."""
 
-    __slots__ = ("memory",)
+    __slots__ = ("learned", "memory")
 
     def __init__(self, memory: EffortMemory | None = None) -> None:
         self.memory = memory if memory is not None else EffortMemory()
+        # Told every choice `remember` made or changed, to share (other instances).
+        self.learned: list[Callable[[EffortKey, EffortChoice], None]] = []
 
     def use(self, memory: EffortMemory, identities: Mapping[str, str]) -> bool:
         """Take `memory`, dropping the choices of upstreams removed or changed (address, key,
@@ -353,7 +398,12 @@ class Efforts:
                 client_format=dialect.value,
                 level=asked,
             )
-            changed |= self.memory.remember(key, sent, now=now, identity=_identity(dest))
+            if self.memory.remember(key, sent, now=now, identity=_identity(dest)):
+                changed = True
+                choice = self.memory.get(key)
+                if choice is not None:
+                    for listener in self.learned:
+                        listener(key, choice)
         return changed
 
 
