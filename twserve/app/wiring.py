@@ -281,6 +281,8 @@ class GatewayApp:
                     self.store.close()
                     with anyio.CancelScope(shield=True):
                         await self.upstream.aclose()
+                        if self.gateway.conversations.records is not None:
+                            await self.gateway.conversations.records.close()
                         tracing = self.gateway.hooks.tracing
                         if tracing is not None:  # the spans still queued go out
                             await anyio.to_thread.run_sync(tracing.shutdown)

@@ -183,7 +183,7 @@ def _has_socket(config: Config) -> bool:
 
 async def _warm_up(body: dict[str, Any], save: Save | None) -> bytes:
     """A warm-up turn's answer: an empty completed response (its input kept for the next turn)."""
-    response = {
+    response: dict[str, Any] = {
         "id": f"resp_gw_{secrets.token_hex(12)}",
         "object": "response",
         "created_at": 0,

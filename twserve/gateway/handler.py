@@ -88,10 +88,10 @@ class Gateway:
         self.events: EventBus | None = None
         self._configured = False
         self.next_request_id, self.rng = request_ids(), random.Random()  # realtime's rows too
-        # Requests by id, to abort; load shedding (loop lag sampled by the app, requests relayed).
-        self.aborts, self.load = Aborts(), LoadGauge()
+        self.aborts, self.load = Aborts(), LoadGauge()  # to abort by id; load shedding
         # twengine.reasoning's memories; the app loads (`use_effort_memory`) and saves efforts.
-        self.reasoning, self.on_efforts_changed = ReasoningMemory(), lambda: None
+        self.reasoning = ReasoningMemory()
+        self.on_efforts_changed: Callable[[], None] = lambda: None
         self.conversations = Conversations(None, wall)  # the app gives it the store's table
         self.apply_config(config)
 

@@ -265,7 +265,7 @@ async def test_socket_turns_chain_after_a_warm_up(stack: StackFactory, fmt: str)
         warm = await _turn(conn, input=question, tools=TOOLS, generate=False, store=False)
         assert [e.type for e in warm] == ["response.created", "response.completed"]
         assert warm[-1].response.output == []
-        assert st.mock("a").received == []
+        assert len(st.mock("a").received) == 0
         first = await _turn(
             conn, input=[], tools=TOOLS, previous_response_id=warm[-1].response.id, store=False
         )
@@ -303,8 +303,9 @@ def test_two_instances_on_postgres_share_responses(
     (tmp_path / "two").mkdir()
     with (
         running_stack(tmp_path / "one", up, config=config) as one,
-        running_stack(tmp_path / "two", {"a": _up("anthropic", {"text": TEXT})}, config=config)
-        as two,
+        running_stack(
+            tmp_path / "two", {"a": _up("anthropic", {"text": TEXT})}, config=config
+        ) as two,
     ):
         with _client(one.url) as first_client, _client(two.url) as second_client:
             first = first_client.responses.create(model=MODEL, input=QUESTION, tools=TOOLS)
