@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ async def test_a_three_turn_chain_with_a_tool_round(
         return first, second, third
 
     with client:
-        first, second, third = await anyio.to_thread.run_sync(chain)
+        _, second, third = await anyio.to_thread.run_sync(chain)
     assert second.output_text == TEXT and third.output_text == TEXT
     received = st.mock("a").received
     assert len(received) == 3
@@ -183,12 +184,11 @@ async def test_unknown_other_keys_and_unstored_ids_are_not_found(stack: StackFac
             (other, kept.id),  # a key never reads another key's response
             (mine, unstored.id),  # store: false keeps nothing
         ):
+            ask = partial(
+                client.responses.create, model=MODEL, input=THANKS, previous_response_id=response_id
+            )
             with pytest.raises(openai.BadRequestError) as refused:
-                await anyio.to_thread.run_sync(
-                    lambda: client.responses.create(
-                        model=MODEL, input=THANKS, previous_response_id=response_id
-                    )
-                )
+                await anyio.to_thread.run_sync(ask)
             _not_found(refused.value, response_id)
         again = await anyio.to_thread.run_sync(
             lambda: mine.responses.create(model=MODEL, input=THANKS, previous_response_id=kept.id)
