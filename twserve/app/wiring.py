@@ -204,6 +204,7 @@ class GatewayApp:
             self.sharing.state.listeners.append(self.events.shared_state_changed)
             self.sharing.aborts.on_aborted = self.events.request_aborted
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
+        self.maintenance.responses = gw.conversations.records
         # One budget for the gateway's request bodies held in memory, whichever protocol they
         # came in on (the control plane has its own).
         self.body_budget = BodyBudget(self.limits.body_budget_bytes)

@@ -16,8 +16,9 @@ key's, or kept on another socket) gets the OpenAI API's own 400, ``previous_resp
 (code ``gw.responses.previous_not_found``).
 
 A socket's warm-up turn (``generate: false``) is answered here, with an empty completed response
-whose id the next turn may name, unless some provider takes Responses WebSocket turns over its
-own socket (``responses_transport: websocket``): then it goes on like any turn.
+whose id the next turn may name. Where some provider takes Responses WebSocket turns over its
+own socket (``responses_transport: websocket``), a socket's turns go on as the client sent them
+(``previous_response_id``, warm-up and all): that upstream's socket keeps the conversation.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ __all__ = ["NOT_FOUND", "Conversations", "KeepingResponder"]
 log = logging.getLogger("twserve.gateway.conversations")
 
 NOT_FOUND = "gw.responses.previous_not_found"
-_CLOSING = ("response.completed", "response.incomplete")
 _MAX_EVENT = 256 * 1024 * 1024  # the gateway's own stream (see server/ws_turn.py)
 
 Save = Callable[[dict[str, Any]], Awaitable[None]]
@@ -112,6 +112,10 @@ class Conversations:
         kept = memory is not None or (
             body.get("store") is not False and retention.responses_secs > 0
         )
+        if memory is not None and _has_socket(config):
+            # The upstream's own socket keeps the conversation (and answers a warm-up turn):
+            # the turn goes on as the client sent it.
+            return request, None
         previous = state.previous_id(body)
         if previous is not None:
             record = await self._load(memory, client, previous, kept)
@@ -128,7 +132,7 @@ class Conversations:
                 request, body=raw, parsed=body if request.parsed is not None else None
             )
         save = self._saver(memory, client, body, config) if kept else None
-        if body.get("generate") is False and memory is not None and not _has_socket(config):
+        if memory is not None and state.is_warm_up(body):
             return await _warm_up(body, save)
         return request, save
 
@@ -182,24 +186,11 @@ def _has_socket(config: Config) -> bool:
 
 
 async def _warm_up(body: dict[str, Any], save: Save | None) -> bytes:
-    """A warm-up turn's answer: an empty completed response (its input kept for the next turn)."""
-    response: dict[str, Any] = {
-        "id": f"resp_gw_{secrets.token_hex(12)}",
-        "object": "response",
-        "created_at": 0,
-        "status": "completed",
-        "model": body.get("model") if isinstance(body.get("model"), str) else "",
-        "output": [],
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
-    }
+    """A warm-up turn's answer, its input kept for the next turn."""
+    response, stream = state.warm_up(body, f"resp_gw_{secrets.token_hex(12)}")
     if save is not None:
         await save(response)
-    events = []
-    for number, kind in enumerate(("response.created", "response.completed")):
-        shown = response if kind == "response.completed" else {**response, "status": "in_progress"}
-        data = json_dumps({"type": kind, "sequence_number": number, "response": shown})
-        events.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
-    return b"".join(events)
+    return stream
 
 
 class KeepingResponder:
@@ -249,11 +240,9 @@ class KeepingResponder:
                 self._decoder = None
                 return
             for event in events:
-                if event.event in _CLOSING or any(c in event.data[:80] for c in _CLOSING):
-                    found = _json_object(event.data.encode())
-                    response = found.get("response") if found else None
-                    if isinstance(response, dict):
-                        await self._keep(response)
+                response = state.closing_response(event.event, event.data)
+                if response is not None:
+                    await self._keep(response)
             return
         if self._body is not None:
             self._body += data

@@ -9,7 +9,9 @@ other's responses. The mock Anthropic upstream refuses a ``tool_result`` without
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from contextlib import closing
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -214,6 +216,16 @@ async def test_a_response_expires(stack: StackFactory) -> None:
                 )
             )
     _not_found(refused.value, kept.id)
+    # The hourly clean-up deletes the expired record from the store's file.
+    db_path = st.data_dir / "requests.sqlite3"
+    assert _responses_kept(db_path) == 1
+    await anyio.to_thread.run_sync(st.portal.call, st.app.maintenance.prune)
+    assert _responses_kept(db_path) == 0
+
+
+def _responses_kept(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
 
 async def test_per_key_count_cap_drops_the_oldest(stack: StackFactory) -> None:

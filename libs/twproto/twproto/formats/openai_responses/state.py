@@ -17,16 +17,20 @@ from typing import Any
 from twproto._json import dumps as json_dumps
 from twproto._json import loads as json_loads
 
-__all__ = [
+__all__ = (
     "NOT_FOUND_CODE",
     "SocketMemory",
+    "closing_response",
     "expand_body",
     "input_items",
+    "is_warm_up",
+    "load_items",
     "not_found_body",
     "previous_id",
     "record_items",
     "response_items",
-]
+    "warm_up",
+)
 
 # The OpenAI API's own ``error.code`` for an id it does not know.
 NOT_FOUND_CODE = "previous_response_not_found"
@@ -72,6 +76,49 @@ def load_items(record: bytes) -> list[Any]:
     """The items `record_items` wrote."""
     items = json_loads(record)
     return items if isinstance(items, list) else []
+
+
+_CLOSING = ("response.completed", "response.incomplete")
+
+
+def closing_response(event: str, data: str) -> dict[str, Any] | None:
+    """The response a stream's closing event (completed or incomplete) carries, else None."""
+    if event not in _CLOSING and not any(c in data[:80] for c in _CLOSING):
+        return None
+    try:
+        found = json_loads(data)
+    except ValueError:
+        return None
+    response = found.get("response") if isinstance(found, dict) else None
+    if not isinstance(response, dict) or found.get("type") not in _CLOSING:
+        return None
+    return response
+
+
+def warm_up(body: Mapping[str, Any], response_id: str) -> tuple[dict[str, Any], bytes]:
+    """A warm-up turn's (``generate: false``) answer made without an upstream: an empty
+    completed response, and its stream (created, completed)."""
+    model = body.get("model")
+    response: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": model if isinstance(model, str) else "",
+        "output": [],
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+    }
+    events = []
+    for number, kind in enumerate(("response.created", "response.completed")):
+        shown = response if number else {**response, "status": "in_progress"}
+        data = json_dumps({"type": kind, "sequence_number": number, "response": shown})
+        events.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+    return response, b"".join(events)
+
+
+def is_warm_up(body: Mapping[str, Any]) -> bool:
+    """A socket's warm-up turn: ``generate: false``."""
+    return body.get("generate") is False
 
 
 def not_found_body(response_id: str) -> bytes:
