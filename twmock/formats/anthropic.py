@@ -178,6 +178,32 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
         raise BadRequest(_THINKING_TURN.format(index=opening, found=kind))
 
 
+def _check_tool_results(messages: list[Any]) -> None:
+    """The Messages API's rule: each ``tool_result`` answers a ``tool_use`` of the message just
+    before it (its own 400 text)."""
+    previous: Any = None
+    for number, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and message.get("role") == "user":
+            before = previous.get("content") if isinstance(previous, dict) else None
+            uses = {
+                b.get("id")
+                for b in (before if isinstance(before, list) else ())
+                if isinstance(b, dict) and b.get("type") == "tool_use"
+            }
+            for index, block in enumerate(content):
+                if not isinstance(block, dict) or block.get("type") != "tool_result":
+                    continue
+                if block.get("tool_use_id") not in uses:
+                    raise BadRequest(
+                        f"messages.{number}.content.{index}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {block.get('tool_use_id')}. Each `tool_result` "
+                        "block must have a corresponding `tool_use` block in the previous "
+                        "message."
+                    )
+        previous = message
+
+
 class AnthropicWriter:
     dialect = Dialect.ANTHROPIC
     not_json_message = (
@@ -198,6 +224,7 @@ class AnthropicWriter:
             if generate and not isinstance(body.get("max_tokens"), int):
                 raise BadRequest("max_tokens: Field required")
             _check_thinking(body, messages)
+            _check_tool_results(messages)
         tools = body.get("tools")
         names = (
             tuple(

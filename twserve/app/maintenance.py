@@ -17,6 +17,7 @@ from collections.abc import Callable
 import anyio
 
 from twengine.config import Config
+from twserve.store.responses import ResponseRecords
 from twserve.store.sqlite import Store
 from twserve.usage.keeper import UsageKeeper, local_tz
 
@@ -48,6 +49,8 @@ class Maintenance:
         self.config = config
         self.pinned_tz = pinned_tz
         self.pruned = (0, 0)
+        # Stored Responses conversations (twserve.store.responses): expired ones go here too.
+        self.responses: ResponseRecords | None = None
 
     async def rebuild(self) -> int:
         """Rebuild the limits' totals from the store now. A store that cannot be read is
@@ -73,6 +76,11 @@ class Maintenance:
         )
         if any(self.pruned):
             log.info("retention: deleted %d rows and %d bodies", *self.pruned)
+        if self.responses is not None:
+            try:
+                await self.responses.prune(now)
+            except Exception as exc:
+                log.warning("retention: expired Responses records not deleted: %s", exc)
         return self.pruned
 
     def _tz_moved(self) -> bool:

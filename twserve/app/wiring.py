@@ -45,6 +45,7 @@ from twserve.observe.otel_env import traces_wanted
 from twserve.server import http2, websocket
 from twserve.server.base import BodyBudget, Request, ServerLimits
 from twserve.server.listener import Server, listen
+from twserve.store.responses import PostgresResponses, ResponseRecords, SqliteResponses
 from twserve.store.sqlite import RequestStore, Store
 from twserve.upstream.client import UpstreamClient
 from twserve.usage.keeper import UsageKeeper
@@ -154,6 +155,7 @@ class GatewayApp:
         gw = self.gateway
         gw.on_efforts_changed = lambda: save_effort_memory(data_dir, gw.reasoning.efforts.memory)
         gw.use_effort_memory(load_effort_memory(data_dir))
+        gw.conversations.records = open_responses(config, data_dir, self.env)
         self.events = EventBus(wall=gw.wall, clock=gw.clock)
         store = self.store
         self.metrics = Metrics(
@@ -206,6 +208,7 @@ class GatewayApp:
             gw.hooks.turns = self.sharing.turns
             self.sharing.aborts.on_aborted = self.events.request_aborted
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
+        self.maintenance.responses = gw.conversations.records
         # One budget for the gateway's request bodies held in memory, whichever protocol they
         # came in on (the control plane has its own).
         self.body_budget = BodyBudget(self.limits.body_budget_bytes)
@@ -283,6 +286,8 @@ class GatewayApp:
                     self.store.close()
                     with anyio.CancelScope(shield=True):
                         await self.upstream.aclose()
+                        if self.gateway.conversations.records is not None:
+                            await self.gateway.conversations.records.close()
                         tracing = self.gateway.hooks.tracing
                         if tracing is not None:  # the spans still queued go out
                             await anyio.to_thread.run_sync(tracing.shutdown)
@@ -655,6 +660,14 @@ def open_store(config: Config, data_dir: Path, env: Mapping[str, str]) -> Store:
         ) from None
     # Checked when the config was loaded; a variable unset since then fails here, loudly.
     return PostgresStore(resolve_template(dsn, env), journal=data_dir / JOURNAL_FILE)
+
+
+def open_responses(config: Config, data_dir: Path, env: Mapping[str, str]) -> ResponseRecords:
+    """Where stored Responses conversations are kept: next to the request store's rows."""
+    dsn = _dsn(config)
+    if not dsn:
+        return SqliteResponses(data_dir / "requests.sqlite3")
+    return PostgresResponses(resolve_template(dsn, env))
 
 
 def _dsn(config: Config) -> str | None:

@@ -35,6 +35,7 @@ from twserve.events import EventBus
 from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
+from twserve.gateway.conversations import Conversations
 from twserve.gateway.key_turn import EarlyHead, key_turn, note_refusal
 from twserve.gateway.row import (
     fill_row,
@@ -82,8 +83,7 @@ class Gateway:
         self.taps, self.ends = responders.BodyTaps(), responders.EndsAfterCommit()
         self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
-        # Called with every stored row, after `on_finished` (metrics, the control plane).
-        self.row_listeners: list[Callable[[RequestRow], None]] = []
+        self.row_listeners: list[Callable[[RequestRow], None]] = []  # after `on_finished`
         # RequestStarted/Routed/Finished/Failed go here when the app wires a bus.
         self.events: EventBus | None = None
         self._configured, self.next_request_id, self.rng = False, request_ids(), random.Random()
@@ -92,6 +92,7 @@ class Gateway:
         # twengine.reasoning's memories; the app loads (`use_effort_memory`) and saves efforts.
         self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
+        self.conversations = Conversations(None, wall)  # the app gives it the store's table
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -151,13 +152,18 @@ class Gateway:
         client_name: str,
         running: Running,  # its id, and where an abort reaches it
     ) -> None:
-        responder = IdentifiedResponder(plain, running.id)  # x-request-id; the answer's bytes
         # A reload during a key wait leaves the request the settings it was admitted with.
         started, settings = self.clock(), self.settings
         row = new_row(running.id, self.wall(), request, client_name, dialect)
         counting = route.operation is Operation.COUNT_TOKENS
         if self.events is not None:
             self.events.request_started(row)
+        # previous_response_id expanded, the answer kept (gateway.conversations).
+        opened = await self.conversations.open(request, plain, route, client_name, self.config)
+        if not isinstance(opened, tuple):
+            return await self.conversations.answer(opened, row, plain, running.id, self.record_row)
+        request, plain = opened
+        responder = IdentifiedResponder(plain, running.id)  # x-request-id; the answer's bytes
         verdict = admit(
             AdmissionRequest(
                 route=route,
@@ -189,14 +195,9 @@ class Gateway:
             return
         fallback = responders.LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
-            usable,
-            verdict.body,
-            dialect,
-            verdict.conversation,
-            counting=counting,
-            now=self.clock(),
-            wall=self.wall(),
-        )
+            usable, verdict.body, dialect, verdict.conversation, counting=counting,
+            now=self.clock(), wall=self.wall(),
+        )  # fmt: skip
         candidates = reasoning.destinations
         if self.events is not None:
             self.events.request_routed(row, plan)

@@ -28,6 +28,7 @@ import anyio.abc
 from twproto import json_dumps
 
 if TYPE_CHECKING:
+    from twproto.formats.openai_responses.state import SocketMemory
     from twserve.upstream.responses_socket import UpstreamSockets
 
 __all__ = [
@@ -71,6 +72,9 @@ class Request:
     # A turn of a client's Responses WebSocket: the upstream sockets that client socket keeps
     # (twserve/upstream/responses_socket.py). None for every other request.
     upstream_sockets: UpstreamSockets | None = None
+    # The same socket's kept responses, for its turns' previous_response_id
+    # (twserve/gateway/conversations.py).
+    conversation: SocketMemory | None = None
     # The body already parsed where the server had to read it anyway (a Responses WebSocket
     # turn comes as a JSON message): admission takes it instead of parsing `body` again.
     parsed: dict[str, Any] | None = None

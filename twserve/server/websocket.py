@@ -79,6 +79,7 @@ from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
 from twproto import Dialect, ErrorCategory, GatewayError, error_body, error_headers
+from twproto.formats.openai_responses.state import SocketMemory
 from twproto.sockets import (
     WS_RESPONSES_PATHS,
     EventRejected,
@@ -280,6 +281,8 @@ class _Session:
         # The upstream sockets this client socket's turns keep (an OpenAI Responses upstream
         # configured with ``responses_transport: websocket``), closed with it.
         self.upstreams = UpstreamSockets()
+        # Its turns' responses, for previous_response_id (bounded by the gateway's config).
+        self.conversation = SocketMemory(0, 0)
         # Client messages, arriving and waiting in turns, draw on the bytes the server holds
         # for request bodies (HTTP/1.1's and HTTP/2's budget).
         self.budget = handoff.budget or BodyBudget(handoff.limits.body_budget_bytes)
@@ -701,6 +704,7 @@ class _Session:
             client=self.upgrade.client,
             http_version=self.upgrade.http_version,
             upstream_sockets=self.upstreams,
+            conversation=self.conversation,
             parsed=event.parsed,  # the body as the message was read: not parsed again
         )
         turn = Turn(request=request, stream_id=event.stream_id, model=event.model, reserved=held)

@@ -149,6 +149,11 @@ MIGRATIONS: tuple[str, ...] = (
     "ALTER TABLE requests ADD COLUMN IF NOT EXISTS correlation_id TEXT;"  # 2: SQLite's 3
     " CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);",
     LISTING_INDEXES,  # version 3: the console's filters (twserve/store/listing.py)
+    # version 4: Responses conversation state (twserve/store/responses.py)
+    "CREATE TABLE IF NOT EXISTS responses (id TEXT NOT NULL, key_name TEXT NOT NULL,"
+    " ts DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL, size INTEGER NOT NULL,"
+    " items BYTEA NOT NULL, PRIMARY KEY (key_name, id)); CREATE INDEX IF NOT EXISTS"
+    " responses_expires ON responses (expires);",
 )
 
 # Any 64-bit number the schema's migrations are serialised on across instances.

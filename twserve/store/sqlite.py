@@ -185,6 +185,11 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX IF NOT EXISTS requests_correlation ON requests (correlation_id);
     """,
     LISTING_INDEXES,  # version 4: the console's filters (twserve/store/listing.py)
+    # version 5: Responses conversation state (twserve/store/responses.py)
+    "CREATE TABLE IF NOT EXISTS responses (id TEXT NOT NULL, key_name TEXT NOT NULL,"
+    " ts REAL NOT NULL, expires REAL NOT NULL, size INTEGER NOT NULL, items BLOB NOT NULL,"
+    " PRIMARY KEY (key_name, id)); CREATE INDEX IF NOT EXISTS responses_expires"
+    " ON responses (expires);",
 )
 
 

@@ -302,6 +302,9 @@ _CODES = {
     "gw.request.aborted": (
         "The operator aborted the request from the control plane; not the upstream's fault (503)."
     ),
+    "gw.responses.previous_not_found": (
+        "previous_response_id names no response this key stored that has not expired (400)."
+    ),
     "gw.ws.upstream_closed": "The upstream closed the WebSocket during a turn; that turn failed.",
     "gw.ws.bad_event": "A WebSocket message is not JSON, or not a client event taken there (400).",
     "gw.ws.busy": "Too many turns already wait on this WebSocket; this one was not queued (429).",

@@ -204,6 +204,11 @@ RETENTION: Mapping[str, Bound] = MappingProxyType(
         "body_days": Bound(low=0, high=36_500, default=7),
         # Each stored body (request, answer) is cut at this many bytes.
         "body_max_bytes": Bound(low=1024, high=64 * 1024 * 1024, default=262_144),
+        # Responses conversation state (previous_response_id): how long a response is kept,
+        # and each key's caps (records, bytes); 0 seconds keeps none.
+        "responses_secs": Bound(low=0, high=90 * 86_400, default=30 * 86_400),
+        "responses_per_key": Bound(low=1, high=1_000_000, default=1_000),
+        "responses_key_bytes": Bound(low=65_536, high=16 * 1024**3, default=256 * 1024**2),
     }
 )
 

@@ -575,6 +575,9 @@ class Retention:
     body_days: int = int(_d(defaults.RETENTION, "body_days"))
     body_max_bytes: int = int(_d(defaults.RETENTION, "body_max_bytes"))
     store_bodies: bool = False
+    responses_secs: int = int(_d(defaults.RETENTION, "responses_secs"))
+    responses_per_key: int = int(_d(defaults.RETENTION, "responses_per_key"))
+    responses_key_bytes: int = int(_d(defaults.RETENTION, "responses_key_bytes"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

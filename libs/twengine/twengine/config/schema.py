@@ -319,6 +319,8 @@ FIELD_USES: Mapping[str, FieldUse] = MappingProxyType(
             f"retention.{name}": _reads(
                 "twserve.app.maintenance"
                 if name.endswith("_days")
+                else "twserve.gateway.conversations"
+                if name.startswith("responses_")
                 else "twserve.gateway.responders",
                 name,
             )

@@ -462,7 +462,15 @@ def _retention(out: _Problems, top: _Fields) -> Retention:
         body_max_bytes=rf.integer("body_max_bytes", defaults.RETENTION["body_max_bytes"])
         or int(defaults.RETENTION["body_max_bytes"].default or 0),
         store_bodies=rf.boolean("store_bodies", False),
+        **{
+            name: _int_or_default(rf.integer(name, defaults.RETENTION[name]), name)
+            for name in ("responses_secs", "responses_per_key", "responses_key_bytes")
+        },
     )
+
+
+def _int_or_default(value: int | None, name: str) -> int:
+    return int(defaults.RETENTION[name].default or 0) if value is None else value
 
 
 _PRICE_FIELDS = SECTIONS["pricing.sheets[].models.*"]

@@ -39,6 +39,20 @@ from twproto.formats.openai_responses.response import (
     encode_response,
     encode_usage,
 )
+from twproto.formats.openai_responses.state import (
+    NOT_FOUND_CODE,
+    SocketMemory,
+    closing_response,
+    expand_body,
+    input_items,
+    is_warm_up,
+    load_items,
+    not_found_body,
+    previous_id,
+    record_items,
+    response_items,
+    warm_up,
+)
 from twproto.formats.openai_responses.stream import (
     WATCH,
     StreamDecoder,
@@ -49,15 +63,27 @@ from twproto.formats.openai_responses.stream import (
 
 __all__ = (
     "DIALECT",
+    "NOT_FOUND_CODE",
     "WATCH",
+    "SocketMemory",
     "StreamDecoder",
     "StreamEncoder",
+    "closing_response",
     "decode_request",
     "decode_response",
     "decode_usage",
     "encode_request",
     "encode_response",
     "encode_usage",
+    "expand_body",
+    "input_items",
+    "is_warm_up",
+    "load_items",
     "new_stream_decoder",
     "new_stream_encoder",
+    "not_found_body",
+    "previous_id",
+    "record_items",
+    "response_items",
+    "warm_up",
 )
