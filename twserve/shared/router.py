@@ -81,7 +81,7 @@ class SharedRouter:
         self._adopting = False
         # Announcements of other kinds, by kind (``abort``: twserve.shared.aborts).
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
-        self._set_pause = state.client.register_script(SET_PAUSE)
+        self._set_pause = state.script(SET_PAUSE)
         hooks.listeners.append(self.pause_changed)
         hooks.answer_listeners.append(self.answered)
 
@@ -203,10 +203,14 @@ class SharedRouter:
             self._adopting = False
 
     async def resync(self, client: Redis) -> None:
-        """Read the pauses in force and the conversations remembered (after subscribing)."""
+        """Read the pauses in force and the conversations remembered (after subscribing).
+
+        The keys are read with one GET each in a pipeline, not MGET: on a Redis Cluster they
+        lie in different slots (a pipeline sends each node its own), and the SCAN for the
+        conversation keys runs on every primary (the Cluster client's `scan_iter`)."""
         names = [p.name for p in self.hooks.router.config.providers]
         if names:
-            for value in await client.mget([self.pause_key(n) for n in names]):
+            for value in await _get_all(client, [self.pause_key(n) for n in names]):
                 if value is not None:
                     self.heard(value)
         keys: list[bytes] = []
@@ -215,7 +219,7 @@ class SharedRouter:
             if len(keys) >= RESYNC_CONVERSATIONS:
                 break
         for start in range(0, len(keys), 500):
-            for value in await client.mget(keys[start : start + 500]):
+            for value in await _get_all(client, keys[start : start + 500]):
                 if value is not None:
                     self.heard(value)
 
@@ -240,3 +244,11 @@ class SharedRouter:
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(state.timeout):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def _get_all(client: Redis, keys: list[str] | list[bytes]) -> list[Any]:
+    """The values of `keys` (None where absent), in one round trip per node."""
+    async with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        return list(await pipe.execute())
