@@ -209,9 +209,10 @@ def start_sentinels(down_after_ms: int = 1000) -> Iterator[SentinelSet]:
             (root / "replica").mkdir()
             replica = _started(
                 lambda port: RedisServer(
-                    port=port, dir=root / "replica",
+                    port=port,
+                    dir=root / "replica",
                     extra=("--replicaof", "127.0.0.1", str(master.port)),
-                )  # fmt: skip
+                )
             )
             servers.append(replica)
             sentinels = []
@@ -273,13 +274,21 @@ def start_cluster() -> Iterator[RedisClusterSet]:
                 node_dir.mkdir()
                 node = _started(
                     lambda port, d=node_dir: RedisServer(
-                        port=port, dir=d,
+                        port=port,
+                        dir=d,
                         # The bus port is its own free port: port + 10000 (the default)
                         # may be taken, or past 65535.
-                        extra=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-                               "--cluster-port", str(free_port()),
-                               "--cluster-config-file", str(d / "nodes.conf")),
-                    )  # fmt: skip
+                        extra=(
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-node-timeout",
+                            "2000",
+                            "--cluster-port",
+                            str(free_port()),
+                            "--cluster-config-file",
+                            str(d / "nodes.conf"),
+                        ),
+                    )
                 )
                 nodes.append(node)
             _redis_cli(

@@ -33,6 +33,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
@@ -70,7 +71,9 @@ class RedisTarget:
     sentinel_password: str | None = None
 
 
-_HOST = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::(?P<port>\d{1,5}))?")
+_HOST = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::(?P<port>\d{1,5}))?"
+)
 
 
 def _hosts(netloc: str, default_port: int) -> tuple[tuple[str, int], ...]:
@@ -182,7 +185,7 @@ class RedisState:
             return Redis.from_url(url, health_check_interval=0, **common)
         if target.kind == "sentinel":
             assert target.master is not None
-            sentinel = self._sentinel = Sentinel(
+            sentinel = self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 list(target.nodes),
                 sentinel_kwargs={
                     "socket_timeout": timeout,
@@ -206,7 +209,7 @@ class RedisState:
             socket_connect_timeout=timeout,
             # Redirections (MOVED/ASK) and a node's failure are followed once, within the
             # call's timeout; a Cluster that cannot answer counts as Redis lost.
-            retry=Retry(NoBackoff(), 1),
+            retry=AsyncRetry(NoBackoff(), 1),
         )
         # RedisCluster has the commands this package uses (scripts, pipelines without a
         # transaction, SCAN over every primary, pub/sub) under the same names and signatures;

@@ -69,9 +69,10 @@ def chat(stack: Stack, text: str | list[dict[str, Any]], session: str, key: str 
         base_url=stack.url + "/v1", api_key=key, max_retries=0, timeout=15,
         default_headers={"session_id": session},
     )  # fmt: skip
+    messages: list[Any] = [{"role": "user", "content": text}] if isinstance(text, str) else text
     stream = client.chat.completions.create(
         model="gpt-e2e-1",
-        messages=[{"role": "user", "content": text}] if isinstance(text, str) else text,  # type: ignore[arg-type]
+        messages=messages,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -89,20 +90,28 @@ def paused(stack: Stack) -> bool:
 def continues_elsewhere(first: Stack, second: Stack, seen_second: list[Any], session: str) -> None:
     """A conversation answered by `first` continues on the same upstream at `second` (its
     tool turn is routed there as sticky): the answer's affinity travelled through Redis."""
-    opening = [{"role": "user", "content": f"look something up for {session}"}]
+    opening: list[dict[str, Any]] = [
+        {"role": "user", "content": f"look something up for {session}"}
+    ]
+
+    def count() -> int:
+        return second.app.gateway.router.conversations
+
+    # What `second` knows once the announcements of earlier answers have all arrived.
+    known, since = count(), time.monotonic()
+    while time.monotonic() - since < 0.5:
+        time.sleep(0.02)
+        if count() != known:
+            known, since = count(), time.monotonic()
     assert chat(first, opening, session)
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    turn = [
+    turn: list[dict[str, Any]] = [
         *opening,
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "found"},
     ]
-    # The announcement travels in the background: the turn goes to `second` once it knows as
-    # many conversations as `first` (each hears every answer of the other).
-    until(
-        lambda: second.app.gateway.router.conversations >= first.app.gateway.router.conversations,
-        "the second gateway heard the answer",
-    )
+    # The announcement travels in the background: the turn goes to `second` once it has heard.
+    until(lambda: count() > known, "the second gateway heard the answer")
     seen_second.clear()
     assert chat(second, turn, session)
     assert [e.sticky for e in seen_second if isinstance(e, RequestRouted)] == ["mock"]

@@ -46,8 +46,9 @@ def _node_of(found: RedisClusterSet, key: str) -> int:
     """The port of the master that holds `key`'s slot."""
     db = redis.Redis(port=found.nodes[0].port)
     try:
-        slot = int(db.execute_command("CLUSTER", "KEYSLOT", key))
-        for start, end, master, *_ in db.execute_command("CLUSTER", "SLOTS"):
+        slot = int(db.execute_command("CLUSTER", "KEYSLOT", key))  # type: ignore[no-untyped-call]
+        slots = db.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+        for start, end, master, *_ in slots:
             if start <= slot <= end:
                 return int(master[1])
     finally:

@@ -33,10 +33,13 @@ pytestmark = pytest.mark.anyio
 AFTER_PROMOTION = 40
 
 
-async def _load(stacks: list[Stack], found: SentinelSet) -> tuple[Counter[str], int, int]:
+async def _load(
+    stacks: list[Stack], found: SentinelSet
+) -> tuple[Counter[str], dict[str, int], float]:
     """Streamed requests over `stacks`, 8 at a time; the master is killed after 60 answers, and
     the load goes on until `AFTER_PROMOTION` more have been answered after the sentinels name
-    the replica the master. Returns the outcomes and the answers when killed and promoted."""
+    the replica the master. Returns the outcomes, the answers when killed and promoted, and the
+    seconds from the kill to the promotion."""
     sdk = [
         openai.AsyncOpenAI(base_url=s.url + "/v1", api_key=KEY, max_retries=0, timeout=20)
         for s in stacks
@@ -44,6 +47,7 @@ async def _load(stacks: list[Stack], found: SentinelSet) -> tuple[Counter[str], 
     outcomes: Counter[str] = Counter()
     answered = 0
     marks: dict[str, int] = {}
+    gap: list[float] = []
 
     def done() -> bool:
         return "promoted" in marks and answered >= marks["promoted"] + AFTER_PROMOTION
@@ -69,10 +73,11 @@ async def _load(stacks: list[Stack], found: SentinelSet) -> tuple[Counter[str], 
         while answered < 60:
             await anyio.sleep(0.01)
         await anyio.to_thread.run_sync(found.master.kill)
-        marks["killed"] = answered
+        marks["killed"], killed_at = answered, time.monotonic()
         while await anyio.to_thread.run_sync(found.master_port) != found.replica.port:
             await anyio.sleep(0.1)
         marks["promoted"] = answered
+        gap.append(time.monotonic() - killed_at)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(failover)
@@ -80,7 +85,7 @@ async def _load(stacks: list[Stack], found: SentinelSet) -> tuple[Counter[str], 
             tg.start_soon(worker, w)
     for client in sdk:
         await client.close()
-    return outcomes, marks["killed"], marks["promoted"]
+    return outcomes, marks, gap[0]
 
 
 def test_the_master_killed_mid_load_every_request_answered_then_shared_via_the_new_master(
@@ -96,7 +101,8 @@ def test_the_master_killed_mid_load_every_request_answered_then_shared_via_the_n
     ):
         a, b = stacks
         started = time.monotonic()
-        outcomes, killed, promoted = anyio.run(_load, stacks, found)
+        outcomes, marks, gap = anyio.run(_load, stacks, found)
+        killed, promoted = marks["killed"], marks["promoted"]
         took = time.monotonic() - started
         total = sum(outcomes.values())
         assert outcomes == {"ok": total}, outcomes
@@ -131,4 +137,4 @@ def test_the_master_killed_mid_load_every_request_answered_then_shared_via_the_n
         # answered by A is known to B.
         continues_elsewhere(a, b, seen[1], "after-failover")
         print(f"sentinel failover: {total} requests, killed after {killed}, promoted after "
-              f"{promoted}, {took:.1f} s")  # fmt: skip
+              f"{promoted} ({gap:.1f} s later), load {took:.1f} s")  # fmt: skip
