@@ -1,13 +1,24 @@
 """Fixtures shared by every test package: real Redis and PostgreSQL servers
-(tests/support/servers.py), started once per session on free loopback ports."""
+(tests/support/servers.py) — one Redis, a Redis Cluster, a Sentinel set — started once per
+session on free loopback ports."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.servers import PostgresServer, RedisServer, start_postgres, start_redis
+from tests.support.servers import (
+    PostgresServer,
+    RedisClusterSet,
+    RedisServer,
+    SentinelSet,
+    start_cluster,
+    start_postgres,
+    start_redis,
+    start_sentinels,
+)
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +28,45 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterSet]:
+    """Three masters as one Redis Cluster."""
+    with start_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels() -> Iterator[SentinelSet]:
+    """A master, its replica and three sentinels (a test that kills the master takes a
+    `start_sentinels` of its own)."""
+    with start_sentinels() as found:
+        yield found
+
+
+@pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     with start_postgres() as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scripts_keep_keys_in_one_slot() -> Iterator[None]:
+    """Every Lua script a test runs on Redis is given keys of one hash slot, as a Redis
+    Cluster requires (docs/deployment.md, "The hash-tag rule"): checked on each call, on a
+    single server too, so a script whose keys would be refused by a Cluster fails here."""
+    try:
+        from redis.cluster import key_slot
+        from redis.commands.core import AsyncScript
+    except ImportError:  # the redis extra is not installed: nothing runs scripts
+        yield
+        return
+    call = AsyncScript.__call__
+
+    async def checked(self: Any, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        names = [k.encode() if isinstance(k, str) else bytes(k) for k in keys or []]
+        slots = {key_slot(k) for k in names}
+        assert len(slots) <= 1, f"a script's keys lie in {len(slots)} slots: {names}"
+        return await call(self, keys, args, client)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AsyncScript, "__call__", checked)
+        yield

@@ -114,7 +114,7 @@ class SharedHealth:
         self.wall = wall
         self.clock = clock
         self.interval = interval
-        self._record = state.client.register_script(RECORD)
+        self._record = state.script(RECORD)
         # Pauses this instance started because the shared run reached the threshold.
         self.pauses = 0
         hooks.outcome_listeners.append(self.outcome)

@@ -367,9 +367,9 @@ class SharedLimits:
         self.prefix = state.prefix
         # Reservations this instance holds, by id: their gateway key (renewed by `renew`).
         self.held: dict[str, str] = {}
-        self._admit = state.client.register_script(ADMIT)
-        self._settle = state.client.register_script(SETTLE)
-        self._status = state.client.register_script(STATUS)
+        self._admit = state.script(ADMIT)
+        self._settle = state.script(SETTLE)
+        self._status = state.script(STATUS)
 
     async def admit(
         self, key: str, limits: Sequence[KeyLimit], estimate: Spend, now: float, tz: dt.tzinfo

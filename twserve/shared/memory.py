@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 from twengine.reasoning import EffortChoice, EffortKey, ReasoningMemory
 from twproto import json_dumps
 from twserve.shared.redis import RedisState
-from twserve.shared.router import RESYNC_CONVERSATIONS, SharedRouter
+from twserve.shared.router import RESYNC_CONVERSATIONS, SharedRouter, get_each
 
 __all__ = ["SharedMemory"]
 
@@ -170,7 +170,7 @@ class SharedMemory:
             if len(keys) >= RESYNC_CONVERSATIONS:
                 break
         for start in range(0, len(keys), _BATCH):
-            for value in await client.mget(keys[start : start + _BATCH]):
+            for value in await get_each(client, keys[start : start + _BATCH]):
                 if value is not None:
                     heard(value)
 

@@ -37,7 +37,7 @@ from twproto import json_dumps, json_loads
 from twserve.relay.holds import RouterHooks
 from twserve.shared.redis import RedisState
 
-__all__ = ["SET_PAUSE", "SharedRouter"]
+__all__ = ["SET_PAUSE", "SharedRouter", "get_each"]
 
 log = logging.getLogger("twserve.shared")
 
@@ -84,7 +84,7 @@ class SharedRouter:
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         # More to read back after (re)subscribing (twserve.shared.memory: efforts, sealed marks).
         self.resyncs: list[Callable[[Redis], Awaitable[None]]] = []
-        self._set_pause = state.client.register_script(SET_PAUSE)
+        self._set_pause = state.script(SET_PAUSE)
         hooks.listeners.append(self.pause_changed)
         hooks.answer_listeners.append(self.answered)
 
@@ -206,10 +206,14 @@ class SharedRouter:
             self._adopting = False
 
     async def resync(self, client: Redis) -> None:
-        """Read the pauses in force and the conversations remembered (after subscribing)."""
+        """Read the pauses in force and the conversations remembered (after subscribing).
+
+        The keys are read with one GET each in a pipeline, not MGET: on a Redis Cluster they
+        lie in different slots (a pipeline sends each node its own), and the SCAN for the
+        conversation keys runs on every primary (the Cluster client's `scan_iter`)."""
         names = [p.name for p in self.hooks.router.config.providers]
         if names:
-            for value in await client.mget([self.pause_key(n) for n in names]):
+            for value in await get_each(client, [self.pause_key(n) for n in names]):
                 if value is not None:
                     self.heard(value)
         keys: list[bytes] = []
@@ -218,7 +222,7 @@ class SharedRouter:
             if len(keys) >= RESYNC_CONVERSATIONS:
                 break
         for start in range(0, len(keys), 500):
-            for value in await client.mget(keys[start : start + 500]):
+            for value in await get_each(client, keys[start : start + 500]):
                 if value is not None:
                     self.heard(value)
         for more in self.resyncs:
@@ -245,3 +249,11 @@ class SharedRouter:
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(state.timeout):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def get_each(client: Redis, keys: list[str] | list[bytes]) -> list[Any]:
+    """The values of `keys` (None where absent), in one round trip per node."""
+    async with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        return list(await pipe.execute())

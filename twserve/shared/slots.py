@@ -135,9 +135,9 @@ class SharedSlots:
         self._seq = 0
         # Set when the leases may need changing (created on the event loop, in `run`).
         self._dirty: anyio.Event | None = None
-        self._acquire = state.client.register_script(ACQUIRE)
-        self._release = state.client.register_script(RELEASE)
-        self._renew = state.client.register_script(RENEW)
+        self._acquire = state.script(ACQUIRE)
+        self._release = state.script(RELEASE)
+        self._renew = state.script(RENEW)
         hooks.slot_gate = self.ready
         hooks.slot_listeners.append(self.changed)
         state.listeners.append(self._redis_changed)

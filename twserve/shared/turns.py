@@ -102,7 +102,7 @@ class SharedTurns:
     def __init__(self, state: RedisState, router: Router) -> None:
         self.state = state
         self.router = router
-        self._step = state.client.register_script(SWRR_STEP)
+        self._step = state.script(SWRR_STEP)
         # Picks taken in Redis and picks left to the local balancer (Redis away, a failed call).
         self.shared = 0
         self.local = 0

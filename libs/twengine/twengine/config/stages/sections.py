@@ -523,9 +523,18 @@ def _pricing(out: _Problems, top: _Fields) -> list[_Placed]:
     return placed
 
 
+_REDIS_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?"
 _REDIS_URL = re.compile(
-    r"rediss?://(?:[^\s/?#@]*@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?"
-    r"(?:/\d{1,5})?(?:\?[^\s#]*)?"
+    r"rediss?://(?:[^\s/?#@]*@)?" + _REDIS_HOST + r"(?:/\d{1,5})?(?:\?[^\s#]*)?"
+)
+# Sentinel: the sentinels (comma-separated), the master's name, the database number.
+_SENTINEL_URL = re.compile(
+    r"redis\+sentinel://(?:[^\s/?#@]*@)?" + _REDIS_HOST + r"(?:," + _REDIS_HOST + r")*"
+    r"/[^\s/?#]+(?:/\d{1,5})?(?:\?sentinel_password=[^\s#&]*)?"
+)
+# Cluster: nodes to learn the cluster from; a Cluster has database 0 only.
+_CLUSTER_URL = re.compile(
+    r"redis\+cluster://(?:[^\s/?#@]*@)?" + _REDIS_HOST + r"(?:," + _REDIS_HOST + r")*(?:/0?)?"
 )
 
 
@@ -586,14 +595,26 @@ def _state(out: _Problems, top: _Fields) -> StateConfig | None:
     url = sf.text("redis_url")
     if url is None:
         return StateConfig()
-    if _REDIS_URL.fullmatch(url.strip()) is None:
+    text = url.strip()
+    if not any(form.fullmatch(text) for form in (_REDIS_URL, _SENTINEL_URL, _CLUSTER_URL)):
         # A Redis URL may carry a password: describe it without quoting it.
         shown = "the value" if "@" in url else repr(url)
-        out.add(
-            "config.url_invalid",
-            sf.at("redis_url"),
-            f"{shown} is not a redis:// or rediss:// URL (host, port, database number)",
-        )
+        if text.startswith("redis+sentinel://"):
+            why = (
+                "is not a redis+sentinel:// URL (sentinels host:port,host:port, then "
+                "/<master name>, optionally /<database number>)"
+            )
+        elif text.startswith("redis+cluster://"):
+            why = (
+                "is not a redis+cluster:// URL (nodes host:port,host:port; a Redis Cluster "
+                "has database 0 only)"
+            )
+        else:
+            why = (
+                "is not a redis:// or rediss:// URL (host, port, database number), nor a "
+                "redis+sentinel:// or redis+cluster:// one"
+            )
+        out.add("config.url_invalid", sf.at("redis_url"), f"{shown} {why}")
         return None
     return StateConfig(redis_url=url.strip())
 
