@@ -61,7 +61,7 @@ class Variant:
 
 def _range_us(text: str, scale: float = 1.0) -> tuple[int, int]:
     lo, _, hi = text.partition("-")
-    return int(float(lo) * scale * 1000), int(float(hi or lo) * scale * 1000)
+    return int(float(lo) * scale * 1e6), int(float(hi or lo) * scale * 1e6)
 
 
 def variants(args: argparse.Namespace) -> list[Variant]:
@@ -78,7 +78,9 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     return out
 
 
-def gateway_config(upstream_port: int, port: int, shapes: list[str], args: argparse.Namespace) -> str:
+def gateway_config(
+    upstream_port: int, port: int, shapes: list[str], args: argparse.Namespace
+) -> str:
     lines = [
         f"  - {{name: p{i}, protocol: anthropic, key: k, models: [{shape}],"
         f" base_url: 'http://127.0.0.1:{upstream_port}/{shape}'}}"
@@ -149,7 +151,9 @@ async def _drive(
     path = "/v1/messages" if name == "gateway" else f"/{variant.shape}/v1/messages"
     request_file = tmp / f"{name}-{variant.shape}.req"
     request_file.write_bytes(anthropic_request(port, path, variant.shape))
-    probe = anthropic_request(port, "/v1/messages" if name == "gateway" else "/e20/v1/messages", "e20")
+    probe = anthropic_request(
+        port, "/v1/messages" if name == "gateway" else "/e20/v1/messages", "e20"
+    )
     direct = anthropic_request(ports["upstream"], "/e20/v1/messages", "e20")
     rss_before = _rss_kib(pid)
     cpu_before = cpu_seconds(pid, fine=fine)
@@ -192,7 +196,9 @@ async def _drive(
         samples.append((now, cpu_seconds(pid, fine=fine), cpu_seconds(pids["upstream"]), gen))
         which = "target" if turn % 2 == 0 else "direct"
         turn += 1
-        got = await _ttfb(port if which == "target" else ports["upstream"], probe if which == "target" else direct)
+        got = await _ttfb(
+            port if which == "target" else ports["upstream"], probe if which == "target" else direct
+        )
         if isinstance(got, float):
             probes[which].append(got)
         else:
@@ -307,26 +313,44 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1, help="load generator processes")
     ap.add_argument("--probe-every", type=float, default=0.1, help="seconds between probes")
     ap.add_argument("--stream-timeout", type=float, default=120.0)
-    ap.add_argument("--pool-max", type=int, default=20000, help="the gateway's pool.max_connections")
+    ap.add_argument(
+        "--pool-max", type=int, default=20000, help="the gateway's pool.max_connections"
+    )
     ap.add_argument("--shed-loop-lag-ms", type=int, help="the gateway's shed_loop_lag_ms")
     ap.add_argument("--targets", default="gateway,proxy")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the children inherit it
     runs = variants(args)
     tmp = Path(tempfile.mkdtemp(prefix="twserve-streams-"))
     ports = {"upstream": free_port(), "proxy": free_port(), "gateway": free_port()}
     env = {**os.environ, "TWSERVE_HOME": str(tmp)}
     cfg = tmp / "config.yaml"
-    cfg.write_text(gateway_config(ports["upstream"], ports["gateway"], [v.shape for v in runs] + ["e20"], args))
+    cfg.write_text(
+        gateway_config(ports["upstream"], ports["gateway"], [v.shape for v in runs] + ["e20"], args)
+    )
     py, quiet = sys.executable, subprocess.DEVNULL
     commands = {
         "upstream": [py, str(SUPPORT / "fakeupstream.py"), "--port", str(ports["upstream"])],
-        "proxy": [py, str(SUPPORT / "rawproxy.py"), "--port", str(ports["proxy"])]
-        + ["--target", str(ports["upstream"])],
-        "gateway": [py, "-m", "twserve.cli.main", "serve", "--config", str(cfg)]
-        + ["--data-dir", str(tmp)],
+        "proxy": [
+            py,
+            str(SUPPORT / "rawproxy.py"),
+            "--port",
+            str(ports["proxy"]),
+            "--target",
+            str(ports["upstream"]),
+        ],
+        "gateway": [
+            py,
+            "-m",
+            "twserve.cli.main",
+            "serve",
+            "--config",
+            str(cfg),
+            "--data-dir",
+            str(tmp),
+        ],
     }
     procs = {k: subprocess.Popen(c, env=env, stdout=quiet) for k, c in commands.items()}
     pids = {k: p.pid for k, p in procs.items()}
@@ -335,7 +359,9 @@ def main() -> None:
     try:
         for name, port in ports.items():
             wait_port(port, procs[name])
-        fetch_ok = asyncio.run(fetch(ports["gateway"], anthropic_request(ports["gateway"], "/v1/messages", "e20")))
+        fetch_ok = asyncio.run(
+            fetch(ports["gateway"], anthropic_request(ports["gateway"], "/v1/messages", "e20"))
+        )
         if fetch_ok.count(b"data:") < 15:
             raise RuntimeError(f"the gateway's answer: {fetch_ok[:500]!r}")
         targets = [
@@ -343,7 +369,11 @@ def main() -> None:
         ]
         for variant in runs:
             for target in targets:
-                print(f"{variant.label} streams through {target['name']} ...", file=sys.stderr, flush=True)
+                print(
+                    f"{variant.label} streams through {target['name']} ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 r = asyncio.run(_drive(target, variant, args, tmp, pids, ports))
                 r["label"] = variant.label
                 r["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
@@ -374,7 +404,9 @@ def main() -> None:
             print(_row(r, proxy if r is not proxy else None))
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"load_before": load_before, "load_after": load_after, "runs": results}, indent=2)
+            json.dumps(
+                {"load_before": load_before, "load_after": load_after, "runs": results}, indent=2
+            )
         )
 
 

@@ -33,7 +33,9 @@ def test_many_streams_runs_every_variant_beside_the_proxy(
     runs = json.loads(out.read_text())["runs"]
     # 40, 80, and 40 streams at the rate of 80; each through the gateway and the proxy.
     seen = {(r["target"], r["streams"], r["rate_of"]) for r in runs}
-    assert seen == {(t, n, m) for t in ("gateway", "proxy") for n, m in ((40, 40), (80, 80), (40, 80))}
+    assert seen == {
+        (t, n, m) for t in ("gateway", "proxy") for n, m in ((40, 40), (80, 80), (40, 80))
+    }
     for r in runs:
         assert r["completed"] == r["streams"], r
         assert r["errors"] == {}, r
@@ -42,8 +44,12 @@ def test_many_streams_runs_every_variant_beside_the_proxy(
         assert r["probes"]["target"] > 0 and r["probes"]["direct"] > 0
         assert r["delay_ms"]["p50"] > 0 and r["cpu_us_per_chunk"] > 0
         assert r["limited_by"]
-    faster = next(r for r in runs if r["target"] == "proxy" and r["rate_of"] == 80 and r["streams"] == 40)
-    slower = next(r for r in runs if r["target"] == "proxy" and r["streams"] == 40 and r["rate_of"] == 40)
+    faster = next(
+        r for r in runs if r["target"] == "proxy" and r["rate_of"] == 80 and r["streams"] == 40
+    )
+    slower = next(
+        r for r in runs if r["target"] == "proxy" and r["streams"] == 40 and r["rate_of"] == 40
+    )
     assert faster["chunks"] > 1.4 * slower["chunks"]  # the same-rate variant's gaps are halved
     assert "| gateway |" in stdout and "| proxy |" in stdout
 

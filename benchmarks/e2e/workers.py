@@ -65,12 +65,16 @@ def machine_busy() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def config(upstream_port: int, port: int, redis_url: str) -> str:
+def config(upstream_port: int, port: int, redis_url: str, shed_ms: int = 0) -> str:
+    """The gateway's config: one upstream, Redis, no access line, and loop-lag shedding at
+    `shed_ms` (0, off, by default: at saturation the loop falls behind by design, and shedding
+    would measure refusals instead of throughput)."""
     provider = (
         f"  - {{name: e20, protocol: anthropic, key: k, models: [e20],"
         f" base_url: 'http://127.0.0.1:{upstream_port}/e20'}}"
     )
     text = gateway_yaml(port, provider)
+    text = text.replace(f"port: {port}}}", f"port: {port}, shed_loop_lag_ms: {shed_ms}}}")
     return text + f"state: {{redis_url: '{redis_url}'}}\nobservability: {{access_log: false}}\n"
 
 
@@ -101,6 +105,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--requests", type=int, default=4000, help="per target and round")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument(
+        "--shed-loop-lag-ms", type=int, default=0, help="the gateways' shed_loop_lag_ms (0: off)"
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     redis = shutil.which("redis-server")
@@ -111,11 +118,28 @@ def main() -> None:
     redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     py, quiet = sys.executable, subprocess.DEVNULL
     commands = {
-        "redis": [redis, "--port", str(ports["redis"]), "--save", "", "--appendonly", "no"]
-        + ["--bind", "127.0.0.1", "--dir", str(tmp)],
+        "redis": [
+            redis,
+            "--port",
+            str(ports["redis"]),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(tmp),
+        ],
         "upstream": [py, str(SUPPORT / "fakeupstream.py"), "--port", str(ports["upstream"])],
-        "proxy": [py, str(SUPPORT / "rawproxy.py"), "--port", str(ports["proxy"])]
-        + ["--target", str(ports["upstream"])],
+        "proxy": [
+            py,
+            str(SUPPORT / "rawproxy.py"),
+            "--port",
+            str(ports["proxy"]),
+            "--target",
+            str(ports["upstream"]),
+        ],
     }
     procs = {k: subprocess.Popen(c, stdout=quiet, cwd=tmp) for k, c in commands.items()}
     wait_port(ports["redis"], procs["redis"])
@@ -123,7 +147,9 @@ def main() -> None:
         name = f"workers={n}"
         home = tmp / f"w{n}"
         home.mkdir()
-        (home / "config.yaml").write_text(config(ports["upstream"], ports[name], redis_url))
+        (home / "config.yaml").write_text(
+            config(ports["upstream"], ports[name], redis_url, args.shed_loop_lag_ms)
+        )
         cmd = [py, "-m", "twserve.cli.main", "serve", "--config", str(home / "config.yaml")]
         cmd += ["--data-dir", str(home), "--workers", str(n)]
         env = {**os.environ, "TWSERVE_HOME": str(home)}
@@ -147,14 +173,19 @@ def main() -> None:
                 figures[name].append(measure(ports[name], procs[name].pid, requests[name], args))
             print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        # The gateways first, then what they use (Redis last: a gateway that loses it warns).
+        order = ["workers=1", "workers=2", "proxy", "upstream", "redis"]
+        for group in (order[:2], order[2:]):
+            for name in group:
+                if name in procs:
+                    procs[name].terminate()
+            for name in group:
+                if name in procs:
+                    try:
+                        procs[name].wait(20)
+                    except subprocess.TimeoutExpired:
+                        procs[name].kill()
+                        procs[name].wait()
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = Path("/proc/loadavg").read_text().split()[:3]
     ratios = [
@@ -178,7 +209,7 @@ def main() -> None:
     print("| | byte-copy proxy | --workers 1 | --workers 2 |\n|---|---|---|---|")
     rows = (
         ("requests/s", "requests_per_s", "{:,.0f}"),
-        ("gateway CPU per request", "cpu_ms_per_request", "{:.3f} ms"),
+        ("CPU per request of the target", "cpu_ms_per_request", "{:.3f} ms"),
         ("requests per CPU-second of the target", "requests_per_cpu_s", "{:,.0f}"),
         ("time to first byte p99", "ttfb_p99_ms", "{:.1f} ms"),
         ("target's CPU (cores)", "target_cpu_share", "{:.2f}"),

@@ -166,7 +166,7 @@ _FRAMES = stream_events(6)  # the framing events around an agent's deltas
 class _Agent:
     """One agent answer on `up`'s connection, driven by loop timers (see the module's doc)."""
 
-    __slots__ = ("up", "gap", "gap_lo", "gap_hi", "end", "loop", "tokens")
+    __slots__ = ("end", "gap", "gap_hi", "gap_lo", "loop", "tokens", "up")
 
     def __init__(self, up: _Upstream, ranges: list[float]) -> None:
         self.up = up

@@ -39,7 +39,7 @@ class Stats:
 
 
 class _Stream(asyncio.Protocol):
-    __slots__ = ("stats", "request", "transport", "head", "tail", "done", "finished")
+    __slots__ = ("done", "finished", "head", "request", "stats", "tail", "transport")
 
     def __init__(self, stats: Stats, request: bytes, done: asyncio.Future[None]) -> None:
         self.stats = stats
@@ -102,7 +102,7 @@ async def _one(port: int, request: bytes, stats: Stats, timeout: float) -> None:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     try:
-        transport, stream = await asyncio.wait_for(
+        _transport, stream = await asyncio.wait_for(
             loop.create_connection(lambda: _Stream(stats, request, done), "127.0.0.1", port), 10
         )
     except (OSError, TimeoutError) as err:
@@ -154,7 +154,7 @@ def main() -> None:
     ap.add_argument("--ramp", type=float, default=2.0, help="seconds over which streams start")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one stream may take")
     args = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         import uvloop
