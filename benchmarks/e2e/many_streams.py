@@ -42,6 +42,7 @@ from pathlib import Path
 
 from benchmarks.e2e.load import anthropic_request, fetch
 from benchmarks.support.harness import SUPPORT, cpu_seconds, free_port, gateway_yaml, wait_port
+from benchmarks.support.streamclient import refusal
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,11 @@ def gateway_config(
         for i, shape in enumerate(shapes)
     ]
     text = gateway_yaml(port, "\n".join(lines))
+    listen = f"port: {port}, max_connections: {args.max_connections}"
+    listen += f", max_connections_per_address: {args.max_connections}"
     if args.shed_loop_lag_ms is not None:
-        text = text.replace(
-            f"port: {port}}}", f"port: {port}, shed_loop_lag_ms: {args.shed_loop_lag_ms}}}"
-        )
+        listen += f", shed_loop_lag_ms: {args.shed_loop_lag_ms}"
+    text = text.replace(f"port: {port}}}", listen + "}")
     text += f"pool: {{max_connections: {args.pool_max}, max_idle: 1000}}\n"
     text += "observability: {access_log: false}\n"
     return text
@@ -128,7 +130,11 @@ async def _ttfb(port: int, request: bytes) -> float | str:
     except (OSError, TimeoutError) as err:
         return type(err).__name__
     if not head.startswith(b"HTTP/1.1 200"):
-        return f"HTTP {head[9:12].decode('latin-1')}"
+        try:
+            rest = await asyncio.wait_for(reader.read(4096), 2)
+        except (OSError, TimeoutError):
+            rest = b""
+        return refusal(head[9:12].decode("latin-1"), rest)
     return first
 
 
@@ -238,9 +244,17 @@ async def _drive(
         limits.append(f"fd limit ({fd_limit:,} open files, {need_fds:,} needed)")
     if name == "gateway" and variant.streams > args.pool_max:
         limits.append(f"pool cap ({args.pool_max:,})")
-    shed = errors.get("shed (503)", 0) + sum(v for k, v in probe_errors.items() if "503" in k)
+    everything = {**errors}
+    for k, v in probe_errors.items():
+        everything[k] = everything.get(k, 0) + v
+    shed = sum(v for k, v in everything.items() if "overloaded" in k)
     if shed:
         limits.append(f"loop lag shedding ({shed:,} refused)")
+    capped = sum(v for k, v in everything.items() if "503" in k and "overloaded" not in k)
+    if capped:
+        limits.append(f"other 503 refusals ({capped:,}: see errors)")
+    if any("connect" in k for k in everything):
+        limits.append("connects failed (see errors)")
     if peak["generator"] / args.clients >= 0.85:
         limits.append(f"load generator CPU ({peak['generator']:.0%} of a core each at peak)")
     if peak["target"] >= 0.85:
@@ -315,6 +329,12 @@ def main() -> None:
     ap.add_argument("--stream-timeout", type=float, default=120.0)
     ap.add_argument(
         "--pool-max", type=int, default=20000, help="the gateway's pool.max_connections"
+    )
+    ap.add_argument(
+        "--max-connections",
+        type=int,
+        default=30000,
+        help="the gateway's listen.gateway.max_connections and max_connections_per_address",
     )
     ap.add_argument("--shed-loop-lag-ms", type=int, help="the gateway's shed_loop_lag_ms")
     ap.add_argument("--targets", default="gateway,proxy")
@@ -402,6 +422,10 @@ def main() -> None:
         print(HEADER)
         for r in rows:
             print(_row(r, proxy if r is not proxy else None))
+        for r in rows:
+            for kind, errors in (("streams", r["errors"]), ("probes", r["probe_errors"])):
+                if errors:
+                    print(f"\n{r['target']} {kind}' errors: {json.dumps(errors)}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(

@@ -28,6 +28,17 @@ TAIL = 24  # bytes kept from the last read, for a marker split across two reads
 END = b"\r\n0\r\n\r\n"
 
 
+MESSAGE = re.compile(rb'"message":\s*"([^"]{0,200})')
+
+
+def refusal(status: str, body: bytes) -> str:
+    """An error's key: the status and the start of the error's message (load shedding says
+    "overloaded"; a connection cap names its setting)."""
+    m = MESSAGE.search(body)
+    text = m.group(1).decode("utf-8", "replace") if m else ""
+    return f"HTTP {status}: {text[:70]}" if text else f"HTTP {status}"
+
+
 class Stats:
     def __init__(self) -> None:
         self.delays_us = array("q")
@@ -68,7 +79,7 @@ class _Stream(asyncio.Protocol):
             data = self.head[end + 4 :]
             self.head = None  # type: ignore[assignment]
             if status != "200":
-                self._finish("shed (503)" if status == "503" else f"HTTP {status}")
+                self._finish(refusal(status, data))
                 return
         window = self.tail + data
         skip = len(self.tail)
