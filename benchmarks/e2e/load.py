@@ -14,8 +14,9 @@ process only (the gateway's store thread included, the client and upstream exclu
 Per target and round, three phases:
 
 * 200-event streams at concurrency 16: CPU per 1,000 chunks and per request;
-* 20-event streams at concurrency 32: requests/s and CPU per request;
-* 20-event streams one at a time: time to first byte, p50.
+* 20-event streams at concurrency 32, then 64: requests/s, CPU per request and the time to
+  first byte's p99 under that load;
+* 20-event streams one at a time: time to first byte, p50 and p99.
 
 The targets alternate within each round; figures are medians over ``--runs`` rounds, with the
 spread (min–max of the ratio to the byte-copy proxy) printed so the noise is visible. The
@@ -231,14 +232,24 @@ def measure(target: Target, pacing: str, args: argparse.Namespace) -> None:
     target.add(pacing, "cpu_ms_per_long_request", used / args.long_requests * 1e3)
 
     short_request = target.requests[f"e{SHORT}{suffix}"]
-    before = cpu()
-    wall, _ = run(load(target.port, short_request, args.short_requests, 32))
-    used = cpu() - before
-    target.add(pacing, "requests_per_s_c32", args.short_requests / wall)
-    target.add(pacing, "cpu_ms_per_short_request", used / args.short_requests * 1e3)
+    for concurrency in (32, 64):
+        before = cpu()
+        wall, loaded = run(load(target.port, short_request, args.short_requests, concurrency))
+        used = cpu() - before
+        target.add(pacing, f"requests_per_s_c{concurrency}", args.short_requests / wall)
+        key = "cpu_ms_per_short_request" + ("" if concurrency == 32 else "_c64")
+        target.add(pacing, key, used / args.short_requests * 1e3)
+        target.add(pacing, f"ttfb_p99_ms_c{concurrency}", p99(loaded) * 1e3)
 
     _, ttfbs = run(load(target.port, short_request, args.ttfb_requests, 1))
     target.add(pacing, "ttfb_p50_ms", statistics.median(ttfbs) * 1e3)
+    target.add(pacing, "ttfb_p99_ms", p99(ttfbs) * 1e3)
+
+
+def p99(values: list[float]) -> float:
+    """The 99th percentile (nearest rank): the largest of fewer than 100 values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def _uvloop_run(coro):  # type: ignore[no-untyped-def]
@@ -253,8 +264,13 @@ ROWS = (
     ("CPU per 1,000 streamed chunks", "cpu_ms_per_1000_chunks", "ms"),
     (f"CPU per request ({LONG} chunks, c=16)", "cpu_ms_per_long_request", "ms"),
     (f"CPU per request ({SHORT} chunks, c=32)", "cpu_ms_per_short_request", "ms"),
+    (f"CPU per request ({SHORT} chunks, c=64)", "cpu_ms_per_short_request_c64", "ms"),
     (f"requests/s, c=32, {SHORT} chunks", "requests_per_s_c32", ""),
+    (f"requests/s, c=64, {SHORT} chunks", "requests_per_s_c64", ""),
+    ("time to first byte p99, c=32", "ttfb_p99_ms_c32", "ms"),
+    ("time to first byte p99, c=64", "ttfb_p99_ms_c64", "ms"),
     ("added time to first byte p50 vs direct", "ttfb_added_ms", "ms"),
+    ("added time to first byte p99 vs direct", "ttfb_added_p99_ms", "ms"),
 )
 
 
@@ -266,10 +282,13 @@ def summarise(targets: list[Target], pacing: str) -> dict[str, dict[str, float]]
     for name, figs in by_name.items():
         pairs = zip(figs["ttfb_p50_ms"], direct_ttfb, strict=True)
         figs["ttfb_added_ms"] = [t - d for t, d in pairs]
+        pairs = zip(figs["ttfb_p99_ms"], by_name["direct"]["ttfb_p99_ms"], strict=True)
+        figs["ttfb_added_p99_ms"] = [t - d for t, d in pairs]
         row = {k: statistics.median(v) for k, v in figs.items()}
         if name not in ("direct", "raw"):
             raw = by_name["raw"]
-            for key in ("cpu_ms_per_1000_chunks", "cpu_ms_per_short_request", "requests_per_s_c32"):
+            keys = ("cpu_ms_per_1000_chunks", "cpu_ms_per_short_request", "requests_per_s_c32")
+            for key in (*keys, "cpu_ms_per_short_request_c64", "requests_per_s_c64"):
                 ratios = [a / b for a, b in zip(figs[key], raw[key], strict=True) if b]
                 if ratios:
                     row[key + "_ratio"] = statistics.median(ratios)

@@ -25,12 +25,14 @@ def test_load_harness_runs_every_phase_and_reports_every_figure(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| CPU per 1,000 streamed chunks |" in done.stdout
+    assert "| requests/s, c=64, 20 chunks |" in done.stdout
     report = json.loads(out.read_text())
     for pacing in ("unpaced", "paced"):
         for target in ("direct", "raw", "passthrough", "convert"):
             row = report[pacing][target]
-            assert row["requests_per_s_c32"] > 0
-            assert row["ttfb_p50_ms"] > 0
+            assert row["requests_per_s_c32"] > 0 and row["requests_per_s_c64"] > 0
+            assert row["ttfb_p50_ms"] > 0 and row["ttfb_p99_ms"] >= row["ttfb_p50_ms"]
+            assert row["ttfb_p99_ms_c64"] > 0
         for target in ("passthrough", "convert"):
             assert report[pacing][target]["cpu_ms_per_1000_chunks_ratio"] > 0
     assert report["memory_kib"]["passthrough"]["VmHWM"] > 0

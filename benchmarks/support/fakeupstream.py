@@ -7,6 +7,14 @@ events) written one after another with no delay; ``/e200p`` paces them ``--pace`
 apart, as a model's tokens are. Keep-alive, HTTP/1.1 chunked framing, one chunk per event.
 Plain asyncio protocols on uvloop when it is installed.
 
+An *agent* shape, ``/at<µs>-<µs>g<µs>-<µs>d<µs>-<µs>`` (``benchmarks/e2e/many_streams.py``), is an
+agent's answer: its head and first framing events at once, then silence for a "thinking" time
+drawn from the ``t`` range, then a text delta every ``g`` microseconds (each gap drawn from the
+range) until the ``d`` range's draw has passed, then the closing events. Each delta's text is
+``@`` and the upstream's ``time.monotonic_ns()`` at the write, 19 digits, so a client on the same
+machine reads each chunk's delay through whatever stands between. Timers are ``call_later``
+callbacks, no task per stream.
+
     python benchmarks/support/fakeupstream.py --port 9200 [--pace 0.001]
 """
 
@@ -15,6 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import re
+import time
 
 FRAMING = 5  # message_start, content_block_start, content_block_stop, message_delta, message_stop
 HEAD = (
@@ -106,6 +117,12 @@ class _Upstream(asyncio.Protocol):
         self.buffer = self.buffer[end + 4 + length :]
         path = head.split(" ", 2)[1]
         shape = path.split("/")[1] if path.count("/") > 1 else "e200"
+        agent = AGENT.fullmatch(shape)
+        if agent is not None:
+            assert self.transport is not None
+            self.busy = True
+            _Agent(self, [int(x) / 1e6 for x in agent.groups()]).start()
+            return
         paced = shape.endswith("p")
         total = int(shape.strip("ep") or 200)
         events = self.cache.get(total)
@@ -133,6 +150,54 @@ class _Upstream(asyncio.Protocol):
         self.transport.write(b"0\r\n\r\n")
         self.busy = False
         self._next()
+
+
+AGENT = re.compile(r"at(\d+)-(\d+)g(\d+)-(\d+)d(\d+)-(\d+)")
+_DELTA = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"@%019d"}}\n\n'
+)
+_DELTA_CHUNK = b"%x\r\n%s\r\n" % (len(_DELTA % 0), _DELTA)
+
+
+_FRAMES = stream_events(6)  # the framing events around an agent's deltas
+
+
+class _Agent:
+    """One agent answer on `up`'s connection, driven by loop timers (see the module's doc)."""
+
+    __slots__ = ("end", "gap", "gap_hi", "gap_lo", "loop", "tokens", "up")
+
+    def __init__(self, up: _Upstream, ranges: list[float]) -> None:
+        self.up = up
+        t_lo, t_hi, self.gap_lo, self.gap_hi, d_lo, d_hi = ranges
+        self.loop = asyncio.get_running_loop()
+        self.tokens = 0
+        think = random.uniform(t_lo, t_hi)
+        self.end = self.loop.time() + think + random.uniform(d_lo, d_hi)
+        self.gap = think
+
+    def start(self) -> None:
+        events = _FRAMES
+        transport = self.up.transport
+        assert transport is not None
+        transport.write(HEAD + events[0] + events[1])
+        self.loop.call_later(self.gap, self.tick)
+
+    def tick(self) -> None:
+        transport = self.up.transport
+        assert transport is not None
+        if transport.is_closing():
+            return
+        if self.loop.time() >= self.end:
+            closing = _FRAMES[-3:]
+            transport.write(b"".join(closing) + b"0\r\n\r\n")
+            self.up.busy = False
+            self.up._next()
+            return
+        transport.write(_DELTA_CHUNK % time.monotonic_ns())
+        self.tokens += 1
+        self.loop.call_later(random.uniform(self.gap_lo, self.gap_hi), self.tick)
 
 
 async def serve(port: int, pace: float) -> None:
