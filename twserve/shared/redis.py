@@ -42,7 +42,15 @@ from redis.retry import Retry
 
 from twserve.shared.down import RedisDown
 
-__all__ = ["RedisDown", "RedisState", "RedisTarget", "describe_url", "parse_url"]
+__all__ = [
+    "RedisDown",
+    "RedisState",
+    "RedisTarget",
+    "ScriptCall",
+    "describe_url",
+    "parse_url",
+    "run_scripts",
+]
 
 log = logging.getLogger("twserve.shared")
 
@@ -335,3 +343,18 @@ class RedisState:
                 await self.client.connection_pool.disconnect()
                 for sentinel in self._sentinel.sentinels:
                     await sentinel.aclose()
+
+
+# A script with the keys and arguments of one call of it.
+ScriptCall = tuple[AsyncScript, list[str], list[Any]]
+
+
+async def run_scripts(client: Redis, calls: list[ScriptCall]) -> list[Any]:
+    """Each call's result, in order: pipelined in one round trip on one server; on a Redis
+    Cluster, whose client pipelines no scripts, one call after another, each to its keys' node."""
+    if isinstance(client, RedisCluster):
+        return [await script(keys=keys, args=args, client=client) for script, keys, args in calls]
+    async with client.pipeline(transaction=False) as pipe:
+        for script, keys, args in calls:
+            await script(keys=keys, args=args, client=pipe)
+        return list(await pipe.execute())

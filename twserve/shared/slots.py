@@ -42,7 +42,7 @@ from redis.asyncio import Redis
 
 from twproto import json_dumps
 from twserve.relay.holds import RouterHooks
-from twserve.shared.redis import RedisDown, RedisState
+from twserve.shared.redis import RedisDown, RedisState, ScriptCall, run_scripts
 
 __all__ = ["ACQUIRE", "CLAIM_SECS", "LEASE_SECS", "POLL_SECS", "RELEASE", "RENEW", "SharedSlots"]
 
@@ -219,11 +219,15 @@ class SharedSlots:
             starts[name], self._seq = self._seq, self._seq + n
 
         async def run(client: Redis) -> list[list[bytes]]:
-            async with client.pipeline(transaction=False) as pipe:
-                for name, n in counts.items():
-                    args: list[str | int] = [limits[name], n, lease_ms, prefix, starts[name]]
-                    await self._acquire(keys=[self.lease_key(name)], args=args, client=pipe)
-                return list(await pipe.execute())
+            calls: list[ScriptCall] = [
+                (
+                    self._acquire,
+                    [self.lease_key(name)],
+                    [limits[name], n, lease_ms, prefix, starts[name]],
+                )
+                for name, n in counts.items()
+            ]
+            return await run_scripts(client, calls)
 
         for name, got in zip(counts, await self.state.call(run), strict=True):
             if got:
@@ -238,12 +242,11 @@ class SharedSlots:
         self._apply()
 
         async def run(client: Redis) -> None:
-            async with client.pipeline(transaction=False) as pipe:
-                for name, given in ids.items():
-                    note = json_dumps({"kind": "slots", "from": self.instance, "upstream": name})
-                    args: list[str | bytes] = [self.channel, note, *given]
-                    await self._release(keys=[self.lease_key(name)], args=args, client=pipe)
-                await pipe.execute()
+            calls: list[ScriptCall] = []
+            for name, given in ids.items():
+                note = json_dumps({"kind": "slots", "from": self.instance, "upstream": name})
+                calls.append((self._release, [self.lease_key(name)], [self.channel, note, *given]))
+            await run_scripts(client, calls)
 
         await self.state.call(run)
 
@@ -255,11 +258,11 @@ class SharedSlots:
         lease_ms = int(self.lease_secs * 1000)
 
         async def run(client: Redis) -> list[list[bytes]]:
-            async with client.pipeline(transaction=False) as pipe:
-                for name, ids in held.items():
-                    args: list[str | int] = [lease_ms, *ids]
-                    await self._renew(keys=[self.lease_key(name)], args=args, client=pipe)
-                return list(await pipe.execute())
+            calls: list[ScriptCall] = [
+                (self._renew, [self.lease_key(name)], [lease_ms, *ids])
+                for name, ids in held.items()
+            ]
+            return await run_scripts(client, calls)
 
         for name, lost in zip(held, await self.state.call(run), strict=True):
             if lost:

@@ -118,9 +118,12 @@ class SqliteResponses:
             return await anyio.to_thread.run_sync(work)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        # Under the lock: a worker thread still using the connection (a request cancelled at
+        # stop waits for its thread) finishes first; closing it under that thread crashes.
+        async with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 class PostgresResponses:
