@@ -37,9 +37,10 @@ full): a row in the journal's committed SQLite file counts as durable.
 
 **Schema.** ``twserve_schema`` lists the applied versions of `MIGRATIONS`; they are applied at
 startup in one transaction under an advisory lock, so instances starting together apply each
-once. Both tables are partitioned by day (`twserve/store/pg_partitions.py`): the writer makes
-a missing day's partitions before a batch needs them, retention drops whole days. Reads (recent rows, a body, usage totals, the spends key limits are rebuilt from, the
-retention clean-up) use a second connection, so they never wait behind a batch.
+once. Both tables are partitioned by day (`twserve/store/pg_partitions.py`): the writer
+makes a missing day's partitions before a batch needs them, retention drops whole days. Reads
+(recent rows, a body, usage totals, the spends key limits are rebuilt from, the retention
+clean-up) use a second connection, so they never wait behind a batch.
 """
 
 from __future__ import annotations

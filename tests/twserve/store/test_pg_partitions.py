@@ -144,11 +144,11 @@ async def test_a_populated_schema_3_database_converts_keeping_every_row(
             "version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         for number, script in enumerate(MIGRATIONS[:3], start=1):
-            await conn.execute(script)  # type: ignore[arg-type]
+            await conn.execute(script)
             await conn.execute("INSERT INTO twserve_schema (version) VALUES (%s)", (number,))
         async with conn.cursor() as cur:
             await cur.executemany(
-                f"INSERT INTO requests ({cols}) VALUES ({marks})",  # type: ignore[arg-type]
+                f"INSERT INTO requests ({cols}) VALUES ({marks})",
                 [p for p, _ in rows],
             )
             await cur.executemany(
@@ -177,7 +177,7 @@ async def test_a_populated_schema_3_database_converts_keeping_every_row(
 
 def plan(conn: psycopg.Connection[Any], f: RequestFilter) -> str:
     sql, params = page_sql(f, "%s")
-    found = conn.execute("EXPLAIN " + sql, params).fetchall()  # type: ignore[arg-type]
+    found = conn.execute("EXPLAIN " + sql, params).fetchall()
     return "\n".join(str(r[0]) for r in found)
 
 
@@ -193,7 +193,8 @@ async def test_listing_filters_prune_partitions_and_walk_the_indexes(
         # each filter's value is in one row of several hundred, as a key or model of many is.
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
-                "SELECT twserve_day_partition('requests', d) FROM generate_series(%s::BIGINT, %s::BIGINT) d",
+                "SELECT twserve_day_partition('requests', d) "
+                "FROM generate_series(%s::BIGINT, %s::BIGINT) d",
                 (int(T0 // DAY), int(T0 // DAY) + 5),
             )
             conn.execute(
