@@ -5,8 +5,8 @@ Theory of operation
 -------------------
 `PostgresStore.record` puts the row on an in-memory queue and never waits, as the SQLite store
 does. One writer task per instance takes whatever has queued and writes it in one transaction:
-a ``COPY`` into a per-connection temporary table, then one ``INSERT … SELECT … ON CONFLICT (id)
-DO UPDATE`` into ``requests`` (and the same for ``bodies``), so a batch costs two statements
+a ``COPY`` into a per-connection temporary table, then one ``INSERT … SELECT … ON CONFLICT (id,
+ts) DO UPDATE`` into ``requests`` (and the same for ``bodies``), so a batch costs two statements
 whatever its size and a row written twice (a journal replayed after a commit whose answer was
 lost) stays one row.
 
@@ -37,8 +37,10 @@ full): a row in the journal's committed SQLite file counts as durable.
 
 **Schema.** ``twserve_schema`` lists the applied versions of `MIGRATIONS`; they are applied at
 startup in one transaction under an advisory lock, so instances starting together apply each
-once. Reads (recent rows, a body, usage totals, the spends key limits are rebuilt from, the
-retention clean-up) use a second connection, so they never wait behind a batch.
+once. Both tables are partitioned by day (`twserve/store/pg_partitions.py`): the writer
+makes a missing day's partitions before a batch needs them, retention drops whole days. Reads
+(recent rows, a body, usage totals, the spends key limits are rebuilt from, the retention
+clean-up) use a second connection, so they never wait behind a batch.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from psycopg.rows import dict_row
 
 from twserve.store.listing import LISTING_INDEXES, RequestFilter, newest_rows, page_sql
+from twserve.store.pg_partitions import DAYS_AHEAD, day_of, ensure_days, prune_days
+from twserve.store.pg_partitions import MIGRATION as PARTITIONS
 from twserve.store.pg_usage import usage_query, usage_result
 from twserve.store.sqlite import (
     _COLUMNS,
@@ -154,6 +158,7 @@ MIGRATIONS: tuple[str, ...] = (
     " ts DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL, size INTEGER NOT NULL,"
     " items BYTEA NOT NULL, PRIMARY KEY (key_name, id)); CREATE INDEX IF NOT EXISTS"
     " responses_expires ON responses (expires);",
+    PARTITIONS,  # version 5: both tables partitioned by day (twserve/store/pg_partitions.py)
 )
 
 # Any 64-bit number the schema's migrations are serialised on across instances.
@@ -163,12 +168,12 @@ _COLS = ",".join(_COLUMNS)
 _BODY_COLS = "id,ts,request,answer,truncated"
 _UPSERT_ROWS = (
     f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM requests_in "
-    "ON CONFLICT (id) DO UPDATE SET "
-    + ",".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c != "id")
+    "ON CONFLICT (id, ts) DO UPDATE SET "
+    + ",".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c not in ("id", "ts"))
 )
 _UPSERT_BODIES = (
     f"INSERT INTO bodies ({_BODY_COLS}) SELECT {_BODY_COLS} FROM bodies_in "
-    "ON CONFLICT (id) DO UPDATE SET ts = EXCLUDED.ts, request = EXCLUDED.request, "
+    "ON CONFLICT (id, ts) DO UPDATE SET request = EXCLUDED.request, "
     "answer = EXCLUDED.answer, truncated = EXCLUDED.truncated"
 )
 # Usage by local day: totals per quarter hour (every time zone's offset is a whole number of
@@ -400,6 +405,9 @@ class PostgresStore:
         # Rows whose answer's end waits for them (store.commit_before_end).
         self.commits = Commits()
         self.batch_listeners: list[Callable[[int, float], None]] = []
+        # The days whose partitions the writer made or found (twserve/store/pg_partitions.py).
+        self._days: set[int] = set()
+        self.wall = time.time
 
     # -- the writer --------------------------------------------------------------------------
 
@@ -587,6 +595,7 @@ class PostgresStore:
         except Exception as exc:
             if isinstance(exc, _AWAY) or conn.closed:
                 raise
+            self._days.clear()  # a partition dropped meanwhile is made again
             refused: list[tuple[str, str, str]] = []
             for item in batch:
                 try:
@@ -632,6 +641,10 @@ class PostgresStore:
     async def _copy(self, conn: psycopg.AsyncConnection[Any], items: Sequence[_Item]) -> None:
         # One row per id: an upsert may not touch the same row twice in one statement.
         unique = list({p[0]: (p, b) for p, b in items}.values())
+        days = {d for p, _ in unique if (d := day_of(p[1])) is not None} - self._days
+        if days:
+            await ensure_days(conn, days)
+            self._days |= days
         async with conn.transaction():
             async with conn.cursor() as cur:
                 async with cur.copy(f"COPY requests_in ({_COLS}) FROM STDIN") as copy:
@@ -781,19 +794,18 @@ class PostgresStore:
         return list(spends.values())
 
     async def prune(self, *, before_rows: float, before_bodies: float) -> tuple[int, int]:
-        """Delete rows older than `before_rows` and bodies older than `before_bodies` (unix
-        seconds), whichever instance wrote them; returns how many of each went."""
+        """Apply retention, whichever instance wrote the rows: drop the day partitions older
+        than `before_rows` / `before_bodies` (unix seconds), delete the older rows of the day
+        each falls in, and make the partitions of today and `DAYS_AHEAD` days ahead; returns
+        how many rows and bodies went."""
+        today = day_of(self.wall()) or 0
 
         async def prune(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+            await ensure_days(conn, range(today, today + DAYS_AHEAD + 1))
             async with conn.transaction():
-                cur = await conn.execute(
-                    "DELETE FROM bodies WHERE ts < %s OR id IN "
-                    "(SELECT id FROM requests WHERE ts < %s)",
-                    (before_bodies, before_rows),
-                )
-                bodies = cur.rowcount
-                cur = await conn.execute("DELETE FROM requests WHERE ts < %s", (before_rows,))
-                return cur.rowcount, bodies
+                # A body's ts is its row's: a row gone takes its body with it.
+                bodies = await prune_days(conn, "bodies", max(before_bodies, before_rows))
+                return await prune_days(conn, "requests", before_rows), bodies
 
         return await self._read(prune)
 
