@@ -214,10 +214,15 @@ class AttemptFeed:
 
     def _broke(self, now: float) -> list[LedgerAction]:
         """The committed answer broke off: the ledger ends it, or resumes it elsewhere."""
-        actions = self.ledger.ended(
-            now, clean=False, resume_from=self.resume_point(), **self.snapshot(now)
-        )
         live = self.live
+        translator = live.stream.translator if live is not None else None
+        actions = self.ledger.ended(
+            now,
+            clean=False,
+            resume_from=self.resume_point(),
+            too_large=translator is not None and translator.too_large,
+            **self.snapshot(now),
+        )
         if not self.ledger.done and live is not None:
             # Resumed: this upstream's part is over. It stays `live` until the next attempt
             # replaces it, so that a commit among `actions` still writes what it held; its

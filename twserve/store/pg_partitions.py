@@ -142,12 +142,12 @@ async def prune_days(conn: psycopg.AsyncConnection[Any], parent: str, before: fl
     for name, day in await _partitions(conn, parent):
         if (day + 1) * DAY_SECS > before:
             break
-        cur = await conn.execute(f'SELECT COUNT(*) FROM "{name}"')  # type: ignore[arg-type]
+        cur = await conn.execute(f'SELECT COUNT(*) FROM "{name}"')
         found = await cur.fetchone()
         gone += int(found[0]) if found else 0
-        await conn.execute(f'DROP TABLE "{name}"')  # type: ignore[arg-type]
+        await conn.execute(f'DROP TABLE "{name}"')
     cur = await conn.execute(
-        f"DELETE FROM {parent} WHERE ts < %s",  # type: ignore[arg-type]
+        f"DELETE FROM {parent} WHERE ts < %s",
         (before,),
     )
     return gone + max(cur.rowcount, 0)

@@ -259,6 +259,10 @@ _CODES = {
     "gw.upstream.broken_after_content": (
         "The upstream's stream broke after content reached the client; it ends with an error."
     ),
+    "gw.upstream.answer_too_large": (
+        "An event of the upstream's stream is over its provider's max_answer_bytes (default "
+        "64 MiB); the answer ends with this error after what reached the client."
+    ),
     "gw.upstream.eventstream_corrupt": (
         "An upstream's event stream has a bad checksum, an impossible length or an unreadable "
         "header; the stream is dropped."

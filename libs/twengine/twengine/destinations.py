@@ -37,6 +37,7 @@ from twengine.rules import Candidate
 from twproto.bedrock import bedrock_base_url
 from twproto.errors import ErrorCategory, GatewayError
 from twproto.ir import Effort, ReasoningLevel
+from twproto.stream import DEFAULT_MAX_EVENT_BYTES
 from twproto.upstream_request import UpstreamTarget
 
 __all__ = (
@@ -75,6 +76,8 @@ class Destination:
     # of a request without max_tokens sends it.
     output_limit: int | None = None
     connect_timeout: float | None = None
+    # The bound on one event of its stream (``providers[].max_answer_bytes``).
+    max_answer_bytes: int = DEFAULT_MAX_EVENT_BYTES
     # This upstream refused the conversation's sealed reasoning before: leave it out up front.
     drop_sealed: bool = False
     # The model's context window (model_specs, else the price table), where known: a context
@@ -166,6 +169,7 @@ def destination(
         reasoning=cand.overrides.reasoning,
         output_limit=facts.max_output_tokens(config, cand.provider, cand.model),
         connect_timeout=provider.connect_timeout_secs,
+        max_answer_bytes=provider.max_answer_bytes,
         context_window=facts.context_window(config, cand.provider, cand.model),
         show_served=config.answer_model is AnswerModel.SERVED,
         transport=transport_of(provider),

@@ -217,19 +217,23 @@ def test_stream_to_whole_unfinished_returns_nothing() -> None:
 
 
 def test_watch_path_oversized_event_breaks_the_stream() -> None:
-    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="m")
+    translator = new_stream_translator(
+        Dialect.ANTHROPIC, Dialect.ANTHROPIC, client_model="m", max_event_bytes=1 << 20
+    )
     piece = b"x" * 65536
     for _ in range(20):
         assert translator.feed(piece) is piece
-    assert translator.broken and not translator.finished
+    assert translator.broken and translator.too_large and not translator.finished
 
 
 def test_oversized_event_breaks_the_stream() -> None:
     big = b"event: content_block_delta\ndata: " + b"x" * (1 << 20) + b"\n\n"
-    translator = new_stream_translator(Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m")
+    translator = new_stream_translator(
+        Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, client_model="m", max_event_bytes=1 << 20
+    )
     translator.feed(b"event: message_start\ndata: {}\n\n")
     assert translator.feed(big) == b""
-    assert translator.broken and not translator.finished
+    assert translator.broken and translator.too_large and not translator.finished
     assert b'"error"' in translator.fail(ERR)
 
 

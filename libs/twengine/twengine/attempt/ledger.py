@@ -203,11 +203,18 @@ class AttemptLedger:
         resume_from: int | None = None,
         free: Collection[str] = (),
         paused: Collection[str] = (),
+        too_large: bool = False,
     ) -> list[LedgerAction]:
-        """The committed answer ended, cleanly or broken (`resume_from`: see the machine's)."""
+        """The committed answer ended, cleanly or broken (`resume_from`, `too_large`: see the
+        machine's)."""
         provider = self.machine.in_flight
         actions = self.machine.ended(
-            now, clean=clean, resume_from=resume_from, free=self._free(free), paused=paused
+            now,
+            clean=clean,
+            resume_from=resume_from,
+            free=self._free(free),
+            paused=paused,
+            too_large=too_large,
         )
         # Resumed elsewhere: the broken answer's slot goes back now.
         before = self._release(provider) if provider and not self.machine.done else []

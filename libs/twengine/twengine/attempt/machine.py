@@ -411,9 +411,11 @@ class AttemptMachine:
         resume_from: int | None = None,
         free: Collection[str] = (),
         paused: Collection[str] = (),
+        too_large: bool = False,
     ) -> list[Action]:
         """The committed answer ended: cleanly, or broken off. `resume_from` is the characters
-        of text the client has when the answer can be continued elsewhere (None: it cannot)."""
+        of text the client has when the answer can be continued elsewhere (None: it cannot).
+        `too_large`: it broke on an event over the provider's ``max_answer_bytes``."""
         self._check(Input.ENDED)
 
         def step() -> list[Action]:
@@ -422,12 +424,17 @@ class AttemptMachine:
                 self._close_current(Outcome.OK, now)
                 self._state = State.DONE
                 return [FinishRequest(provider=provider)]
-            self._close_current(Outcome.FAILED, now, error="gw.upstream.broken_after_content")
+            code = (
+                "gw.upstream.answer_too_large" if too_large else "gw.upstream.broken_after_content"
+            )
+            self._close_current(Outcome.FAILED, now, error=code)
+            message = (
+                f"the answer from {provider} has an event over its max_answer_bytes"
+                if too_large
+                else f"the answer from {provider} broke off"
+            )
             error = GatewayError(
-                status=502,
-                category=ErrorCategory.UPSTREAM,
-                code="gw.upstream.broken_after_content",
-                message=f"the answer from {provider} broke off",
+                status=502, category=ErrorCategory.UPSTREAM, code=code, message=message
             )
             resumed = self._resume(error, provider, resume_from, now, free, paused)
             return resumed if resumed is not None else self._end_with(error, provider=provider)

@@ -172,5 +172,6 @@ class AttemptRequests:
             hide_usage_chunk=translated.hide_usage_chunk,
             eventstream=request.eventstream,
             converse=request.converse,
+            max_event_bytes=dest.max_answer_bytes,
         )
         return request, opening

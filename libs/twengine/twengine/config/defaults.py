@@ -153,6 +153,9 @@ PROVIDER: Mapping[str, Bound] = MappingProxyType(
     {
         "max_concurrent": Bound(low=1, high=1000),
         "connect_timeout_secs": Bound(low=1, high=300, default=10, integer=False),
+        # The largest single stream event read from the upstream: the closing events of a
+        # Responses stream repeat the whole answer, so this is the largest answer it can send.
+        "max_answer_bytes": Bound(low=64 * _KIB, high=1024 * _MIB, default=64 * _MIB),
     }
 )
 GROUP_WEIGHT = Bound(low=1, high=100, default=1)

@@ -319,6 +319,8 @@ class Provider:
     model_specs: tuple[tuple[str, ModelSpec], ...] = ()
     price_sheet: str | None = None
     connect_timeout_secs: float = _d(defaults.PROVIDER, "connect_timeout_secs")
+    # The bound on one event of its streams (docs/conversion.md, large answers).
+    max_answer_bytes: int = int(_d(defaults.PROVIDER, "max_answer_bytes"))
     # A test setting: the client's ``x-mock-*`` headers (the mock upstream's per-request
     # script) go to this upstream. Off, nothing of the mock's reaches a real provider.
     forward_mock_headers: bool = False

@@ -207,6 +207,10 @@ class EventStreamTranslator:
         return self._inner.broken
 
     @property
+    def too_large(self) -> bool:
+        return self._inner.too_large
+
+    @property
     def stop_reason(self) -> ir.StopReason | None:
         return self._inner.stop_reason
 

@@ -33,11 +33,13 @@ from twproto.stream.resume import (
     uses_prefill,
 )
 from twproto.stream.translators import (
+    DEFAULT_MAX_EVENT_BYTES,
     CollectedStream,
     ConvertedStream,
     RelayedStream,
     StreamTranslator,
     keepalive_comments,
+    new_framing,
     new_stream_translator,
 )
 from twproto.stream.upstream import (
@@ -49,6 +51,7 @@ from twproto.stream.upstream import (
 
 __all__ = (
     "CONTINUE_INSTRUCTION",
+    "DEFAULT_MAX_EVENT_BYTES",
     "MIN_REPEAT",
     "PREFILL_FORMATS",
     "CollectedStream",
@@ -70,6 +73,7 @@ __all__ = (
     "classify_payload",
     "continued_request",
     "keepalive_comments",
+    "new_framing",
     "new_stream_translator",
     "refuses_prefill",
     "reported_usage",

@@ -396,19 +396,30 @@ class OpeningHold:
     """Hold an upstream stream until its first content (docs/streams.md).
 
     `sse=False` reads Gemini's JSON-array stream instead of SSE. `limit` bounds the bytes held
-    without content; past it the stream is released as it is.
+    without content; past it the stream is released as it is. `max_event_size` bounds one event
+    (default `limit`): the translator the hold hands its decoder to reads on under that bound.
     """
 
     __slots__ = ("_chunks", "_decoder", "_dialect", "_done", "_events", "_held", "_limit")
 
-    def __init__(self, dialect: Dialect, *, sse: bool = True, limit: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        *,
+        sse: bool = True,
+        limit: int = 1 << 20,
+        max_event_size: int | None = None,
+    ) -> None:
         if limit < 1:
             raise ValueError("limit must be positive")
         self._dialect = dialect
         self._limit = limit
-        # An event larger than the limit means more than the limit is held: released as such.
+        # The decoder goes on to the translator, so it is bounded as the stream's events are
+        # (`max_event_size`, default `limit`); holding more than `limit` releases all the same.
+        # An event larger than that bound is released undecoded, for the translator to refuse.
+        bound = limit if max_event_size is None else max_event_size
         self._decoder: SSEDecoder | JSONArrayDecoder = (
-            SSEDecoder(max_event_size=limit) if sse else JSONArrayDecoder(max_element_size=limit)
+            SSEDecoder(max_event_size=bound) if sse else JSONArrayDecoder(max_element_size=bound)
         )
         self._chunks: list[bytes] = []
         self._events: list[Any] = []

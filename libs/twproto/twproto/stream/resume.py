@@ -41,9 +41,14 @@ from twproto.errors import GatewayError
 from twproto.failures import Failure
 from twproto.formats import StreamDecoder, StreamEncoder, new_stream_decoder, new_stream_encoder
 from twproto.formats._common import gateway_error, merge_dropped
-from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
+from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEventTooLarge
 from twproto.stream.hold import Released
-from twproto.stream.translators import _Restorer, _UpstreamOutcome
+from twproto.stream.translators import (
+    DEFAULT_MAX_EVENT_BYTES,
+    _Restorer,
+    _UpstreamOutcome,
+    new_framing,
+)
 
 __all__ = (
     "CONTINUE_INSTRUCTION",
@@ -324,8 +329,10 @@ class ResumableStream(_UpstreamOutcome):
         client_sse: bool = True,
         tool_names: ir.ToolNames | None = None,
         created: int | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._client = client
+        self._max_event = max_event_bytes
         self._encoder: StreamEncoder = new_stream_encoder(
             client,
             model=client_model,
@@ -339,12 +346,13 @@ class ResumableStream(_UpstreamOutcome):
     def _start_leg(
         self, upstream: Dialect, upstream_sse: bool, tool_names: ir.ToolNames | None
     ) -> None:
-        self._framing: Framing = SSEDecoder() if upstream_sse else JSONArrayDecoder()
+        self._framing: Framing = new_framing(upstream_sse, self._max_event)
         self._decoder: StreamDecoder = new_stream_decoder(upstream)
         self._handler: ir.StreamHandler = self._splice
         if tool_names:
             self._handler = _Restorer(self._splice, tool_names)
         self._broken = False
+        self._too_large = False
 
     # -- resuming ------------------------------------------------------------------------------
 
@@ -385,8 +393,9 @@ class ResumableStream(_UpstreamOutcome):
         if not self._broken:
             try:
                 events = self._framing.feed(chunk)
-            except SSEError:
+            except SSEError as exc:
                 self._broken = True
+                self._too_large = isinstance(exc, SSEEventTooLarge)
                 events = []
             self._decode(events)
         return self._encoder.take()
@@ -402,8 +411,9 @@ class ResumableStream(_UpstreamOutcome):
         if not self._broken:
             try:
                 events = self._framing.end()
-            except SSEError:
+            except SSEError as exc:
                 self._broken = True
+                self._too_large = isinstance(exc, SSEEventTooLarge)
                 events = []
             self._decode(events)
         if self.finished and not self._encoder.ended:

@@ -37,7 +37,6 @@ and its decoder, so the held bytes are not decoded a second time (`twproto.strea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -52,19 +51,35 @@ from twproto.formats import (
     new_stream_encoder,
 )
 from twproto.formats._common import gateway_error, merge_dropped
-from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError
+from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEventTooLarge
+from twproto.stream._events import last_event_end, without_usage_only
 from twproto.stream.hold import Released
 
 __all__ = (
+    "DEFAULT_MAX_EVENT_BYTES",
     "CollectedStream",
     "ConvertedStream",
     "RelayedStream",
     "StreamTranslator",
     "keepalive_comments",
+    "new_framing",
     "new_stream_translator",
 )
 
 Framing = SSEDecoder | JSONArrayDecoder
+
+# The default bound on one upstream event (an SSE event, a Gemini array element), which is the
+# memory one stream may hold at once. A Responses stream's closing events repeat the whole answer
+# (``response.output_text.done``, ``response.completed``), so the bound is the largest answer
+# that comes through whole; an event over it ends the stream (`StreamTranslator.too_large`).
+DEFAULT_MAX_EVENT_BYTES = 64 << 20
+
+
+def new_framing(sse: bool, max_event_bytes: int) -> Framing:
+    """The decoder of an upstream stream's framing, events bounded by `max_event_bytes`."""
+    if sse:
+        return SSEDecoder(max_event_size=max_event_bytes)
+    return JSONArrayDecoder(max_element_size=max_event_bytes)
 
 
 class StreamTranslator(Protocol):
@@ -91,6 +106,9 @@ class StreamTranslator(Protocol):
 
     @property
     def broken(self) -> bool: ...
+
+    @property
+    def too_large(self) -> bool: ...
 
     @property
     def stop_reason(self) -> ir.StopReason | None: ...
@@ -124,6 +142,7 @@ def new_stream_translator(
     created: int | None = None,
     relay_unchanged: bool = True,
     hide_usage_chunk: bool = False,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> StreamTranslator:
     """The translator from an `upstream` stream to what a `client` asked for.
 
@@ -133,7 +152,8 @@ def new_stream_translator(
     False: a same-format stream is decoded and encoded again instead of being relayed as it
     came, so the answer names `client_model` (an alias sent another model name upstream).
     `hide_usage_chunk`: a relayed Chat stream leaves out its usage-only chunk
-    (`twproto.translate.TranslatedRequest.hide_usage_chunk`).
+    (`twproto.translate.TranslatedRequest.hide_usage_chunk`). `max_event_bytes` bounds one
+    upstream event (`DEFAULT_MAX_EVENT_BYTES`); past it the stream is `broken` and `too_large`.
     """
     if not upstream_sse and upstream is not Dialect.GEMINI:
         raise ValueError("only Gemini streams without SSE framing")
@@ -145,6 +165,7 @@ def new_stream_translator(
             sse=upstream_sse,
             created=created,
             hide_usage_chunk=hide_usage_chunk and upstream is Dialect.OPENAI_CHAT,
+            max_event_bytes=max_event_bytes,
         )
     if client_stream:
         return ConvertedStream(
@@ -155,6 +176,7 @@ def new_stream_translator(
             client_sse=client_sse,
             tool_names=tool_names,
             created=created,
+            max_event_bytes=max_event_bytes,
         )
     return CollectedStream(
         upstream,
@@ -163,6 +185,7 @@ def new_stream_translator(
         upstream_sse=upstream_sse,
         tool_names=tool_names,
         created=created,
+        max_event_bytes=max_event_bytes,
     )
 
 
@@ -174,6 +197,7 @@ class _UpstreamOutcome:
     __slots__ = ()
     _decoder: StreamDecoder
     _broken: bool
+    _too_large: bool
 
     @property
     def usage(self) -> ir.Usage | None:
@@ -184,6 +208,11 @@ class _UpstreamOutcome:
     def broken(self) -> bool:
         """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
         return self._broken
+
+    @property
+    def too_large(self) -> bool:
+        """Whether the framing broke on an event over the bound (`max_event_bytes`)."""
+        return self._too_large
 
     @property
     def stop_reason(self) -> ir.StopReason | None:
@@ -204,7 +233,16 @@ class _UpstreamOutcome:
 class _Translator(_UpstreamOutcome):
     """The upstream side every translator shares: framing, the format's decoder, the record."""
 
-    __slots__ = ("_broken", "_client", "_client_model", "_created", "_decoder", "_framing")
+    __slots__ = (
+        "_broken",
+        "_client",
+        "_client_model",
+        "_created",
+        "_decoder",
+        "_framing",
+        "_max_event",
+        "_too_large",
+    )
 
     def __init__(
         self,
@@ -214,19 +252,23 @@ class _Translator(_UpstreamOutcome):
         client_model: str,
         upstream_sse: bool,
         created: int | None,
+        max_event_bytes: int,
     ) -> None:
         self._client = client
         self._client_model = client_model
         self._created = created
-        self._framing: Framing = SSEDecoder() if upstream_sse else JSONArrayDecoder()
+        self._max_event = max_event_bytes
+        self._framing: Framing = new_framing(upstream_sse, max_event_bytes)
         self._decoder: StreamDecoder = new_stream_decoder(upstream)
         self._broken = False
+        self._too_large = False
 
     def _events(self, chunk: bytes, final: bool) -> list[Any]:
         try:
             return self._framing.end() if final else self._framing.feed(chunk)
-        except SSEError:
+        except SSEError as exc:
             self._broken = True
+            self._too_large = isinstance(exc, SSEEventTooLarge)
             return []
 
     @property
@@ -300,9 +342,6 @@ class _Restorer:
         self._inner.error(error)
 
 
-_MAX_PENDING = 1 << 20
-
-
 class _Watcher:
     """The watch path's framing: finds complete events by their blank line and SSE-decodes only
     the runs of events that contain a marker. Bytes after the last blank line wait as a list of
@@ -312,6 +351,7 @@ class _Watcher:
     __slots__ = (
         "_ends_lf",
         "_markers",
+        "_max",
         "_pending",
         "_prefixes",
         "_size",
@@ -319,9 +359,10 @@ class _Watcher:
         "_suffixes",
         "_watch",
         "broken",
+        "too_large",
     )
 
-    def __init__(self, decoder: StreamDecoder, dialect: Dialect) -> None:
+    def __init__(self, decoder: StreamDecoder, dialect: Dialect, max_event_bytes: int) -> None:
         needles = get(dialect).WATCH
         self._watch = decoder.watch
         self._markers = needles.chunk_markers
@@ -331,7 +372,13 @@ class _Watcher:
         self._size = 0
         self._ends_lf = False  # the pending bytes end with LF (a blank line may straddle)
         self._sse: SSEDecoder | None = None
+        self._max = max_event_bytes  # the bound on one event, and so on the pending bytes
         self.broken = False
+        self.too_large = False
+
+    def _failed(self, exc: SSEError) -> None:
+        self.broken = True
+        self.too_large = isinstance(exc, SSEEventTooLarge)
 
     def feed(self, chunk: bytes) -> None:
         # The common case first: nothing pending, no CR, the chunk ends events. (bytes.rfind and
@@ -358,9 +405,9 @@ class _Watcher:
 
     def _parse(self, complete: bytes) -> None:
         try:
-            events = SSEDecoder().feed(complete)
-        except SSEError:
-            self.broken = True
+            events = SSEDecoder(max_event_size=self._max).feed(complete)
+        except SSEError as exc:
+            self._failed(exc)
             return
         for event in events:
             self._watch(event)
@@ -371,14 +418,14 @@ class _Watcher:
         if self._sse is not None:
             try:
                 events = self._sse.feed(chunk)
-            except SSEError:
-                self.broken = True
+            except SSEError as exc:
+                self._failed(exc)
                 return
             for event in events:
                 self._watch(event)
             return
         if 13 in chunk:
-            self._sse = SSEDecoder()
+            self._sse = SSEDecoder(max_event_size=self._max)
             data = b"".join(self._pending) + chunk
             self._pending = []
             self._feed_slow(data)
@@ -387,8 +434,8 @@ class _Watcher:
             self._pending.append(chunk)
             self._size += len(chunk)
             self._ends_lf = chunk[-1:] == b"\n"
-            if self._size > _MAX_PENDING:
-                self.broken = True
+            if self._size > self._max:
+                self.broken = self.too_large = True
                 self._pending = []
             return
         self._pending.append(chunk)
@@ -424,10 +471,10 @@ class _Watcher:
                 events = self._sse.end()
             else:
                 rest = b"".join(self._pending)
-                decoder = SSEDecoder()
+                decoder = SSEDecoder(max_event_size=self._max)
                 events = decoder.feed(rest) + decoder.end() if rest.strip() else []
-        except SSEError:
-            self.broken = True
+        except SSEError as exc:
+            self._failed(exc)
             return
         for event in events:
             self._watch(event)
@@ -456,9 +503,15 @@ class RelayedStream(_Translator):
         sse: bool = True,
         created: int | None = None,
         hide_usage_chunk: bool = False,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         super().__init__(
-            dialect, dialect, client_model=client_model, upstream_sse=sse, created=created
+            dialect,
+            dialect,
+            client_model=client_model,
+            upstream_sse=sse,
+            created=created,
+            max_event_bytes=max_event_bytes,
         )
         self._hide = hide_usage_chunk and sse
         self._tail = b""  # hiding: the incomplete event a chunk ended with, not yet relayed
@@ -467,7 +520,7 @@ class RelayedStream(_Translator):
         self._track_sequence = dialect is Dialect.OPENAI_RESPONSES
         self._last_sequence = -1
         self._sequence_tail = b""
-        self._watcher = _Watcher(self._decoder, dialect) if sse else None
+        self._watcher = _Watcher(self._decoder, dialect, max_event_bytes) if sse else None
         self._relayed = False
 
     def feed(self, chunk: bytes) -> bytes:
@@ -527,7 +580,7 @@ class RelayedStream(_Translator):
         self._tail = b""
         if self._decoder.usage is not self._usage_seen:
             self._usage_seen = self._decoder.usage
-            return _without_usage_only(tail)
+            return without_usage_only(tail)
         return tail
 
     def _hiding(self, chunk: bytes) -> bytes:
@@ -538,13 +591,13 @@ class RelayedStream(_Translator):
             chunk = self._tail + chunk
             self._tail = b""
         if not chunk.endswith(b"\n\n"):
-            cut = _last_event_end(chunk)
+            cut = last_event_end(chunk)
             self._tail = chunk[cut:]
             chunk = chunk[:cut]
         usage = self._decoder.usage
         if usage is not self._usage_seen:
             self._usage_seen = usage
-            return _without_usage_only(chunk)
+            return without_usage_only(chunk)
         return chunk
 
     def fail(self, err: GatewayError) -> bytes:
@@ -588,56 +641,10 @@ class RelayedStream(_Translator):
         """Whether the upstream's stream framing broke (an oversized event, a bad JSON array)."""
         return self._broken or (self._watcher is not None and self._watcher.broken)
 
-
-_LINE_END = re.compile(rb"\r\n|\r|\n")
-
-
-def _events_of(data: bytes) -> list[bytes]:
-    """`data` cut into its SSE events, each with the blank line that ends it (the last piece
-    without one when `data` ends mid-event). Any of SSE's line ends; not on the per-chunk
-    path."""
-    events: list[bytes] = []
-    start = line = 0
-    for end in _LINE_END.finditer(data):
-        if end.start() == line:  # an empty line ends the event
-            events.append(data[start : end.end()])
-            start = end.end()
-        line = end.end()
-    if start < len(data):
-        events.append(data[start:])
-    return events
-
-
-def _last_event_end(data: bytes) -> int:
-    """Where the last complete event of `data` ends (0: none is complete)."""
-    if 13 not in data:  # LF line ends, the usual case (13 is CR)
-        at = data.rfind(b"\n\n")
-        return at + 2 if at >= 0 else 0
-    last = line = 0
-    for end in _LINE_END.finditer(data):
-        if end.start() == line:
-            last = end.end()
-        line = end.end()
-    return last
-
-
-def _without_usage_only(data: bytes) -> bytes:
-    """`data` without its Chat usage-only events (``"choices":[]`` and a ``usage`` object: the
-    chunk ``stream_options.include_usage`` adds before ``[DONE]``)."""
-    kept = [event for event in _events_of(data) if not _usage_only(event)]
-    return b"".join(kept)
-
-
-def _usage_only(event: bytes) -> bool:
-    lines = [line for line in _LINE_END.split(event) if line.startswith(b"data:")]
-    if not lines:
-        return False
-    payload = b"\n".join(line[5:].removeprefix(b" ") for line in lines)
-    try:
-        obj = _json.loads(payload)
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
+    @property
+    def too_large(self) -> bool:
+        """Whether the framing broke on an event over the bound (`max_event_bytes`)."""
+        return self._too_large or (self._watcher is not None and self._watcher.too_large)
 
 
 class _Decoding(_Translator):
@@ -655,8 +662,9 @@ class _Decoding(_Translator):
             return
         try:
             events = self._framing_feed(chunk)
-        except SSEError:
+        except SSEError as exc:
             self._broken = True
+            self._too_large = isinstance(exc, SSEEventTooLarge)
             return
         feed_into = self._feed_into
         handler = self._handler
@@ -697,9 +705,15 @@ class ConvertedStream(_Decoding):
         client_sse: bool = True,
         tool_names: ir.ToolNames | None = None,
         created: int | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         super().__init__(
-            upstream, client, client_model=client_model, upstream_sse=upstream_sse, created=created
+            upstream,
+            client,
+            client_model=client_model,
+            upstream_sse=upstream_sse,
+            created=created,
+            max_event_bytes=max_event_bytes,
         )
         self._encoder: StreamEncoder = new_stream_encoder(
             client, model=client_model, created=created, sse=client_sse
@@ -748,9 +762,15 @@ class CollectedStream(_Decoding):
         upstream_sse: bool = True,
         tool_names: ir.ToolNames | None = None,
         created: int | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         super().__init__(
-            upstream, client, client_model=client_model, upstream_sse=upstream_sse, created=created
+            upstream,
+            client,
+            client_model=client_model,
+            upstream_sse=upstream_sse,
+            created=created,
+            max_event_bytes=max_event_bytes,
         )
         self._builder = ir.AnswerBuilder()
         self._connect(self._builder, tool_names)

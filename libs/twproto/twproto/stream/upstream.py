@@ -30,7 +30,11 @@ from twproto.stream.hold import (
     Released,
 )
 from twproto.stream.resume import ResumableStream
-from twproto.stream.translators import StreamTranslator, new_stream_translator
+from twproto.stream.translators import (
+    DEFAULT_MAX_EVENT_BYTES,
+    StreamTranslator,
+    new_stream_translator,
+)
 
 __all__ = ("FirstContent", "OpeningOutcome", "UpstreamStream", "reported_usage")
 
@@ -63,7 +67,8 @@ class UpstreamStream:
     Anthropic SSE they carry (`twproto.bedrock.InvokeStreamReframer`) before anything else sees
     them; such a stream is not resumable (its translator is not a `ResumableStream`). With
     `converse` too, it is ConverseStream's, read back as the Anthropic SSE of the same answer
-    (`twproto.bedrock.converse.ConverseStreamReframer`).
+    (`twproto.bedrock.converse.ConverseStreamReframer`). `max_event_bytes` bounds one upstream
+    event, held or translated (`twproto.stream.translators.DEFAULT_MAX_EVENT_BYTES`).
     """
 
     __slots__ = (
@@ -74,6 +79,7 @@ class UpstreamStream:
         "_created",
         "_hide_usage_chunk",
         "_hold",
+        "_max_event",
         "_reframer",
         "_relay_unchanged",
         "_resumable",
@@ -98,6 +104,7 @@ class UpstreamStream:
         hide_usage_chunk: bool = False,
         eventstream: bool = False,
         converse: bool = False,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._reframer: Reframer | None = None
         if eventstream:
@@ -118,7 +125,8 @@ class UpstreamStream:
         self._tool_names = tool_names
         self._created = created
         self._relay_unchanged = relay_unchanged
-        self._hold = OpeningHold(upstream, sse=upstream_sse)
+        self._max_event = max_event_bytes
+        self._hold = OpeningHold(upstream, sse=upstream_sse, max_event_size=max_event_bytes)
 
     @property
     def held_bytes(self) -> int:
@@ -162,6 +170,7 @@ class UpstreamStream:
                 client_sse=self._client_sse,
                 tool_names=self._tool_names,
                 created=self._created,
+                max_event_bytes=self._max_event,
             )
             return FirstContent(data=translator.take_over(outcome), translator=translator)
         translator = new_stream_translator(
@@ -174,6 +183,7 @@ class UpstreamStream:
             created=self._created,
             relay_unchanged=self._relay_unchanged,
             hide_usage_chunk=self._hide_usage_chunk,
+            max_event_bytes=self._max_event,
         )
         if self._reframer is not None:
             translator = EventStreamTranslator(translator, self._reframer)

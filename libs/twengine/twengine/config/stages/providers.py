@@ -265,6 +265,8 @@ def _providers(out: _Problems, top: _Fields) -> list[_Placed]:
                 "connect_timeout_secs", defaults.PROVIDER["connect_timeout_secs"]
             )
             or 10.0,
+            max_answer_bytes=f.integer("max_answer_bytes", defaults.PROVIDER["max_answer_bytes"])
+            or 64 * 1024 * 1024,
             forward_mock_headers=f.boolean("forward_mock_headers", False),
             http2=f.boolean("http2", False),
             realtime=f.boolean("realtime", False),
