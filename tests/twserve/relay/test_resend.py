@@ -7,7 +7,9 @@ import json
 import time
 from pathlib import Path
 
+import anyio
 import httpcore
+import openai
 
 from tests.twserve.support.stack import KEY, Upstream, running_stack
 from twengine.reasoning import EffortKey
@@ -206,3 +208,44 @@ def test_sealed_reasoning_is_left_out_on_later_turns(tmp_path: Path) -> None:
         bodies = [r.json() for r in st.mock("a").received]
     assert len(bodies) == 3  # the later turn went once, already without the sealed block
     assert [b["type"] for b in bodies[2]["messages"][1]["content"]] == ["text"]
+
+
+def test_a_websocket_turn_with_a_refused_effort_is_resent(tmp_path: Path) -> None:
+    """Unlike the seed, a Responses WebSocket turn is resent too (docs/transports.md): the
+    refusal comes before anything of the turn reached the client, so the resend is invisible."""
+    up = {"a": Upstream("anthropic", _settings("anthropic-effort-unsupported"))}
+    with running_stack(tmp_path, up) as st:
+
+        async def turn() -> list[str]:
+            client = openai.AsyncOpenAI(
+                base_url=st.url + "/v1", api_key=KEY, max_retries=0, timeout=10
+            )
+            types: list[str] = []
+            async with client.responses.connect() as conn:
+                await conn.send(
+                    {
+                        "type": "response.create",
+                        "model": "m",
+                        "input": "hi",
+                        "reasoning": {"effort": "xhigh"},
+                    }
+                )
+                with anyio.fail_after(10):
+                    async for event in conn:
+                        types.append(event.type)
+                        if event.type in ("response.completed", "response.failed", "error"):
+                            break
+            return types
+
+        types = anyio.run(turn)
+        received = [r.json() for r in st.mock("a").received]
+        (row,) = st.wait_rows(1)
+    assert types[0] == "response.created" and types[-1] == "response.completed", types
+    assert "error" not in types and "response.failed" not in types
+    assert types.count("response.created") == 1
+    assert len(received) == 2
+    attempts = json.loads(row["routing"])["attempts"]
+    assert [(a["outcome"], a["resend"]) for a in attempts] == [
+        ("resent", None),
+        ("ok", "effort_refused"),
+    ]
