@@ -66,6 +66,8 @@ class FinishKind(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     TOOLS = "tools"
+    # The prompt itself was blocked (Gemini's promptFeedback.blockReason, no candidates).
+    BLOCKED = "blocked"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,6 +356,8 @@ def build_answer(
 
     if script.finish == "length":
         finish = FinishKind.LENGTH
+    elif script.finish == "blocked":
+        finish = FinishKind.BLOCKED
     elif tools:
         finish = FinishKind.TOOLS
     else:

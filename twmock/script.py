@@ -63,7 +63,7 @@ class SilenceMode(StrEnum):
     AFTER_HEAD = "after_head"
 
 
-Finish = Literal["stop", "length"]
+Finish = Literal["stop", "length", "blocked"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -343,7 +343,9 @@ def _finish(value: Any, base: Script) -> Finish:
         return "stop"
     if value == "length":
         return "length"
-    raise ScriptError(f"finish: expected 'stop' or 'length', got {value!r}")
+    if value == "blocked":
+        return "blocked"
+    raise ScriptError(f"finish: expected 'stop', 'length' or 'blocked', got {value!r}")
 
 
 def _silence(value: Any, base: Script) -> SilenceMode | None:

@@ -37,7 +37,12 @@ from twproto.paths import Operation, PathRoute
 
 __all__ = ["AnthropicWriter"]
 
-_STOP = {FinishKind.STOP: "end_turn", FinishKind.LENGTH: "max_tokens", FinishKind.TOOLS: "tool_use"}
+_STOP = {
+    FinishKind.STOP: "end_turn",
+    FinishKind.LENGTH: "max_tokens",
+    FinishKind.TOOLS: "tool_use",
+    FinishKind.BLOCKED: "refusal",
+}
 
 _TYPES = {
     400: "invalid_request_error",

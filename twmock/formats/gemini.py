@@ -49,7 +49,26 @@ __all__ = ["GeminiWriter", "gemini_status"]
 NOT_JSON = "Invalid JSON payload received. Unexpected token."
 
 _JSON_TYPE = b"application/json; charset=UTF-8"
-_FINISH = {FinishKind.STOP: "STOP", FinishKind.LENGTH: "MAX_TOKENS", FinishKind.TOOLS: "STOP"}
+_FINISH = {
+    FinishKind.STOP: "STOP",
+    FinishKind.LENGTH: "MAX_TOKENS",
+    FinishKind.TOOLS: "STOP",
+    FinishKind.BLOCKED: "SAFETY",
+}
+
+
+def _blocked(answer: Answer, response_id: str) -> Any:
+    """What Gemini answers for a prompt it blocks: no candidates, the reason in
+    ``promptFeedback``, the prompt's tokens only (whole, and as a stream's one chunk)."""
+    prompt = answer.usage.input
+    return {
+        "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+        "usageMetadata": {"promptTokenCount": prompt, "totalTokenCount": prompt},
+        "modelVersion": answer.model,
+        "responseId": response_id,
+    }
+
+
 _SSE_END = b"\r\n\r\n"
 _ARRAY_NEXT = b"\n,\r\n"
 
@@ -166,6 +185,11 @@ def _check_signatures(contents: list[Any]) -> None:
                 raise BadRequest("Corrupted thought signature.")
 
 
+def _stream_head(sse: bool) -> Headers:
+    content_type = b"text/event-stream" if sse else _JSON_TYPE
+    return ((b"content-type", content_type), (b"server", b"scaffolding on HTTPServer2"))
+
+
 class GeminiWriter:
     dialect = Dialect.GEMINI
     not_json_message = NOT_JSON
@@ -233,7 +257,10 @@ class GeminiWriter:
         ids = answer.ids
         parts = self._parts(answer, ids.signature(0x0A, 160))
         candidate = _candidate(parts, _FINISH[answer.finish], bool(answer.tools))
-        body = pretty(_response(answer, ids.alnum(23), candidate, final=True)) + b"\n"
+        if answer.finish is FinishKind.BLOCKED:
+            body = pretty(_blocked(answer, ids.alnum(23))) + b"\n"
+        else:
+            body = pretty(_response(answer, ids.alnum(23), candidate, final=True)) + b"\n"
         headers = (
             (b"content-type", _JSON_TYPE),
             (b"content-length", str(len(body)).encode()),
@@ -264,6 +291,11 @@ class GeminiWriter:
             obj = _response(answer, response_id, _candidate([part], finish, tools), final=True)
             return frame(encode(obj))
 
+        if answer.finish is FinishKind.BLOCKED:
+            events.append(Event(frame(encode(_blocked(answer, response_id))), False))
+            if not sse:
+                events.append(Event(b"\n]", False))
+            return Stream(headers=_stream_head(sse), events=events, opening=0)
         # (part, is content) in order; the last one is written with the finish and full usage.
         plan: list[tuple[dict[str, Any], bool]] = []
         plan.extend(({"text": piece, "thought": True}, True) for piece in answer.reasoning)
@@ -302,12 +334,7 @@ class GeminiWriter:
             events.append(Event(data, content))
         if not sse:
             events.append(Event(b"\n]", False))
-        content_type = b"text/event-stream" if sse else _JSON_TYPE
-        headers = (
-            (b"content-type", content_type),
-            (b"server", b"scaffolding on HTTPServer2"),
-        )
-        return Stream(headers=headers, events=events, opening=0)
+        return Stream(headers=_stream_head(sse), events=events, opening=0)
 
     def stream_error(self, answer: Answer, reply: ErrorReply, *, position: int) -> bytes:
         obj = {"error": reply.error}

@@ -44,7 +44,12 @@ NOT_JSON = (
     "our help center at help.openai.com.)"
 )
 
-_FINISH = {FinishKind.STOP: "stop", FinishKind.LENGTH: "length", FinishKind.TOOLS: "tool_calls"}
+_FINISH = {
+    FinishKind.STOP: "stop",
+    FinishKind.LENGTH: "length",
+    FinishKind.TOOLS: "tool_calls",
+    FinishKind.BLOCKED: "content_filter",
+}
 
 # status -> (type, code, message)
 _ERRORS: dict[int, tuple[str, str | int | None, str]] = {

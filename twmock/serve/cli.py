@@ -96,7 +96,9 @@ def add_mock_arguments(parser: argparse.ArgumentParser, *, listen: bool = True) 
         default=None,
         help="reasoning text first (without a value: a default text)",
     )
-    group.add_argument("--finish", dest=_dest("finish"), choices=("stop", "length"), default=None)
+    group.add_argument(
+        "--finish", dest=_dest("finish"), choices=("stop", "length", "blocked"), default=None
+    )
     group.add_argument(
         "--silence",
         dest=_dest("silence"),
