@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,17 @@ def _row(gateway: Stack, count: int) -> dict[str, Any]:
     return {**row, "translated": json.loads(row["translated"] or "[]")}
 
 
+def _settled(gateway: Stack) -> int:
+    """The rows written, once the earlier tests' last rows are in (a row is written just after
+    its answer ends, so one may still be on its way when the next test starts)."""
+    written, quiet_since = gateway.app.store.written, time.monotonic()
+    while time.monotonic() - quiet_since < 0.3:
+        time.sleep(0.02)
+        if gateway.app.store.written != written:
+            written, quiet_since = gateway.app.store.written, time.monotonic()
+    return written
+
+
 def _seen(gateway: Stack, name: str) -> int:
     return len(gateway.mock(name).received)
 
@@ -98,7 +110,7 @@ def _seen(gateway: Stack, name: str) -> int:
 def test_a_chat_tool_round_is_answered_by_thinking_anthropic(
     gateway: Stack, clients: SdkClients
 ) -> None:
-    before, rows = _seen(gateway, "anthropic"), gateway.app.store.written
+    before, rows = _seen(gateway, "anthropic"), _settled(gateway)
     reply = clients.openai.chat.completions.create(
         model="claude-up",
         reasoning_effort="high",
@@ -143,7 +155,7 @@ def _responses_history(seal: str) -> list[Any]:
 def test_a_responses_history_sealed_by_openai_is_answered_by_thinking_anthropic(
     gateway: Stack, clients: SdkClients
 ) -> None:
-    before, rows = _seen(gateway, "anthropic"), gateway.app.store.written
+    before, rows = _seen(gateway, "anthropic"), _settled(gateway)
     reply = clients.openai.responses.create(
         model="claude-up",
         reasoning={"effort": "high"},
@@ -199,7 +211,7 @@ def test_a_gemini_history_with_the_placeholder_is_answered_by_thinking_anthropic
     # Gemini CLI replays a call it has no signature for with Google's placeholder; Google's SDK
     # sends bytes as URL-safe base64, which the placeholder's 32 characters are.
     placeholder = base64.urlsafe_b64decode("skip_thought_signature_validator")
-    before, rows = _seen(gateway, "anthropic"), gateway.app.store.written
+    before, rows = _seen(gateway, "anthropic"), _settled(gateway)
     reply = clients.genai.models.generate_content(
         model="claude-up",
         config=gtypes.GenerateContentConfig(
@@ -250,7 +262,7 @@ def test_the_resend_without_seals_is_not_refused_for_its_thinking(
     # The safety net: the upstream refuses the signature (another account's); the one resend
     # leaves it out and, its tool loop left without a thinking block, thinking too.
     signature = Ids(5).signature(0x12, 180)
-    before, rows = _seen(gateway, "anthropic-refuses-once"), gateway.app.store.written
+    before, rows = _seen(gateway, "anthropic-refuses-once"), _settled(gateway)
     reply = clients.anthropic.messages.create(
         model="claude-refuses",
         max_tokens=16000,
@@ -292,7 +304,7 @@ def test_the_resend_without_seals_is_not_refused_for_its_thinking(
 def test_a_responses_history_sealed_by_openai_is_answered_by_gemini(
     gateway: Stack, clients: SdkClients
 ) -> None:
-    before, rows = _seen(gateway, "gemini"), gateway.app.store.written
+    before, rows = _seen(gateway, "gemini"), _settled(gateway)
     reply = clients.openai.responses.create(
         model="gemini-up",
         reasoning={"effort": "high"},
@@ -326,7 +338,7 @@ def test_an_anthropic_history_sealed_by_openai_is_answered_by_gemini(
     gateway: Stack, clients: SdkClients
 ) -> None:
     # Claude Code that was served by a Responses upstream holds OpenAI seals as signatures.
-    before, rows = _seen(gateway, "gemini"), gateway.app.store.written
+    before, rows = _seen(gateway, "gemini"), _settled(gateway)
     reply = clients.anthropic.messages.create(
         model="gemini-up",
         max_tokens=16000,
@@ -346,7 +358,7 @@ def test_gemini_refusing_a_signature_gets_the_resend_without_seals(
     # An Anthropic signature has no shape that names its maker: it goes, Gemini answers
     # "Corrupted thought signature.", and the one resend leaves the seals out.
     signature = Ids(6).signature(0x12, 180)
-    before, rows = _seen(gateway, "gemini-refuses-once"), gateway.app.store.written
+    before, rows = _seen(gateway, "gemini-refuses-once"), _settled(gateway)
     reply = clients.anthropic.messages.create(
         model="gemini-refuses",
         max_tokens=16000,
@@ -371,7 +383,7 @@ def test_a_gemini_signature_refused_by_anthropic_gets_the_resend_without_seals(
     # Gemini CLI's own signature (no shape names it Gemini's) goes to Anthropic, which refuses
     # it; the resend leaves it out and, its tool loop left without thinking, thinking too.
     signature = Ids(8).signature(0x0A, 160)
-    before, rows = _seen(gateway, "anthropic-refuses-gemini"), gateway.app.store.written
+    before, rows = _seen(gateway, "anthropic-refuses-gemini"), _settled(gateway)
     reply = clients.genai.models.generate_content(
         model="claude-refuses-gemini",
         config=gtypes.GenerateContentConfig(

@@ -119,7 +119,8 @@ def test_upgrading_a_schema_1_store_keeps_history_and_counts_it(tmp_path: Path) 
         db.row_factory = sqlite3.Row
         rows = {r["id"]: dict(r) for r in db.execute("SELECT * FROM requests")}
         version = db.execute("PRAGMA user_version").fetchone()[0]
-    assert version == 4  # 2: limits and bodies; 3: the client's correlation id; 4: listing indexes
+    # 2: limits and bodies; 3: the client's correlation id; 4: listing indexes; 5: Responses state
+    assert version == 5
     old = rows["old"]
     assert old["counted"] == 1 and old["settled_ts"] == 1002.0
     assert (old["limit_tokens"], old["limit_cache_reads"], old["limit_cost"]) == (70, 30, 99)

@@ -70,7 +70,7 @@ async def test_reopening_keeps_history(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as db:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         ids = {r[0] for r in db.execute("SELECT id FROM requests")}
-    assert ids == {"x0", "x1"} and version == 4
+    assert ids == {"x0", "x1"} and version == 5
 
 
 def _ids(path: Path) -> set[str]:

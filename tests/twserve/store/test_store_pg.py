@@ -225,7 +225,12 @@ async def test_migrations_run_on_an_empty_database_once(postgres_server: Postgre
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = 'public' ORDER BY table_name"
         )
-        assert [r[0] for r in await cur.fetchall()] == ["bodies", "requests", "twserve_schema"]
+        assert [r[0] for r in await cur.fetchall()] == [
+            "bodies",
+            "requests",
+            "responses",
+            "twserve_schema",
+        ]
     finally:
         for conn in conns:
             await conn.close()

@@ -100,7 +100,7 @@ def test_reasoning_tools_images_and_tool_results_go_as_converse_blocks(
         {
             "role": "assistant",
             "content": [
-                {"type": "thinking", "thinking": "Look it up.", "signature": "sig-1"},
+                {"type": "thinking", "thinking": "Look it up.", "signature": "c2lnLTE="},
                 {
                     "type": "tool_use",
                     "id": "toolu_1",
@@ -146,7 +146,7 @@ def test_reasoning_tools_images_and_tool_results_go_as_converse_blocks(
     user, assistant, result = body["messages"]
     assert user["content"][1] == {"image": {"format": "png", "source": {"bytes": PNG}}}
     assert assistant["content"] == [
-        {"reasoningContent": {"reasoningText": {"text": "Look it up.", "signature": "sig-1"}}},
+        {"reasoningContent": {"reasoningText": {"text": "Look it up.", "signature": "c2lnLTE="}}},
         {
             "toolUse": {
                 "toolUseId": "toolu_1",
