@@ -282,7 +282,9 @@ def start_cluster() -> Iterator[RedisClusterSet]:
                             "--cluster-enabled",
                             "yes",
                             "--cluster-node-timeout",
-                            "2000",
+                            # No replica takes over a master here: a long timeout only keeps
+                            # a master that a loaded machine starved from being marked failed.
+                            "15000",
                             "--cluster-port",
                             str(free_port()),
                             "--cluster-config-file",

@@ -203,6 +203,8 @@ class GatewayApp:
                 on_efforts_changed=lambda: gw.on_efforts_changed(),
                 wall=gw.wall,
                 clock=gw.clock,
+                timeout=config.state.timeout_secs,
+                retry_secs=config.state.retry_secs,
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)
             gw.hooks.turns = self.sharing.turns
@@ -566,6 +568,10 @@ class GatewayApp:
         running = self.sharing.state.redis_url if self.sharing is not None else None
         if redis_url != running:
             log.warning("state.redis_url changed: it takes effect when twserve restarts")
+        if self.sharing is not None and config.state is not None:
+            # A call's time bound and the retry interval apply from the next call on.
+            self.sharing.state.timeout = config.state.timeout_secs
+            self.sharing.state.retry_secs = config.state.retry_secs
         if _dsn(config) != _dsn(self.config) and self.safe_mode is None:
             log.warning("store.postgres_dsn changed: the request store changes at the next start")
         tested = _url_test_members(self.config) if self.safe_mode is None else set()

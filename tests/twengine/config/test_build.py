@@ -467,6 +467,18 @@ def test_state_is_built() -> None:
     assert "secret" not in info.value.problems[0].message
 
 
+def test_state_timing_is_built_and_bounded() -> None:
+    config = build(state={"redis_url": "redis://cache", "timeout_secs": 2.5, "retry_secs": 0.5})
+    assert config.state is not None
+    assert (config.state.timeout_secs, config.state.retry_secs) == (2.5, 0.5)
+    assert (StateConfig().timeout_secs, StateConfig().retry_secs) == (1.0, 1.0)
+    for field, value in (("timeout_secs", 0.01), ("timeout_secs", 31), ("retry_secs", 0)):
+        with pytest.raises(ConfigError) as info:
+            build(state={"redis_url": "redis://cache", field: value})
+        (problem,) = info.value.problems
+        assert (problem.code, problem.path) == ("config.out_of_range", f"state.{field}")
+
+
 def test_postgres_dsn_is_kept_as_written_and_checked_with_the_environment() -> None:
     config = build(store={"postgres_dsn": "postgresql://tw@db/tw"})
     assert config.store is not None and config.store.postgres_dsn == "postgresql://tw@db/tw"

@@ -111,6 +111,15 @@ def _rows(home: Path) -> list[sqlite3.Row]:
         return list(db.execute("SELECT id, key_name, status, routing FROM requests ORDER BY ts"))
 
 
+def _free_rows(home: Path, count: int) -> list[sqlite3.Row]:
+    """The ``free`` key's rows, once all `count` of them are written."""
+    deadline = time.monotonic() + 20
+    while len(rows := [r for r in _rows(home) if r["key_name"] == "free"]) < count:
+        assert time.monotonic() < deadline, f"{len(rows)} of {count} rows written"
+        time.sleep(0.1)
+    return rows
+
+
 def test_two_workers_hold_one_key_limit_and_one_pause(tmp_path: Path) -> None:
     mock_port, port = free_port(), free_port()
     with (
@@ -124,14 +133,19 @@ def test_two_workers_hold_one_key_limit_and_one_pause(tmp_path: Path) -> None:
             outcomes = Counter(_chat(port, KEY, "gpt-e2e-1") for _ in range(40))
             assert outcomes == {200: 10, 429: 30}, outcomes
             # An upstream that cannot be reached is paused, and every worker routes around the
-            # pause (it is tried last, as the only candidate, and said to be paused).
-            statuses = [_chat(port, FREE, "down-model") for _ in range(24)]
-            assert all(s >= 500 for s in statuses), statuses
-            time.sleep(1.0)  # the rows are written
-            free = [r for r in _rows(home) if r["key_name"] == "free"]
-            late = free[-12:]
-            assert all("down" in json.loads(r["routing"])["paused"] for r in late), late
-            assert len({r["id"][:12] for r in late}) == 2  # both workers saw it paused
+            # pause (it is tried last, as the only candidate, and said to be paused). The kernel
+            # spreads connections over the workers at random: ask until both have answered
+            # after the pause (each writes request ids with a prefix of its own).
+            sent = 0
+            while True:
+                statuses = [_chat(port, FREE, "down-model") for _ in range(12)]
+                assert all(s >= 500 for s in statuses), statuses
+                sent += len(statuses)
+                late = _free_rows(home, sent)[12:]
+                assert all("down" in json.loads(r["routing"])["paused"] for r in late), late
+                if sent >= 24 and len({r["id"][:12] for r in late}) == 2:
+                    break  # both workers saw it paused
+                assert sent < 96, [r["id"] for r in late]
             supervisor.send_signal(signal.SIGTERM)
             assert supervisor.wait(30) == 0
         log = (home / "out.log").read_text()

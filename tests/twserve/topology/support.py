@@ -43,10 +43,13 @@ def gateways(
     config: dict[str, Any] | None = None,
     scripts: Sequence[Script] = (Script(), Script()),
     upstream: dict[str, Any] | None = None,
+    timeout_secs: float = 1.0,
 ) -> Iterator[tuple[list[Stack], list[list[Any]]]]:
-    """One gateway per script, all on `redis_url`, each over its own mock upstream ``mock``;
-    with the events each published. Yields once every one has reached Redis."""
-    shared = {"state": {"redis_url": redis_url}} | (config or {})
+    """One gateway per script, all on `redis_url` (each Redis call bounded by `timeout_secs`),
+    each over its own mock upstream ``mock``; with the events each published. Yields once every
+    one has reached Redis."""
+    state = {"redis_url": redis_url, "timeout_secs": timeout_secs}
+    shared = {"state": state} | (config or {})
     seen: list[list[Any]] = [[] for _ in scripts]
     with ExitStack() as exits:
         stacks = []

@@ -29,6 +29,11 @@ from twmock.script import ErrorSpec, MockSettings, Script
 
 pytestmark = pytest.mark.anyio
 
+# The gateways, their upstreams and this test share one process (and its GIL): on a saturated
+# machine a Redis call can take over the default second, which would count as Redis lost and let
+# each gateway use its own limits. These tests are about what is shared, not about the loss.
+PATIENT = 5.0
+
 
 @pytest.fixture
 def cluster(redis_cluster: RedisClusterSet) -> RedisClusterSet:
@@ -94,7 +99,13 @@ def test_two_gateways_on_a_cluster_hold_a_key_limit_exactly(
 ) -> None:
     config = {"clients": clients(hourly=100_000, exact=12)}
     # Slots are synced too (a pipeline over keys on several nodes).
-    with gateways(tmp_path, cluster.url, config=config, upstream={"max_concurrent": 8}) as (
+    with gateways(
+        tmp_path,
+        cluster.url,
+        config=config,
+        upstream={"max_concurrent": 8},
+        timeout_secs=PATIENT,
+    ) as (
         stacks,
         seen,
     ):
@@ -118,7 +129,10 @@ def test_a_pause_is_shared_on_a_cluster_and_read_back_by_a_later_gateway(
     tmp_path: Path, cluster: RedisClusterSet
 ) -> None:
     limited = Script(error=ErrorSpec(status=429, retry_after=30))
-    with gateways(tmp_path, cluster.url, scripts=(limited, Script())) as (stacks, seen):
+    with gateways(tmp_path, cluster.url, scripts=(limited, Script()), timeout_secs=PATIENT) as (
+        stacks,
+        seen,
+    ):
         a, b = stacks
         with pytest.raises(openai.APIError):
             chat(a, "hi", "s1")
@@ -135,7 +149,7 @@ def test_a_pause_is_shared_on_a_cluster_and_read_back_by_a_later_gateway(
 def test_affinity_is_shared_on_a_cluster_and_read_back_from_every_node(
     tmp_path: Path, cluster: RedisClusterSet
 ) -> None:
-    with gateways(tmp_path, cluster.url) as (stacks, seen):
+    with gateways(tmp_path, cluster.url, timeout_secs=PATIENT) as (stacks, seen):
         a, b = stacks
         continues_elsewhere(a, b, seen[1], "conv-cluster")
         for n in range(8):

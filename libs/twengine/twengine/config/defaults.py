@@ -47,6 +47,7 @@ __all__ = (
     "PROVIDER",
     "RETENTION",
     "SET_MAX_TOKENS",
+    "STATE",
     "STORE",
     "TRACES",
     "Bound",
@@ -212,6 +213,15 @@ RETENTION: Mapping[str, Bound] = MappingProxyType(
         "responses_secs": Bound(low=0, high=90 * 86_400, default=30 * 86_400),
         "responses_per_key": Bound(low=1, high=1_000_000, default=1_000),
         "responses_key_bytes": Bound(low=65_536, high=16 * 1024**3, default=256 * 1024**2),
+    }
+)
+
+STATE: Mapping[str, Bound] = MappingProxyType(
+    {
+        # How long one Redis call may take before Redis counts as lost (each instance then
+        # keeps its own state), and how often a lost Redis is tried again.
+        "timeout_secs": Bound(low=0.05, high=30, default=1, integer=False),
+        "retry_secs": Bound(low=0.1, high=300, default=1, integer=False),
     }
 )
 

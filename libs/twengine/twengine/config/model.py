@@ -628,6 +628,8 @@ class StateConfig:
     """``state`` (docs/configuration.md): state shared across instances through Redis."""
 
     redis_url: str | None = None
+    timeout_secs: float = _d(defaults.STATE, "timeout_secs")
+    retry_secs: float = _d(defaults.STATE, "retry_secs")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

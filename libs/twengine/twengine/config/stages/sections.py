@@ -592,9 +592,12 @@ def _state(out: _Problems, top: _Fields) -> StateConfig | None:
     sf = top.fields("state", SECTIONS["state"])
     if sf is None:
         return None
+    bounds = defaults.STATE
+    timeout = sf.number("timeout_secs", bounds["timeout_secs"]) or 1.0
+    retry = sf.number("retry_secs", bounds["retry_secs"]) or 1.0
     url = sf.text("redis_url")
     if url is None:
-        return StateConfig()
+        return StateConfig(timeout_secs=timeout, retry_secs=retry)
     text = url.strip()
     if not any(form.fullmatch(text) for form in (_REDIS_URL, _SENTINEL_URL, _CLUSTER_URL)):
         # A Redis URL may carry a password: describe it without quoting it.
@@ -616,7 +619,7 @@ def _state(out: _Problems, top: _Fields) -> StateConfig | None:
             )
         out.add("config.url_invalid", sf.at("redis_url"), f"{shown} {why}")
         return None
-    return StateConfig(redis_url=url.strip())
+    return StateConfig(redis_url=url.strip(), timeout_secs=timeout, retry_secs=retry)
 
 
 _DSN_SCHEMES = ("postgresql://", "postgres://")
