@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from benchmarks.e2e.load import anthropic_request, fetch
 from benchmarks.support.harness import SUPPORT, cpu_seconds, free_port, gateway_yaml, wait_port
-from benchmarks.support.streamclient import refusal
+from benchmarks.support.streamclient import BODY_MAX, LENGTH, refusal
 
 
 @dataclass(frozen=True)
@@ -126,16 +127,45 @@ async def _ttfb(port: int, request: bytes) -> float | str:
         writer.write(request)
         head = await asyncio.wait_for(reader.read(12), 30)
         first = time.perf_counter() - start
-        writer.close()
     except (OSError, TimeoutError) as err:
         return type(err).__name__
-    if not head.startswith(b"HTTP/1.1 200"):
-        try:
-            rest = await asyncio.wait_for(reader.read(4096), 2)
-        except (OSError, TimeoutError):
-            rest = b""
-        return refusal(head[9:12].decode("latin-1"), rest)
-    return first
+    try:
+        if not head.startswith(b"HTTP/1.1 200"):
+            return refusal(head[9:12].decode("latin-1"), *await _refusal_rest(reader, head))
+        return first
+    finally:
+        writer.close()
+
+
+async def _refusal_rest(reader: asyncio.StreamReader, head: bytes) -> tuple[bytes, bytes]:
+    """A refusal's body and head, read to its end (bounded, as the load generator does)."""
+    data = head
+    try:
+        async with asyncio.timeout(2):
+            while b"\r\n\r\n" not in data and len(data) < BODY_MAX:
+                more = await reader.read(4096)
+                if not more:
+                    break
+                data += more
+            end = data.find(b"\r\n\r\n")
+            m = LENGTH.search(data[: end + 2]) if end >= 0 else None
+            want = min(BODY_MAX, int(m.group(1))) if m else BODY_MAX
+            while end >= 0 and len(data) - end - 4 < want:
+                more = await reader.read(4096)
+                if not more:
+                    break
+                data += more
+    except (OSError, TimeoutError):
+        pass
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return b"", data
+    return data[end + 4 :], data[: end + 2]
+
+
+# gw.overloaded from the loop's lag or listen.gateway.max_requests (the rest is the gateway short
+# of upstream connections or descriptors).
+_SHED = re.compile(r"event loop|max_requests")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -247,10 +277,17 @@ async def _drive(
     everything = {**errors}
     for k, v in probe_errors.items():
         everything[k] = everything.get(k, 0) + v
-    shed = sum(v for k, v in everything.items() if "overloaded" in k)
+    # The gateway's own refusals, by their code (the load generator names them, see
+    # support/streamclient.py): loop-lag shedding, the gateway short of its own upstream
+    # connections or descriptors (also gw.overloaded), and any other 503.
+    shedding = [k for k in everything if "gw.overloaded" in k and _SHED.search(k)]
+    shed = sum(everything[k] for k in shedding)
     if shed:
-        limits.append(f"loop lag shedding ({shed:,} refused)")
-    capped = sum(v for k, v in everything.items() if "503" in k and "overloaded" not in k)
+        limits.append(f"load shedding ({shed:,} refused, gw.overloaded)")
+    short = sum(v for k, v in everything.items() if "gw.overloaded" in k and k not in shedding)
+    if short:
+        limits.append(f"gateway short of connections or descriptors ({short:,}, gw.overloaded)")
+    capped = sum(v for k, v in everything.items() if "503" in k and "gw.overloaded" not in k)
     if capped:
         limits.append(f"other 503 refusals ({capped:,}: see errors)")
     if any("connect" in k for k in everything):

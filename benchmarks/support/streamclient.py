@@ -29,14 +29,40 @@ END = b"\r\n0\r\n\r\n"
 
 
 MESSAGE = re.compile(rb'"message":\s*"([^"]{0,200})')
+CODE = re.compile(rb'"code":\s*"([a-z_.]{1,80})"')
+NUMBER = re.compile(r"\d[\d,.]*")
+CATEGORY = re.compile(rb"\r\nx-thinkwatch-error:\s*([a-z_]+)", re.IGNORECASE)
+LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+BODY_MAX = 4096  # bytes of a refusal's body read before it is judged
+# The message codes of the gateway's own refusals, by their message's start, for the shapes that
+# carry no code (Anthropic's, Gemini's): each code's message is its own (docs/codes.md).
+CODES_BY_MESSAGE = (
+    ("the gateway is overloaded", "gw.overloaded"),
+    ("this address has", "gw.listen.address_busy"),
+    ("the gateway is holding as many request bodies", "gw.request.bodies_busy"),
+)
 
 
-def refusal(status: str, body: bytes) -> str:
-    """An error's key: the status and the start of the error's message (load shedding says
-    "overloaded"; a connection cap names its setting)."""
+def refusal(status: str, body: bytes, head: bytes = b"") -> str:
+    """An error's key: the status, the ``x-thinkwatch-error`` category, the message code, and
+    the start of the message with its numbers as N, so that refusals of one kind count together
+    ("HTTP 503 rate_limited gw.overloaded: the gateway is overloaded (event loop N ms behind…").
+
+    The code is the body's where it carries one (OpenAI's shapes); Anthropic's error shape has
+    none, so the gateway's own refusals are named by their message (`CODES_BY_MESSAGE`)."""
+    m = CATEGORY.search(head)
+    key = f"HTTP {status}" + (f" {m.group(1).decode()}" if m else "")
     m = MESSAGE.search(body)
     text = m.group(1).decode("utf-8", "replace") if m else ""
-    return f"HTTP {status}: {text[:70]}" if text else f"HTTP {status}"
+    if not text:  # not a JSON error: its first bytes, as they are
+        text = body[:60].decode("utf-8", "replace") or "(no body)"
+    code = CODE.search(body)
+    name = code.group(1).decode() if code else ""
+    for start, known in CODES_BY_MESSAGE:
+        if not name and text.startswith(start):
+            name = known
+    text = NUMBER.sub("N", text)[:80]
+    return f"{key} {name}: {text}" if name else f"{key}: {text}"
 
 
 class Stats:
@@ -50,7 +76,18 @@ class Stats:
 
 
 class _Stream(asyncio.Protocol):
-    __slots__ = ("done", "finished", "head", "request", "stats", "tail", "transport")
+    __slots__ = (
+        "body",
+        "body_len",
+        "done",
+        "finished",
+        "head",
+        "refused",
+        "request",
+        "stats",
+        "tail",
+        "transport",
+    )
 
     def __init__(self, stats: Stats, request: bytes, done: asyncio.Future[None]) -> None:
         self.stats = stats
@@ -60,6 +97,9 @@ class _Stream(asyncio.Protocol):
         self.tail = b""
         self.done = done
         self.finished = False
+        self.refused = b""  # the head of a refusal whose body is being read
+        self.body = b""
+        self.body_len = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
@@ -69,6 +109,9 @@ class _Stream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic_ns()
+        if self.refused:
+            self._refusal_body(data)
+            return
         if self.head is not None:
             self.head += data
             end = self.head.find(b"\r\n\r\n")
@@ -77,9 +120,14 @@ class _Stream(asyncio.Protocol):
             status = self.head[9:12].decode("latin-1")
             self.stats.statuses[status] += 1
             data = self.head[end + 4 :]
+            head = self.head[: end + 2]
             self.head = None  # type: ignore[assignment]
             if status != "200":
-                self._finish(refusal(status, data))
+                # The body may come in later packets: read it (bounded) before judging.
+                self.refused = head
+                m = LENGTH.search(head)
+                self.body_len = min(BODY_MAX, int(m.group(1))) if m else BODY_MAX
+                self._refusal_body(data)
                 return
         window = self.tail + data
         skip = len(self.tail)
@@ -90,6 +138,15 @@ class _Stream(asyncio.Protocol):
         self.tail = window[-TAIL:]
         if self.tail.endswith(END):
             self._finish(None)
+
+    def _refusal_body(self, data: bytes) -> None:
+        self.body = (self.body + data)[:BODY_MAX]
+        if len(self.body) >= self.body_len:
+            self._refused()
+
+    def _refused(self) -> None:
+        status = self.refused[9:12].decode("latin-1")
+        self._finish(refusal(status, self.body, self.refused))
 
     def _finish(self, error: str | None) -> None:
         if self.finished:
@@ -106,6 +163,8 @@ class _Stream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stats.open -= 1
+        if self.refused:
+            self._refused()  # a refusal framed by the connection's close
         self._finish("closed before the end")
 
 

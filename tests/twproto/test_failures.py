@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from twproto.dialect import Dialect
+from twproto.errors import error_for_failure
 from twproto.failures import (
     KIND_POLICY,
     MAX_BODY_BYTES,
@@ -57,6 +58,7 @@ SPEC_POLICY: dict[FailureKind, tuple[bool, bool]] = {
     K.SEALED_REASONING: (False, False),
     K.CONTEXT_OVERFLOW: (True, False),
     K.CLIENT_ERROR: (False, False),
+    K.GATEWAY_BUSY: (True, False),
 }
 
 
@@ -963,13 +965,19 @@ def test_codex_event_reads_status_from_the_event() -> None:
 @pytest.mark.parametrize("fault", list(TransportFault))
 def test_classify_transport(fault: TransportFault) -> None:
     failure = classify_transport(fault)
+    assert failure.rule == f"transport_{fault.value}"
+    if fault in (TransportFault.POOL_FULL, TransportFault.LOCAL_RESOURCES):
+        # The gateway's own shortage: fails over, not retried there, nothing held against it,
+        # and the client told to come back shortly.
+        assert failure.kind is K.GATEWAY_BUSY
+        assert (failure.failover, failure.temporary, failure.pause) == (True, False, P.NONE)
+        assert failure.retry_after_secs == 1.0
+        error = error_for_failure(failure)
+        assert (error.status, error.code, error.retry_after) == (503, "gw.overloaded", 1.0)
+        assert error.category == "rate_limited"
+        return
     expected = K.STREAM_ENDED_EARLY if fault is TransportFault.BODY_BROKEN else K.CONNECT
     assert failure.kind is expected
-    assert failure.rule == f"transport_{fault.value}"
-    if fault is TransportFault.POOL_FULL:
-        # The gateway's own bound: fails over, not retried there, nothing held against it.
-        assert (failure.failover, failure.temporary, failure.pause) == (True, False, P.NONE)
-        return
     assert (failure.failover, failure.temporary) == (True, True)
     assert failure.pause is P.UNEXPLAINED
 

@@ -39,7 +39,8 @@ httpcore builds. It is made once and made again when those variables change.
 
 Failures map to `UpstreamUnreachable` before the head — `TransportFault.CONNECT_TIMEOUT`
 (TCP and TLS together past the connect timeout), ``TLS`` (an `ssl.SSLError` in the handshake),
-``DNS`` (the name did not resolve), ``CONNECT_REFUSED`` (any other failure to connect),
+``DNS`` (the name did not resolve), ``LOCAL_RESOURCES`` (the gateway's host out of file
+descriptors, buffers or local ports), ``CONNECT_REFUSED`` (any other failure to connect),
 ``PROTOCOL_ERROR`` (a request head HTTP/1.1 cannot carry: a header value with a line break),
 else ``RESET_BEFORE_HEAD`` (the connection broke, the write timed out, or the response head
 was malformed) — and to `UpstreamBroken` after it.
@@ -63,7 +64,7 @@ import certifi
 
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
-from twserve.upstream.errors import UpstreamUnreachable
+from twserve.upstream.errors import LOCAL_SHORTAGE, UpstreamUnreachable
 from twserve.upstream.h1_connection import (
     WRITE_TIMEOUT,
     H1Answer,
@@ -104,6 +105,8 @@ def _target(url: str) -> _Target:
 
 
 def _fault_for_connect(exc: BaseException, tls: bool) -> TransportFault:
+    if isinstance(exc, OSError) and exc.errno in LOCAL_SHORTAGE:
+        return TransportFault.LOCAL_RESOURCES
     if isinstance(exc, TimeoutError):
         return TransportFault.CONNECT_TIMEOUT
     if tls and isinstance(exc, ssl.SSLError):

@@ -20,7 +20,7 @@ import httpcore
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.coalesce import coalesced
-from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
+from twserve.upstream.errors import LOCAL_SHORTAGE, UpstreamBroken, UpstreamUnreachable
 
 __all__ = ["H2Pools"]
 
@@ -53,6 +53,8 @@ def _fault_for(exc: Exception) -> TransportFault:
         return TransportFault.CONNECT_TIMEOUT
     if isinstance(exc, httpcore.ConnectError):
         cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, OSError) and cause.errno in LOCAL_SHORTAGE:
+            return TransportFault.LOCAL_RESOURCES
         if isinstance(cause, ssl.SSLError) or "ssl" in str(exc).lower():
             return TransportFault.TLS
         if "name" in str(exc).lower() and "resolv" in str(exc).lower():

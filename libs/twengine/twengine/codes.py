@@ -214,7 +214,9 @@ _CODES = {
     "gw.request.unsupported_media_type": "A POST body's Content-Type is not JSON (415).",
     "gw.overloaded": (
         "The gateway sheds load: listen.gateway.max_requests in progress, or its event loop "
-        "behind by listen.gateway.shed_loop_lag_ms (503, Retry-After)."
+        "behind by listen.gateway.shed_loop_lag_ms; or it ran short of its own upstream "
+        "connections (pool.max_connections) or file descriptors before the upstream was reached "
+        "(503, Retry-After, x-thinkwatch-error: rate_limited)."
     ),
     "gw.workers.no_shared_state": (
         "`serve --workers` with more than one worker and no state.redis_url (exit status 2)."

@@ -37,7 +37,9 @@ def overloaded(reason: str) -> GatewayError:
     """The refusal of a request the gateway sheds (503, ``Retry-After: 1``)."""
     return GatewayError(
         status=503,
-        category=ErrorCategory.UPSTREAM,
+        # The gateway's own load, not the upstream's: the category the transport's own shedding
+        # (request bodies held) carries too.
+        category=ErrorCategory.RATE_LIMITED,
         code="gw.overloaded",
         message=f"the gateway is overloaded ({reason}); retry shortly or use another instance",
         retry_after=1.0,

@@ -329,6 +329,9 @@ _BY_KIND: Mapping[FailureKind, tuple[int, ErrorCategory, str]] = {
     _K.SEALED_REASONING: (400, _C.REQUEST, "gw.upstream.error"),
     _K.CONTEXT_OVERFLOW: (400, _C.REQUEST, "gw.upstream.error"),
     _K.CLIENT_ERROR: (400, _C.REQUEST, "gw.upstream.error"),
+    # The gateway's own shortage, said as load shedding says it: 503, Retry-After, and a
+    # category that does not name the upstream.
+    _K.GATEWAY_BUSY: (503, _C.RATE_LIMITED, "gw.overloaded"),
 }
 _KEEP_UPSTREAM_STATUS = frozenset(
     {
@@ -344,7 +347,7 @@ _INSUFFICIENT_QUOTA = frozenset({_K.NO_BALANCE, _K.QUOTA_USED_UP})
 # Kinds whose code says more than "an error event opened the stream".
 _OWN_CODE = frozenset({_K.AUTH_REJECTED})
 # Kinds that arise without any response from the upstream; they keep their own codes.
-_NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT})
+_NO_RESPONSE = frozenset({_K.CONNECT, _K.STREAM_ENDED_EARLY, _K.IDLE_TIMEOUT, _K.GATEWAY_BUSY})
 # In-stream error types that OpenAI clients tell apart by their ``type``.
 _OPENAI_STREAM_TYPES = frozenset({"insufficient_quota", "server_error", "rate_limit_exceeded"})
 

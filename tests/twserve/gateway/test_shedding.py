@@ -84,6 +84,8 @@ def test_past_max_requests_a_new_request_is_refused_and_the_running_one_goes_on(
             assert refused.status_code == 503
             assert refused.response.headers["retry-after"] == "1"
             assert "max_requests" in refused.message
+            # The gateway's load, not the upstream's.
+            assert refused.response.headers["x-thinkwatch-error"] == "rate_limited"
         assert chat_refused.value.code == "gw.overloaded"
         assert status(stack)["load"]["shed"] == 2
         holder.join(20)

@@ -167,6 +167,23 @@ def _fixed(kind: FailureKind, *, message: str, rule: str) -> Failure:
     )
 
 
+#: The Retry-After (seconds) of a request that ends on the gateway's own shortage: the shortage
+#: is of the moment (connections handed back, descriptors closed), as load shedding's is.
+GATEWAY_BUSY_RETRY_SECS = 1.0
+
+# Transport faults that are the gateway's own shortage, with the message the client reads.
+_GATEWAY_BUSY: dict[TransportFault, str] = {
+    TransportFault.POOL_FULL: (
+        "the gateway is overloaded: every upstream connection of the gateway is in use"
+        " (pool.max_connections)"
+    ),
+    TransportFault.LOCAL_RESOURCES: (
+        "the gateway is overloaded: its host could not open a connection to the upstream"
+        " (out of file descriptors or local ports)"
+    ),
+}
+
+
 def classify_transport(fault: TransportFault) -> Failure:
     """Classify a fault below HTTP: a connect failure, or a body that broke before content."""
     if fault is TransportFault.BODY_BROKEN:
@@ -175,13 +192,15 @@ def classify_transport(fault: TransportFault) -> Failure:
             message="the upstream connection broke before any content",
             rule=f"transport_{fault.value}",
         )
-    if fault is TransportFault.POOL_FULL:
+    if fault in _GATEWAY_BUSY:
+        policy = KIND_POLICY[FailureKind.GATEWAY_BUSY]
         return Failure(
-            kind=FailureKind.CONNECT,
-            failover=True,
-            temporary=False,
-            pause=PauseRule.NONE,
-            message="every upstream connection of the gateway is in use (pool.max_connections)",
+            kind=FailureKind.GATEWAY_BUSY,
+            failover=policy.failover,
+            temporary=policy.temporary,
+            pause=policy.pause,
+            retry_after_secs=GATEWAY_BUSY_RETRY_SECS,
+            message=_GATEWAY_BUSY[fault],
             rule=f"transport_{fault.value}",
         )
     return _fixed(

@@ -41,6 +41,9 @@ class FailureKind(StrEnum):
     SEALED_REASONING = "sealed_reasoning"
     CONTEXT_OVERFLOW = "context_overflow"
     CLIENT_ERROR = "client_error"
+    # The gateway's own resources ran short before the request reached the upstream (its pool of
+    # upstream connections, its file descriptors or local ports): nothing the upstream did.
+    GATEWAY_BUSY = "gateway_busy"
 
 
 class PauseRule(StrEnum):
@@ -66,6 +69,9 @@ class TransportFault(StrEnum):
     # The gateway's own upstream connections were all in use for its pool wait: not the
     # upstream's doing, so it fails over without counting against the upstream.
     POOL_FULL = "pool_full"
+    # The gateway's host refused to make the connection (out of file descriptors, socket
+    # buffers or local ports): the gateway's load, not the upstream's, and counted the same way.
+    LOCAL_RESOURCES = "local_resources"
 
 
 class Evidence(StrEnum):
@@ -137,4 +143,7 @@ KIND_POLICY: Mapping[FailureKind, KindPolicy] = {
     # to a candidate with a larger context window (docs/failover.md), and blames nobody.
     FailureKind.CONTEXT_OVERFLOW: KindPolicy(failover=True, temporary=False, pause=PauseRule.NONE),
     FailureKind.CLIENT_ERROR: KindPolicy(failover=False, temporary=False, pause=PauseRule.NONE),
+    # The gateway's own shortage: another candidate may still be reached (an idle connection of
+    # its pool, another origin), but the same upstream is not retried and not blamed.
+    FailureKind.GATEWAY_BUSY: KindPolicy(failover=True, temporary=False, pause=PauseRule.NONE),
 }
