@@ -21,6 +21,10 @@ Every reach below a public API that the transports make is here, each with its f
 * **anyio's own cancellation checkpoint.** A write that does not wait still stops a cancelled
   handler, as anyio's ``send`` does; the asyncio backend's check is called directly (the
   transport is that backend's), not through the backend lookup of the public one.
+* **anyio's clock and cancel scopes.** ``anyio.current_time()`` and ``anyio.CancelScope()``
+  look the running backend up (sniffio, a context variable) on every call: a connection asks
+  for the time and a new scope several times per request. `current_time` and `cancel_scope`
+  are the asyncio backend's own, called directly, as the checkpoint is.
 * **h11's body writer.** Whether h11 frames the answer it was just given in chunked transfer
   coding (`frames_in_chunks`): h11 then is asked for nothing more until the answer's end, and
   each piece is framed by the connection.
@@ -44,7 +48,9 @@ import h11
 __all__ = [
     "FAST_CHECKPOINT",
     "ClientWatch",
+    "cancel_scope",
     "checkpoint_if_cancelled",
+    "current_time",
     "frames_in_chunks",
     "raw_socket",
     "raw_transport",
@@ -57,10 +63,14 @@ try:
     from anyio._backends._asyncio import StreamProtocol as _StreamProtocol
 except ImportError:  # anyio moved its backend: every lane below falls back
     checkpoint_if_cancelled: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint_if_cancelled
+    current_time: Callable[[], float] = anyio.current_time
+    cancel_scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
     FAST_CHECKPOINT = False
     _STREAM_TYPE: type | None = None
 else:
     checkpoint_if_cancelled = AsyncIOBackend.checkpoint_if_cancelled
+    current_time = AsyncIOBackend.current_time
+    cancel_scope = AsyncIOBackend.create_cancel_scope
     FAST_CHECKPOINT = True
     _STREAM_TYPE = _AsyncioSocketStream
 

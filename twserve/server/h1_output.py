@@ -13,6 +13,16 @@ per-call bookkeeping cost as much as the rest of the write. A piece may also be 
 the event loop's callbacks, without a task (`ready`, `write_now`: the upstream read's callback
 writes it, twserve/relay/).
 
+The response head is h11's for what decides the framing (`Content-Length`,
+`Transfer-Encoding`, `Connection`: h11 reads them to choose how the body goes and whether the
+connection stays open) and ours for the rest (`split_head`). h11 checks every header of a head
+it is given with two regular expressions, and again each time it sets a framing header of its
+own (twice for a chunked answer): three passes over the whole head, more of a short answer's
+CPU than its body's framing. The other headers are checked here once, by one expression over
+their joined lines (h11's grammar: a token, a value of visible characters with inner spaces),
+and put before the head's final blank line. A head that does not pass goes to h11 whole, which
+refuses it as before.
+
 Every write has a deadline (`ServerLimits.write_timeout`): a client that stops reading is taken
 as gone (`on_gone`), exactly as one that closes, so its upstream call is cancelled and what it
 held is freed. While a handler runs, a write only waits when the client has not read what it
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -42,10 +53,42 @@ from twserve.server.base import ClientGone
 
 log = logging.getLogger("twserve.server.http1")
 
-__all__ = ["FLUSH_BYTES", "H1Output"]
+__all__ = ["FLUSH_BYTES", "H1Output", "split_head"]
 
 # Bytes gathered for one system call while a handler writes; past this they go at once.
 FLUSH_BYTES = 65536
+
+# The headers h11 reads to frame an answer (module docs): these go to h11, the rest are ours.
+_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
+# RFC 9110's field line as h11 accepts it: a token, ": ", a value of visible characters (or
+# obs-text) with inner spaces and tabs, CRLF; a block is any number of them.
+_LINES = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+: (?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?\r\n)*")
+_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+# Header names found to be tokens: an answer's names are a few dozen, the same on every answer.
+_NAMES: set[bytes] = set()
+_MAX_NAMES = 4096
+
+
+def split_head(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """`headers` as the framing headers for h11 and the other header lines, checked and
+    written out (module docs); all of them for h11 when any line does not pass."""
+    framing = []
+    lines = []
+    for name, value in headers:
+        if name.lower() in _FRAMING:
+            framing.append((name, value))
+            continue
+        if name not in _NAMES:
+            if _TOKEN.fullmatch(name) is None:
+                return headers, b""
+            if len(_NAMES) < _MAX_NAMES:
+                _NAMES.add(name)
+        lines.append(b"%b: %b\r\n" % (name, value))
+    block = b"".join(lines)
+    # Names are tokens, so each line is one header when no value holds a line feed of its own.
+    if block.count(b"\n") != len(lines) or _LINES.fullmatch(block) is None:
+        return headers, b""
+    return framing, block
 
 
 class H1Output:
@@ -106,13 +149,16 @@ class H1Output:
         # The answer in progress goes in chunked transfer coding, framed here (`write_data`).
         self._chunked = False
 
-    async def write(self, event: Any) -> None:
-        """An h11 event of the answer (or of an answer the transport writes itself)."""
+    async def write(self, event: Any, lines: bytes = b"") -> None:
+        """An h11 event of the answer (or of an answer the transport writes itself); `lines`:
+        the head's header lines h11 was not given (`split_head`), for a `h11.Response`."""
         if self.closed:
             raise ClientGone()
         data = self._h11.send(event)
         kind = type(event)
         if kind is h11.Response:
+            if lines and data is not None:
+                data = data[:-2] + lines + b"\r\n"  # before the head's final blank line
             self._chunked = frames_in_chunks(self._h11)
         elif kind is h11.EndOfMessage:
             self._chunked = False

@@ -51,7 +51,7 @@ import anyio.abc
 import h11
 
 from twproto.paths import split_target
-from twserve.server._anyio_fastpath import ClientWatch, raw_socket
+from twserve.server._anyio_fastpath import ClientWatch, cancel_scope, current_time, raw_socket
 from twserve.server.base import (
     LINGER_SECS,
     BodyBudget,
@@ -68,7 +68,7 @@ from twserve.server.base import (
     ServerLimits,
     Switch,
 )
-from twserve.server.h1_output import H1Output
+from twserve.server.h1_output import H1Output, split_head
 
 log = logging.getLogger("twserve.server.http1")
 
@@ -118,9 +118,9 @@ class Responder(ResponderBase):
         if self._conn.closing:
             # Draining: tell the client this connection ends with this answer.
             headers = [*headers, (b"connection", b"close")]
-        await self._out.write(
-            h11.Response(status_code=status, headers=headers, reason=_reason(status))
-        )
+        framing, lines = split_head(headers)  # h11 frames the answer (twserve/server/h1_output.py)
+        response = h11.Response(status_code=status, headers=framing, reason=_reason(status))
+        await self._out.write(response, lines)
 
     async def send(self, data: bytes) -> None:
         if data:
@@ -265,7 +265,7 @@ class Connection:
 
     async def _receive_by(self, deadline: float) -> bytes:
         """Read from the socket before `deadline` (loop time); TimeoutError after it."""
-        with anyio.CancelScope(deadline=deadline):
+        with cancel_scope(deadline=deadline):
             return await self._receive()
         raise TimeoutError
 
@@ -286,13 +286,13 @@ class Connection:
         client closed)."""
         if self.h11.trailing_data[0]:
             return True
-        now = anyio.current_time()
+        now = current_time()
         if fresh:
             wait = self.limits.head_timeout
         else:
             wait = self.limits.keepalive_timeout
             self.idle.idle(now)  # a server at its cap may close this one for a new client
-        scope = anyio.CancelScope(deadline=now + wait)
+        scope = cancel_scope(deadline=now + wait)
         self.idle_scope = scope
         data = b""
         try:
@@ -346,13 +346,13 @@ class Connection:
                 # The head's deadline: a new connection has head_timeout for its whole head from
                 # its start (docs/operations.md, 30 s); a kept-alive one may idle for
                 # keepalive_timeout first, and has head_timeout from the head's first byte.
-                deadline = anyio.current_time() + self.limits.head_timeout
+                deadline = current_time() + self.limits.head_timeout
                 if first:
                     # Waiting for a request to begin: a drain may end this wait at once.
                     if not await self._await_request(fresh):
                         return False
                     if not fresh:
-                        deadline = anyio.current_time() + self.limits.head_timeout
+                        deadline = current_time() + self.limits.head_timeout
                     if self.closing and self.h11.their_state is h11.IDLE:
                         return False
                 event = await self._next_event_by(deadline)
@@ -467,7 +467,7 @@ class Connection:
         parts: list[bytes] = []
         size = 0
         # One deadline for the whole body: progress does not buy more time.
-        deadline = anyio.current_time() + self.limits.body_timeout
+        deadline = current_time() + self.limits.body_timeout
         try:
             while True:
                 event = await self._next_event_by(deadline)
@@ -567,7 +567,7 @@ class Connection:
         watch = self._watch
         if watch is None:
             return await self._dispatch_with_reader(request, responder)
-        handler_scope = anyio.CancelScope()
+        handler_scope = cancel_scope()
         self.handler_scope = handler_scope
         self.out.watched = True
         watch.start()

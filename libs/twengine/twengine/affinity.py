@@ -66,6 +66,9 @@ SESSION_HEADERS = (
     "x-session-id",
     "thread-id",
 )
+# The names as a header's name may come (text or latin-1 bytes), lower-cased: `session_id`
+# decodes only the headers it looks for.
+_SESSION_NAMES = frozenset(SESSION_HEADERS) | {name.encode("latin-1") for name in SESSION_HEADERS}
 
 CACHE_MIN_TOKENS = 1024
 CACHE_TTL_SECS = 300.0
@@ -97,7 +100,10 @@ def session_id(
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     found: dict[str, str] = {}
     for name, value in pairs:
-        key = _text(name).lower()
+        key = name.lower()
+        if key not in _SESSION_NAMES:
+            continue  # most headers: nothing to decode
+        key = _text(key)
         text = _text(value).strip()
         if text and key not in found:
             found[key] = text

@@ -30,7 +30,7 @@ from twserve.observe.logs import (
     render_json,
     render_text,
 )
-from twserve.observe.writer import LineWriter
+from twserve.observe.writer import GATHER_SECS, LineWriter
 from twserve.store.sqlite import RequestRow
 
 
@@ -92,6 +92,36 @@ def test_close_writes_what_is_queued_in_json() -> None:
     assert writer.dropped == 0 and writer.written == 500
     writer.handle(_record("after close"))  # counted, not written, not raised
     assert writer.dropped == 1
+
+
+class _CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_lines_that_come_a_millisecond_apart_gather_into_few_writes() -> None:
+    # Steady traffic: a line per millisecond. A thread waiting on the queue would be woken, and
+    # would write, once per line; one that sleeps `GATHER_SECS` after each write takes a
+    # window's lines at once.
+    out = _CountingStream()
+    writer = LineWriter(out, bound=10_000)
+    writer.setFormatter(TextFormatter())
+    try:
+        for i in range(40):
+            writer.handle(_record(f"n {i}"))
+            time.sleep(0.001)
+        writer.flush()
+        assert out.getvalue().splitlines()[-1].endswith("n 39")
+        assert out.getvalue().count("\n") == 40  # every line, in order
+        windows = 40 * 0.001 / GATHER_SECS  # about two windows' worth of lines (sleeps overrun)
+        assert out.writes <= windows + 3, out.writes
+    finally:
+        writer.close()
 
 
 def test_serve_with_stderr_on_a_pipe_nobody_reads_keeps_answering(tmp_path: Path) -> None:

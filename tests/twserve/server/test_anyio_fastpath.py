@@ -21,6 +21,7 @@ import pytest
 
 import twserve.server._anyio_fastpath as fastpath
 import twserve.server.h1_output as h1_output
+import twserve.server.http1 as http1
 from twserve.server.backpressure import Intake, Outflow
 from twserve.server.base import Request, Responder, ServerLimits
 from twserve.server.http1 import Connection
@@ -89,6 +90,9 @@ async def _probe() -> dict[str, bool]:
     lanes["checkpoint"] = fastpath.FAST_CHECKPOINT and (
         h1_output.checkpoint_if_cancelled is not anyio.lowlevel.checkpoint_if_cancelled
     )
+    lanes["clock_and_scopes"] = (
+        http1.current_time is not anyio.current_time and http1.cancel_scope is not anyio.CancelScope
+    )
     return lanes
 
 
@@ -100,6 +104,7 @@ ALL_LANES = {
     "outflow": True,
     "no_reader_task": True,
     "checkpoint": True,
+    "clock_and_scopes": True,
 }
 
 
@@ -141,6 +146,30 @@ async def test_the_probe_sees_the_checkpoint_lane_switched_off(
     monkeypatch.setattr(h1_output, "checkpoint_if_cancelled", public)
     lanes = await _probe()
     assert {name for name, on in lanes.items() if not on} == {"checkpoint"}
+
+
+async def test_the_probe_sees_the_clock_and_scope_lane_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http1, "current_time", anyio.current_time)
+    monkeypatch.setattr(http1, "cancel_scope", anyio.CancelScope)
+    lanes = await _probe()
+    assert {name for name, on in lanes.items() if not on} == {"clock_and_scopes"}
+
+
+async def test_the_fast_clock_and_scopes_are_anyio_own() -> None:
+    # The loop's time, and a scope anyio's task machinery knows: it cancels, and its deadline
+    # ends a wait, as ``anyio.CancelScope`` does.
+    assert abs(fastpath.current_time() - anyio.current_time()) < 0.1
+    scope = fastpath.cancel_scope(deadline=fastpath.current_time() + 0.05)
+    assert isinstance(scope, anyio.CancelScope)
+    with scope:
+        await anyio.sleep(5)
+    assert scope.cancelled_caught
+    with fastpath.cancel_scope() as cancelled:
+        cancelled.cancel()
+        await anyio.sleep(5)
+    assert cancelled.cancelled_caught
 
 
 def test_h11_still_frames_a_chunked_answer_with_the_writer_it_is_asked_about() -> None:
