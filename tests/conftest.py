@@ -52,19 +52,40 @@ def postgres_server() -> Iterator[PostgresServer]:
 def scripts_keep_keys_in_one_slot() -> Iterator[None]:
     """Every Lua script a test runs on Redis is given keys of one hash slot, as a Redis
     Cluster requires (docs/deployment.md, "The hash-tag rule"): checked on each call, on a
-    single server too, so a script whose keys would be refused by a Cluster fails here."""
+    single server too, so a script whose keys would be refused by a Cluster fails here.
+
+    The one exception is `twserve.shared.admission.ADMISSION`, which chains scripts of
+    different slots in one round trip and is a single-server script: each of its parts is
+    given keys of one slot (as that script on its own would be), and it is never sent to a
+    Cluster."""
     try:
+        from redis.asyncio.cluster import ClusterPipeline, RedisCluster
         from redis.cluster import key_slot
         from redis.commands.core import AsyncScript
+
+        from twserve.shared.admission import ADMISSION
     except ImportError:  # the redis extra is not installed: nothing runs scripts
         yield
         return
     call = AsyncScript.__call__
 
-    async def checked(self: Any, keys: Any = None, args: Any = None, client: Any = None) -> Any:
-        names = [k.encode() if isinstance(k, str) else bytes(k) for k in keys or []]
+    def one_slot(names: list[bytes]) -> None:
         slots = {key_slot(k) for k in names}
         assert len(slots) <= 1, f"a script's keys lie in {len(slots)} slots: {names}"
+
+    async def checked(self: Any, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        names = [k.encode() if isinstance(k, str) else bytes(k) for k in keys or []]
+        if self.script != ADMISSION:
+            one_slot(names)
+            return await call(self, keys, args, client)
+        target = client if client is not None else self.registered_client
+        assert not isinstance(target, RedisCluster | ClusterPipeline), "ADMISSION on a Cluster"
+        n, taken = int(args[0]), 0
+        for i in range(n):
+            count = int(args[2 + 3 * i])
+            one_slot(names[taken : taken + count])
+            taken += count
+        assert taken == len(names), "ADMISSION's parts do not account for its keys"
         return await call(self, keys, args, client)
 
     with pytest.MonkeyPatch.context() as patch:

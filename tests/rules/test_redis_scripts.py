@@ -8,6 +8,15 @@ entries — checked here on every script passed to `RedisState.script` (or `regi
 anywhere in twserve. That the keys given share one hash tag (one slot) is checked on every call
 the tests make (`tests/conftest.py`, `scripts_keep_keys_in_one_slot`) and by the Cluster tests
 (tests/twserve/topology).
+
+One script is given keys of several slots: `twserve.shared.admission.ADMISSION`, which chains
+a request's key limit (``ADMIT``), load-balance turn (``SWRR_STEP``) and slot leases
+(``ACQUIRE``) into one round trip. It is a single-server script (one server, or the master
+Sentinel names), never sent to a Cluster, where those run one after another: each of its parts
+is one of the scripts checked here, given keys of one slot, and the conftest check asserts on
+every call that it goes to no Cluster and that each part's keys share one slot; the Cluster
+round-trip tests (tests/twserve/shared/test_redis_round_trips.py) run every case on a real
+Cluster, which would refuse it.
 """
 
 from __future__ import annotations
@@ -198,3 +207,14 @@ def test_the_check_sees_a_key_built_inside_a_script() -> None:
         "local function f(held)\n  redis.call('HDEL', held, 'x')\nend\nf(KEYS[1])\nlocal held = 5\n"
     )
     assert key_problems(lua) == []
+
+
+def test_the_one_script_of_several_slots_chains_scripts_checked_here() -> None:
+    from twserve.shared import admission
+
+    texts = {text for _, _, text in SCRIPTS}
+    assert admission.ADMISSION in texts
+    # Each part is a registered script as it stands (checked above), wrapped as a function.
+    assert set(admission.PARTS.values()) <= texts
+    for name, text in admission.PARTS.items():
+        assert f"local function {name}_part(KEYS, ARGV)\n{text}\nend\n" in admission.ADMISSION

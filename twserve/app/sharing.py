@@ -2,10 +2,11 @@
 
 `Sharing` builds the Redis connection and the shared parts over the gateway's own objects — key
 limits (`UsageKeeper.shared`), upstream slots, pauses/affinity and health (listeners on
-`RouterHooks`), load-balance turns (`RouterHooks.turns`), the effort memory and sealed-reasoning
-marks (listeners on `ReasoningMemory`) — and runs their background work: the connection's jobs
-and reconnects, renewing the reservations of requests in flight, the slot leases, the
-announcements channel and the health reads.
+`RouterHooks`), load-balance turns and slot leases taken with a request's key limit in one round
+trip (`RouterHooks.rides`), the effort memory and sealed-reasoning marks (listeners on
+`ReasoningMemory`) — and runs their background work: the connection's jobs and reconnects,
+renewing the reservations of requests in flight, the slot leases, the announcements channel and
+the health reads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from twengine.reasoning import ReasoningMemory
 from twserve.relay.abort import Aborts
 from twserve.relay.holds import RouterHooks
 from twserve.shared.aborts import SharedAborts
+from twserve.shared.admission import SharedAdmissions
 from twserve.shared.health import SharedHealth
 from twserve.shared.limits import SharedLimits
 from twserve.shared.memory import SharedMemory
@@ -66,6 +68,9 @@ class Sharing:
         self.router.handlers["abort"] = self.aborts.heard
         # Load-balance turns taken by the deployment (twserve.shared.turns).
         self.turns = SharedTurns(self.state, hooks.router)
+        # A request's limit, turn and leases in one round trip (twserve.shared.admission).
+        self.admissions = SharedAdmissions(self.state, self.turns, self.slots)
+        hooks.rides = self.admissions
         # Failure runs, success rates and first-content samples (twserve.shared.health).
         self.health = SharedHealth(self.state, hooks, wall=wall, clock=clock)
         self.router.handlers["slots"] = self.slots.heard

@@ -207,7 +207,6 @@ class GatewayApp:
                 retry_secs=config.state.retry_secs,
             )
             self.sharing.state.listeners.append(self.events.shared_state_changed)
-            gw.hooks.turns = self.sharing.turns
             self.sharing.aborts.on_aborted = self.events.request_aborted
         self.maintenance = Maintenance(self.usage, self.store, lambda: gw.config, pinned_tz=tz)
         self.maintenance.responses = gw.conversations.records

@@ -14,14 +14,16 @@ by the same schedule the attempt machine keeps
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 from twengine.admission import key_busy
 from twengine.attempt import AttemptSettings
 from twengine.config import Config
+from twengine.destinations import Destination
+from twengine.router import RoutePlan
 from twengine.slots import Permit
 from twproto.errors import GatewayError
 from twproto.paths import Operation
@@ -36,6 +38,9 @@ from twserve.server.base import ClientGone, Responder
 from twserve.store.sqlite import RequestRow
 from twserve.usage.keeper import Admission, UsageKeeper
 
+if TYPE_CHECKING:  # the redis extra may be absent
+    from twserve.shared.admission import Ride
+
 __all__ = ["EarlyHead", "KeyTurn", "key_turn", "note_refusal"]
 
 T = TypeVar("T")
@@ -45,12 +50,21 @@ KEEPALIVE = encode_comment("keep-alive")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeyTurn:
     """A request's turn on its key: the ``max_concurrent`` permit (None for a key without one)
-    and the usage admission, both settled by `end`."""
+    and the usage admission, both settled by `end`; `plan` the request's plan with the
+    deployment's load-balance turn taken (the plan given when none was)."""
 
     hooks: RouterHooks
     usage: UsageKeeper
     permit: Permit | None
     admission: Admission
+    plan: RoutePlan | None = None
+
+    def ordered(self, destinations: list[Destination]) -> list[Destination]:
+        """`destinations` in the order of `plan`'s candidates (the deployment's pick first)."""
+        if self.plan is None:
+            return destinations
+        rank = {c.provider: i for i, c in enumerate(self.plan.candidates)}
+        return sorted(destinations, key=lambda d: rank.get(d.name, len(rank)))
 
     def give_back(self) -> None:
         """The request was aborted before it used its turn: the permit and the reservation
@@ -169,16 +183,20 @@ async def key_turn(
     estimate: tuple[int, list[tuple[str, str]]],
     counted: bool,
     head: EarlyHead | None = None,
+    plan: RoutePlan | None = None,
 ) -> KeyTurn | GatewayError:
     """Request `owner`'s turn on its key, or the error to refuse it with. `estimate` is the
     input tokens and the (provider, model) candidates a cost estimate reads; `counted` False for
     requests that count toward no limit (token counts). The permit is given back on a refusal or
-    if the client leaves while waiting. `head` keeps a streamed client alive while it waits."""
+    if the client leaves while waiting. `head` keeps a streamed client alive while it waits.
+
+    With shared state, `plan`'s load-balance turn (None: none to take) and the candidates'
+    slot leases are taken with the key limit's check, in its round trip, once it admits
+    (twserve.shared.admission); on their own after it otherwise."""
+    names = [name for name, _ in estimate[1]]
+    ride = hooks.rides.ride(plan, names, owner) if hooks.rides is not None else None
     turn = _ready(
-        hooks,
-        estimate[1],
-        owner,
-        _turn(hooks, usage, config, client, owner, deadline, estimate, counted),
+        ride, _turn(hooks, usage, config, client, owner, deadline, estimate, counted, ride)
     )
     if head is None or not _may_wait(usage, config, client, counted):
         # Nothing to wait for: no keep-alive task (and its task group) for the request.
@@ -189,21 +207,19 @@ async def key_turn(
 
 
 async def _ready(
-    hooks: RouterHooks,
-    candidates: list[tuple[str, str]],
-    owner: str,
-    turn: Awaitable[KeyTurn | GatewayError],
+    ride: Ride | None, turn: Awaitable[KeyTurn | GatewayError]
 ) -> KeyTurn | GatewayError:
-    """`turn`, then what the upstream slots shared across instances need before the request runs
-    (`RouterHooks.ready`: a lease where none is spare); the turn goes back if the client left."""
+    """`turn`, then the shared turn and slot leases if its limit check did not take them
+    (`Ride.run`); the key's turn goes back if the client left meanwhile."""
     result = await turn
-    if isinstance(result, KeyTurn) and hooks.slot_gate is not None:
-        try:
-            await hooks.ready([name for name, _ in candidates], owner)
-        except BaseException:
-            result.give_back()
-            raise
-    return result
+    if ride is None or not isinstance(result, KeyTurn):
+        return result
+    try:
+        await ride.run()
+    except BaseException:
+        result.give_back()
+        raise
+    return replace(result, plan=ride.plan)
 
 
 async def _abortable(
@@ -246,6 +262,7 @@ async def _turn(
     deadline: float,
     estimate: tuple[int, list[tuple[str, str]]],
     counted: bool,
+    ride: Ride | None,
 ) -> KeyTurn | GatewayError:
     limit = config.client(client).max_concurrent
     permit = None
@@ -259,7 +276,9 @@ async def _turn(
             hooks=hooks, usage=usage, permit=permit, admission=Admission.uncounted(client)
         )
     try:
-        admitted = await usage.admit(client, usage.estimate(*estimate), deadline=deadline)
+        admitted = await usage.admit(
+            client, usage.estimate(*estimate), deadline=deadline, along=ride
+        )
     except BaseException:  # the client left while waiting
         if permit is not None:
             hooks.release(permit)

@@ -76,6 +76,7 @@ from wsproto.utilities import RemoteProtocolError
 from twengine.admission import model_name_refusal, shown_model
 from twengine.attempt import AttemptRecord, Outcome
 from twengine.destinations import Destination, destinations
+from twengine.router import RoutePlan
 from twengine.rules import RequestFacts
 from twengine.slots import Permit
 from twproto.dialect import Dialect
@@ -370,7 +371,7 @@ class _Proxy:
             too_long = model_name_refusal(model, limit)
             if too_long is not None:
                 raise _Refused(too_long)
-            usable = await self._candidates(model, client_name)
+            plan, usable = self._candidates(model, client_name)
         except _Refused as refused:
             await self._refuse(row, refused.err)
             return
@@ -383,10 +384,12 @@ class _Proxy:
             deadline=started + gw.config.failover.wait_secs,
             estimate=(0, [(d.name, d.target.model) for d in usable]),
             counted=True,
+            plan=plan,  # its load-balance turn, taken with the limit's (twserve.shared.admission)
         )
         if isinstance(turn, GatewayError):
             await self._refuse(row, turn)
             return
+        usable = turn.ordered(usable)  # the deployment's pick first
         self.turn = turn
         outcome = RelayOutcome()
         models = {d.name: d.target.model for d in usable}
@@ -429,15 +432,15 @@ class _Proxy:
                 turn.end(row, outcome, models)
                 gw.record_row(row)
 
-    async def _candidates(self, model: str, client_name: str) -> list[Destination]:
+    def _candidates(self, model: str, client_name: str) -> tuple[RoutePlan, list[Destination]]:
+        """The socket's plan (its turn taken by the deployment later, `key_turn`) and the
+        Realtime upstreams among its candidates."""
         gw = self.gateway
         config = gw.config
         plan = gw.router.plan(
             RequestFacts(model=model, dialect=Dialect.OPENAI_RESPONSES, client=client_name),
             now=gw.clock(),
         )
-        if gw.hooks.turns is not None:  # the deployment's load-balance turn (twserve.shared.turns)
-            plan = await gw.hooks.turns.take_plan(plan)
         capable = [
             c
             for c in plan.candidates
@@ -454,7 +457,7 @@ class _Proxy:
                     f"no Realtime upstream serves the model {model!r}",
                 )
             )
-        return usable
+        return plan, usable
 
     async def _open_upstream(
         self, usable: list[Destination], owner: str

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Protocol, assert_never
 
 import anyio
 
-from twengine.admission import Routed
 from twengine.attempt import (
     AcquireSlot,
     CancelWait,
@@ -35,13 +34,14 @@ from twengine.attempt import (
     WaitForSlot,
 )
 from twengine.health import PauseChanged
-from twengine.router import RoutePlan, Router
+from twengine.router import Router
 from twengine.slots import Grant, Permit, SlotScope, Ticket
 from twproto.failures import Failure
 from twproto.ir import Usage
 
 if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
     from twserve.observe.traces import Tracing
+    from twserve.shared.admission import SharedAdmissions
 
 __all__ = [
     "Bookkeeping",
@@ -49,7 +49,6 @@ __all__ = [
     "RelayHooks",
     "RouterHooks",
     "SlotHolds",
-    "TurnTaker",
     "grant_poster",
     "snapshot_of",
 ]
@@ -89,15 +88,6 @@ class RelayHooks(Protocol):
     ) -> None: ...
 
     def succeeded(self, provider: str, now: float, first_content_secs: float | None) -> None: ...
-
-
-class TurnTaker(Protocol):
-    """The deployment's load-balance turns (twserve.shared.turns, with ``state.redis_url``):
-    a plan made here, with its turn taken by the whole deployment instead."""
-
-    async def take(self, verdict: Routed) -> Routed: ...
-
-    async def take_plan(self, plan: RoutePlan) -> RoutePlan: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +215,10 @@ class RouterHooks:
         self.outcome_listeners: list[
             Callable[[str, float, Failure | None, float | None], None]
         ] = []
-        # Load-balance turns taken by the deployment, set by the app with state.redis_url.
-        self.turns: TurnTaker | None = None
+        # Load-balance turns and slot leases taken by the deployment with a request's key
+        # limit, in one round trip (twserve.shared.admission), set by the app with
+        # state.redis_url.
+        self.rides: SharedAdmissions | None = None
         # OpenTelemetry traces (twserve.observe.traces), set by the app when they are on.
         self.tracing: Tracing | None = None
         # With slots shared across instances (twserve.shared.slots): awaited with a request's

@@ -32,6 +32,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
@@ -46,6 +47,9 @@ from twengine.limits import (
     period_bounds,
 )
 from twserve.shared.redis import RedisState
+
+if TYPE_CHECKING:
+    from twserve.shared.admission import Ride
 
 __all__ = [
     "ADMIT",
@@ -372,9 +376,17 @@ class SharedLimits:
         self._status = state.script(STATUS)
 
     async def admit(
-        self, key: str, limits: Sequence[KeyLimit], estimate: Spend, now: float, tz: dt.tzinfo
+        self,
+        key: str,
+        limits: Sequence[KeyLimit],
+        estimate: Spend,
+        now: float,
+        tz: dt.tzinfo,
+        along: Ride | None = None,
     ) -> tuple[Admitted | Wait | Refused, str]:
-        """The verdict for one request of `key`, and its reservation id when admitted."""
+        """The verdict for one request of `key`, and its reservation id when admitted. `along`:
+        the request's turn and slot leases, taken in the same round trip when admitted (on one
+        server; twserve.shared.admission)."""
         wins = windows(self.prefix, key, limits, now, tz)
         rid = uuid.uuid4().hex
         keys = [*reservation_keys(self.prefix, key), *_ledger_keys(wins)]
@@ -383,7 +395,11 @@ class SharedLimits:
         async def run(client: Redis) -> list[object]:
             return list(await self._admit(keys=keys, args=args, client=client))
 
-        verdict = read_verdict(await self.state.call(run), key, limits, wins, estimate)
+        if along is not None and along.one_trip:
+            answer = await along.with_limit(keys, args)
+        else:
+            answer = await self.state.call(run)
+        verdict = read_verdict(answer, key, limits, wins, estimate)
         if isinstance(verdict, Admitted):
             self.held[rid] = key
         return verdict, rid

@@ -10,12 +10,13 @@ but its leases are held elsewhere (`Slots.set_outside`), so its requests take, w
 back slots exactly as on one instance — the same FIFO queue, the same ``failover.wait_secs``
 bound, the same 429 + Retry-After when it is reached — only within the leases it holds.
 
-*Taking and giving back.* A request about to run (`ready`, called once per request by
-twserve.gateway.key_turn) takes a lease for each of its candidates with ``max_concurrent`` where
-the instance holds none spare: one round trip (the scripts pipelined), none for upstreams without
-a limit or with a spare lease. The lease is set aside for that request (`CLAIM_SECS`) so another
-task of the instance cannot give it back before the request takes its slot. A slot given back
-here goes to the instance's next waiter first; a lease no request holds, waits for or has set
+*Taking and giving back.* A request about to run takes a lease for each of its candidates with
+``max_concurrent`` where the instance holds none spare (`claim` says which): in the round trip of
+its key limit's check once that admits it, on one server (twserve.shared.admission), else in one
+of their own (`ready`: the scripts pipelined; one after another on a Cluster); none for upstreams
+without a limit or with a spare lease. The lease is set aside for that request (`CLAIM_SECS`) so
+another task of the instance cannot give it back before the request takes its slot. A slot given
+back here goes to the instance's next waiter first; a lease no request holds, waits for or has set
 aside goes back to Redis (`RELEASE`, one round trip, in the background), which announces it on
 the events channel. Instances with waiters then try to take it (and every `POLL_SECS` while they
 wait, in case an announcement was missed): a waiter elsewhere gets the slot the moment it is
@@ -188,9 +189,19 @@ class SharedSlots:
         here, set aside for `owner` (one round trip for them all; none when all have one)."""
         if not self.state.up:
             return
+        need = self.claim(names, owner)
+        if need:
+            try:
+                await self._take({name: 1 for name in need})
+            except RedisDown:
+                return
+
+    def claim(self, names: Collection[str], owner: str) -> list[str]:
+        """Set a lease of each of `names` with a limit aside for `owner`; the names where none
+        is spare here, which need one taken (`acquire_calls`, then `took`)."""
         limits = self._limited()
         if not any(name in limits for name in names):
-            return
+            return []
         # The limits in force now (a reload may have changed them since the last round).
         self._apply()
         now = self.clock()
@@ -203,36 +214,38 @@ class SharedSlots:
             self.claims.setdefault(name, {})[owner] = now + self.claim_secs
             if spare <= 0 and slots.in_flight(name) < limits[name]:
                 need.append(name)
-        if need:
-            try:
-                await self._take({name: 1 for name in need}, limits)
-            except RedisDown:
-                return
+        return need
 
-    # -- Redis ----------------------------------------------------------------------------------
-
-    async def _take(self, counts: dict[str, int], limits: dict[str, int]) -> None:
+    def acquire_calls(self, counts: dict[str, int]) -> list[tuple[list[str], list[str | int]]]:
+        """`ACQUIRE`'s keys and arguments for `counts` more leases of each upstream, in order."""
+        limits = self._limited()
         lease_ms = int(self.lease_secs * 1000)
         prefix = f"{self.instance}:"
-        starts = {}
+        calls: list[tuple[list[str], list[str | int]]] = []
         for name, n in counts.items():
-            starts[name], self._seq = self._seq, self._seq + n
+            start, self._seq = self._seq, self._seq + n
+            calls.append(
+                ([self.lease_key(name)], [limits.get(name, 0), n, lease_ms, prefix, start])
+            )
+        return calls
 
-        async def run(client: Redis) -> list[list[bytes]]:
-            calls: list[ScriptCall] = [
-                (
-                    self._acquire,
-                    [self.lease_key(name)],
-                    [limits[name], n, lease_ms, prefix, starts[name]],
-                )
-                for name, n in counts.items()
-            ]
-            return await run_scripts(client, calls)
-
-        for name, got in zip(counts, await self.state.call(run), strict=True):
+    def took(self, names: Collection[str], found: list[list[bytes]]) -> None:
+        """The leases `ACQUIRE` answered with (`found`, per name in order) are held here."""
+        for name, got in zip(names, found, strict=True):
             if got:
                 self.leases.setdefault(name, []).extend(g.decode() for g in got)
         self._apply()
+
+    # -- Redis ----------------------------------------------------------------------------------
+
+    async def _take(self, counts: dict[str, int]) -> None:
+        asks = self.acquire_calls(counts)
+
+        async def run(client: Redis) -> list[list[bytes]]:
+            calls: list[ScriptCall] = [(self._acquire, keys, args) for keys, args in asks]
+            return await run_scripts(client, calls)
+
+        self.took(list(counts), await self.state.call(run))
 
     async def _give_back(self, counts: dict[str, int]) -> None:
         ids = {}
@@ -288,7 +301,7 @@ class SharedSlots:
         if give:
             await self._give_back(give)
         if take:
-            await self._take(take, limits)
+            await self._take(take)
         self._apply()
         return any(
             len(self.leases.get(name, ())) < min(self.wanted(name, now), limits[name])

@@ -3,13 +3,16 @@
 Each ``load-balance`` group's current weights live in one hash,
 ``<prefix>{swrr:<group>}:current`` (the braces are a Redis Cluster hash tag; the script touches
 only this key in any case). A request's plan is made by the router as on one instance; when the
-group has more than one member taking part, `SharedTurns.take` runs `SWRR_STEP` on that hash —
-the step of `twengine.balance.swrr_step`, in Lua, on the same integer milli-weights
+group has more than one member taking part, `SWRR_STEP` runs on that hash — the step of
+`twengine.balance.swrr_step`, in Lua, on the same integer milli-weights
 (`twengine.balance.milli_weights`), ties to the member declared first — and the plan takes its
-pick instead of the local one (`Router.take_shared_turn`). One ``EVALSHA`` per pick, none for a
-group with a single member taking part (a step over one participant changes nothing), none for
-token counts (they take no turn). A sticky request is counted in the same script with its
-upstream forced, refused beyond ``max_lead`` as on one instance.
+pick instead of the local one (`SharedTurns.took`, `Router.take_shared_turn`). A request takes
+its step once its key limit admits it, in the limit check's round trip on one server
+(twserve.shared.admission; `SharedTurns.step` gives the script's keys and arguments), or on its
+own (`take_plan`); none for a group with a single member taking part (a step over one
+participant changes nothing), none for token counts (they take no turn). A sticky request is
+counted in the same script with its upstream forced, refused beyond ``max_lead`` as on one
+instance.
 
 The hash also holds ``=sig``, the group's configured members and weights: a hash written under
 another membership is started afresh, as one router's reload does. It expires a day after the
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from twengine.admission import RequestView, Routed, routing_view
 from twengine.balance import milli_weights
 from twengine.router import RoutePlan, Router
 from twproto import json_dumps
@@ -110,42 +112,37 @@ class SharedTurns:
     def key(self, group: str) -> str:
         return self.state.key("{swrr:" + group + "}", "current")
 
-    async def take(self, verdict: Routed) -> Routed:
-        """`verdict` with its plan's turn taken by the deployment, when it took one."""
-        plan = await self.take_plan(verdict.plan)
-        if plan is verdict.plan:
-            return verdict
-        candidates = (
-            verdict.candidates if plan.candidates == verdict.plan.candidates else plan.candidates
-        )
-        view = verdict.view
-        return Routed(
-            model=verdict.model,
-            stream=verdict.stream,
-            plan=plan,
-            candidates=candidates,
-            conversation=verdict.conversation,
-            summary=verdict.summary,
-            body=verdict.body,
-            view=RequestView(
-                model=view.model,
-                stream=view.stream,
-                session=view.session,
-                routing=routing_view(plan),
-            ),
-        )
-
     async def take_plan(self, plan: RoutePlan) -> RoutePlan:
-        balance, group = plan.balance, plan.decision.group
-        if balance is None or group is None:
+        """`plan` with its turn taken in Redis (a round trip of its own), when it takes one."""
+        step = self.step(plan)
+        if step is None:
             return plan
-        forced = balance.lead if balance.sticky else None
-        taking = {m.provider for m in balance.members if m.taking_part}
-        if len(taking | ({forced} if forced else set())) <= 1:
-            return plan  # one participant: the step changes nothing, no round trip
         if not self.state.up:
             self.local += 1
             return plan
+        keys, args = step
+
+        async def run(client: Redis) -> list[bytes]:
+            found: list[bytes] = await self._step(keys=keys, args=args, client=client)
+            return found
+
+        try:
+            found = await self.state.call(run)
+        except RedisDown:
+            self.local += 1
+            return plan
+        return self.took(plan, found)
+
+    def step(self, plan: RoutePlan) -> tuple[list[str], list[str | int | float]] | None:
+        """`SWRR_STEP`'s keys and arguments for `plan`'s turn; None when it takes none here
+        (no load-balance group, or one participant: the step would change nothing)."""
+        balance, group = plan.balance, plan.decision.group
+        if balance is None or group is None:
+            return None
+        forced = balance.lead if balance.sticky else None
+        taking = {m.provider for m in balance.members if m.taking_part}
+        if len(taking | ({forced} if forced else set())) <= 1:
+            return None
         config = self.router.config
         rr = self.router.balancer(group)
         members = config.group(group).members
@@ -155,19 +152,19 @@ class SharedTurns:
         args: list[str | int | float] = [sig, forced or "", max_lead, TURNS_TTL_MS]
         for (name, weight), member in zip(weights, balance.members, strict=True):
             args += [name, weight, "1" if member.taking_part else "0"]
+        return [self.key(group)], args
 
-        async def step(client: Redis) -> list[bytes]:
-            found: list[bytes] = await self._step(keys=[self.key(group)], args=args, client=client)
-            return found
-
-        try:
-            found = await self.state.call(step)
-        except RedisDown:
-            self.local += 1
-            return plan
+    def took(self, plan: RoutePlan, found: list[bytes]) -> RoutePlan:
+        """`plan` with the turn `SWRR_STEP` answered `found` for."""
         self.shared += 1
+        assert plan.balance is not None
+        forced = plan.balance.lead if plan.balance.sticky else None
         winner, taken = _text(found[0]), int(found[1])
         current = {_text(found[i]): int(found[i + 1]) for i in range(2, len(found), 2)}
         return self.router.take_shared_turn(
             plan, current, lead=winner, counted=bool(taken) if forced else None
         )
+
+    def missed(self) -> None:
+        """A turn this instance's balancer took alone (Redis lost or failing)."""
+        self.local += 1

@@ -59,6 +59,7 @@ from twserve.shared.down import RedisDown
 from twserve.store.sqlite import RequestRow, Store
 
 if TYPE_CHECKING:
+    from twserve.shared.admission import Ride
     from twserve.shared.limits import SharedLimits
 
 __all__ = ["Admission", "UsageKeeper", "describe_amount", "local_tz", "spend_of"]
@@ -213,10 +214,12 @@ class UsageKeeper:
         return self.rebuild_due() or self.rebuilding or self.limits.has_limits(key)
 
     async def admit(
-        self, key: str, estimate: Spend, *, deadline: float
+        self, key: str, estimate: Spend, *, deadline: float, along: Ride | None = None
     ) -> Admission | GatewayError:
         """Let the request through `key`'s limits, waiting on a rolling window until `deadline`
-        (the gateway's monotonic clock); a refusal comes back as the error to send."""
+        (the gateway's monotonic clock); a refusal comes back as the error to send. `along`
+        (the request's shared turn and slot leases) is taken with a shared limit's admission,
+        in its round trip; left undone otherwise."""
         if self.rebuild_due() or self.rebuilding:
             # A reload changed the limits (or the store came back): count the stored rows
             # before admitting anything; a rebuild under way is waited for.
@@ -231,7 +234,7 @@ class UsageKeeper:
             )
         while True:
             now = self.wall()
-            verdict, shared_id = await self._admit_once(key, estimate, now)
+            verdict, shared_id = await self._admit_once(key, estimate, now, along)
             if isinstance(verdict, Admitted):
                 return Admission(
                     reservation=verdict.reservation, estimate=estimate, shared_id=shared_id
@@ -254,7 +257,7 @@ class UsageKeeper:
                 await settled.wait()
 
     async def _admit_once(
-        self, key: str, estimate: Spend, now: float
+        self, key: str, estimate: Spend, now: float, along: Ride | None
     ) -> tuple[Admitted | Wait | Refused, str | None]:
         """One look at the key's limits: the shared ones while Redis answers, else this
         process's own."""
@@ -262,7 +265,7 @@ class UsageKeeper:
         if shared is not None and shared.state.up:
             limits = self.config.client(key).limits
             try:
-                return await shared.admit(key, limits, estimate, now, self.tz)
+                return await shared.admit(key, limits, estimate, now, self.tz, along)
             except RedisDown:
                 pass  # counted from here on by this process alone, until Redis is back
         return self.limits.admit(key, estimate, now), None
