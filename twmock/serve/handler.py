@@ -78,9 +78,12 @@ class SocketLog:
     turns: list[int] = field(default_factory=list)
     open: int = 0
     # Test knobs: answer upgrades with this HTTP status instead of switching (an upstream
-    # without the socket, or one refusing it); close each socket with this code after its turn.
+    # without the socket, or one refusing it); close each socket with this code after its turn;
+    # close a socket that carried a turn with this code when its next turn arrives, unplayed
+    # (its lifetime ended while it was idle, and the client finds out by sending).
     refuse_status: int | None = None
     close_after_turn: int | None = None
+    close_before_next_turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,11 +13,17 @@ is how the answer travels:
   the socket stays open, as the API does for a turn it refuses;
 * a broken or reset answer drops the TCP connection without a close frame.
 
+A ``previous_response_id`` is held as the API holds it on its socket: the response this socket
+completed last (its connection-local state, whatever the turn's ``store``) or, for a turn that
+does not say ``store: false``, any response this socket completed (the API's store would find
+it); any other id gets the API's ``error`` event, 400 ``previous_response_not_found``
+("Previous response with id '…' not found."), without the turn being played.
+
 Turns on one socket run one after another. ``{"type": "mock.close", "code": N}`` makes the mock
 close the socket with code N. Pings are answered. The handler's `SocketLog` (twmock.serve.handler)
 keeps what tests assert on: each upgrade (its headers) and how many turns each socket carried;
-and two knobs tests set: an HTTP status to refuse upgrades with, and a close code to end each
-socket with after a turn.
+and three knobs tests set: an HTTP status to refuse upgrades with, a close code to end each
+socket with after a turn, and one to end a socket with when its next turn arrives.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ class _TurnResponder:
         self._body = bytearray()
         self._headers: Headers = []
         self._started = False
+        self.completed: str | None = None  # the response a closing event completed
 
     @property
     def started(self) -> bool:
@@ -113,7 +120,15 @@ class _TurnResponder:
             events = self._decoder.feed(data)
         except SSEError as exc:
             raise _Dropped() from exc
-        await self._send([e.data for e in events if e.data])
+        await self._send(self._note([e.data for e in events if e.data]))
+
+    def _note(self, texts: list[str]) -> list[str]:
+        for text in texts:
+            with suppress(ValueError, AttributeError):
+                event = json.loads(text)
+                if event.get("type") in ("response.completed", "response.incomplete"):
+                    self.completed = event["response"]["id"]
+        return texts
 
     def ready(self) -> bool:
         return False  # events go out as messages, through `send`
@@ -123,7 +138,7 @@ class _TurnResponder:
 
     async def end(self) -> None:
         if self._decoder is not None:
-            await self._send([e.data for e in self._decoder.end() if e.data])
+            await self._send(self._note([e.data for e in self._decoder.end() if e.data]))
             return
         await self._send([_error_event(self._status, self._headers, bytes(self._body))])
 
@@ -155,6 +170,8 @@ class _Socket:
         self.stream: anyio.abc.SocketStream = handoff.stream
         self.ws = WSConnection(ConnectionType.SERVER)
         self.upgrade = handoff.request
+        self.last: str | None = None  # the response this socket completed last
+        self.answered: set[str] = set()  # every response it completed
 
     async def _send(self, texts: list[str]) -> None:
         if texts:
@@ -184,6 +201,11 @@ class _Socket:
                         parts.append(event.data)
                         if event.message_finished:
                             text, parts = "".join(parts), []
+                            idle_close = self.log.close_before_next_turn
+                            if idle_close is not None and self.log.turns[number] > 0:
+                                close = CloseConnection(code=idle_close, reason="mock closed")
+                                await self.stream.send(self.ws.send(close))
+                                return
                             self.log.turns[number] += 1
                             if not await self._turn(text):
                                 return
@@ -221,6 +243,11 @@ class _Socket:
             await self.stream.send(self.ws.send(CloseConnection(code=code, reason="mock closes")))
             return False
         fields = {k: v for k, v in event.items() if k != "type"}
+        previous = fields.get("previous_response_id")
+        stored = fields.get("store") is not False and previous in self.answered
+        if previous is not None and previous != self.last and not stored:
+            await self._send([_not_found(previous)])
+            return True
         body = json.dumps({**fields, "stream": True}).encode()
         headers = [
             (k, v)
@@ -242,4 +269,18 @@ class _Socket:
             )
         except _Dropped:
             return False
+        self.last = responder.completed
+        if responder.completed is not None:
+            self.answered.add(responder.completed)
         return True
+
+
+def _not_found(previous: object) -> str:
+    """The API's error event for a ``previous_response_id`` the socket does not hold."""
+    error = {
+        "type": "invalid_request_error",
+        "code": "previous_response_not_found",
+        "message": f"Previous response with id '{previous}' not found.",
+        "param": "previous_response_id",
+    }
+    return json.dumps({"type": "error", "status": 400, "error": error})

@@ -29,7 +29,9 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from twengine.attempt import TurnAsSent
 from twengine.config import Config
+from twengine.destinations import Destination, Transport
 from twproto import SSEDecoder, SSEError, json_dumps, json_loads
 from twproto.dialect import Dialect
 from twproto.errors import ErrorCategory, GatewayError, error_headers
@@ -40,8 +42,9 @@ from twserve.observe.request_ids import IdentifiedResponder
 from twserve.server.base import Headers, Request, Responder
 from twserve.store.responses import ResponseRecords
 from twserve.store.sqlite import RequestRow
+from twserve.upstream.responses_socket import SocketTurn
 
-__all__ = ["NOT_FOUND", "Conversations", "KeepingResponder"]
+__all__ = ["NOT_FOUND", "Conversations", "KeepingResponder", "socket_turn"]
 
 log = logging.getLogger("twserve.gateway.conversations")
 
@@ -52,10 +55,16 @@ Save = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Conversations:
-    """Expands and keeps Responses conversations (`open`); `records` is the store's table."""
+    """Expands and keeps Responses conversations (`open`); `records` is the store's table,
+    `record` what stores a finished request row (for the requests answered here)."""
 
-    def __init__(self, records: ResponseRecords | None, wall: Callable[[], float]) -> None:
-        self.records, self.wall = records, wall
+    def __init__(
+        self,
+        records: ResponseRecords | None,
+        wall: Callable[[], float],
+        record: Callable[[RequestRow, IdentifiedResponder], None],
+    ) -> None:
+        self.records, self.wall, self.record = records, wall, record
 
     async def open(
         self, request: Request, responder: Responder, route: PathRoute, client: str, config: Config
@@ -69,15 +78,11 @@ class Conversations:
         return request, responder if save is None else KeepingResponder(responder, save)
 
     async def answer(
-        self,
-        answer: GatewayError | bytes,
-        row: RequestRow,
-        plain: Responder,
-        request_id: str,
-        record: Callable[[RequestRow, IdentifiedResponder], None],
+        self, answer: GatewayError | bytes, row: RequestRow, plain: Responder, request_id: str
     ) -> None:
-        """Answer a request `open` did not let through: a warm-up turn or an id not found."""
-        responder = IdentifiedResponder(plain, request_id)
+        """Answer a request `open` or `destinations` did not let through: a warm-up turn or an
+        id not found."""
+        responder, record = IdentifiedResponder(plain, request_id), self.record
         if isinstance(answer, GatewayError):
             row.status, row.error_code = answer.status, answer.code
             record(row, responder)
@@ -112,29 +117,51 @@ class Conversations:
         kept = memory is not None or (
             body.get("store") is not False and retention.responses_secs > 0
         )
-        if memory is not None and _has_socket(config):
-            # The upstream's own socket keeps the conversation (and answers a warm-up turn):
-            # the turn goes on as the client sent it.
-            return request, None
+        # Some upstream may take this socket's turns over its own socket, which keeps the
+        # conversation there: each attempt decides which form of the turn it sends.
+        own_sockets = memory is not None and _has_socket(config)
         previous = state.previous_id(body)
         if previous is not None:
             record = await self._load(memory, client, previous, kept)
             if record is None:
+                sockets = request.upstream_sockets
+                if own_sockets and sockets is not None and sockets.holds_any(previous):
+                    # Not kept here (larger than the cap) but held by an upstream's socket.
+                    return request, self._saver(memory, client, body, config)
                 return GatewayError(
                     status=400,
                     category=ErrorCategory.REQUEST,
                     code=NOT_FOUND,
                     message=f"Previous response with id '{previous}' not found.",
                 )
+            sent = TurnAsSent(body=request.body, parsed=body, previous=previous)
             body = state.expand_body(body, state.load_items(record))
             raw = json_dumps(body)
             request = dataclasses.replace(
-                request, body=raw, parsed=body if request.parsed is not None else None
+                request,
+                body=raw,
+                parsed=body if request.parsed is not None else None,
+                as_sent=sent if own_sockets else None,
             )
         save = self._saver(memory, client, body, config) if kept else None
-        if memory is not None and state.is_warm_up(body):
+        if memory is not None and state.is_warm_up(body) and not own_sockets:
             return await _warm_up(body, save)
         return request, save
+
+    def destinations(
+        self, request: Request, body: dict[str, Any], candidates: list[Destination]
+    ) -> list[Destination] | bytes:
+        """Where a socket's turn may go, after routing: a warm-up turn (``generate: false``)
+        only to upstreams over their own socket, which answer it; with none among
+        `candidates`, its answer, made here (`answer` writes it)."""
+        if request.conversation is None or not state.is_warm_up(body):
+            return candidates
+        if request.upstream_sockets is not None:
+            own = [c for c in candidates if c.transport is Transport.RESPONSES_SOCKET]
+            if own:
+                return own
+        # Kept as it goes out: the responder `open` gave keeps every answer of a socket's turn.
+        return state.warm_up(body, _gateway_id())[1]
 
     async def _load(
         self, memory: state.SocketMemory | None, client: str, previous: str, kept: bool
@@ -185,9 +212,20 @@ def _has_socket(config: Config) -> bool:
     return any(p.responses_transport.value == "websocket" for p in config.providers)
 
 
+def socket_turn(request: Request) -> SocketTurn | None:
+    """What the relay needs of a client socket's turn: its upstream sockets, and the turn as
+    the client sent it where `Conversations.open` expanded it."""
+    sockets = request.upstream_sockets
+    return None if sockets is None else SocketTurn(sockets, request.as_sent)
+
+
+def _gateway_id() -> str:
+    return f"resp_gw_{secrets.token_hex(12)}"
+
+
 async def _warm_up(body: dict[str, Any], save: Save | None) -> bytes:
     """A warm-up turn's answer, its input kept for the next turn."""
-    response, stream = state.warm_up(body, f"resp_gw_{secrets.token_hex(12)}")
+    response, stream = state.warm_up(body, _gateway_id())
     if save is not None:
         await save(response)
     return stream

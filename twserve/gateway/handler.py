@@ -35,7 +35,7 @@ from twserve.events import EventBus
 from twserve.gateway import responders
 from twserve.gateway.answers import answer, respond_error
 from twserve.gateway.callers import head_refusal
-from twserve.gateway.conversations import Conversations
+from twserve.gateway.conversations import Conversations, socket_turn
 from twserve.gateway.key_turn import EarlyHead, key_turn, note_refusal
 from twserve.gateway.row import (
     fill_row,
@@ -76,11 +76,11 @@ class Gateway:
         wall: Callable[[], float] = time.time,
         usage: UsageKeeper | None = None,
     ) -> None:
-        self.store = store
         # Prices, cost and key limits (twserve.usage.keeper): one admit and one finish per request.
         self.usage = usage or UsageKeeper(config, PriceTable.from_data({}), wall=wall, clock=clock)
         # Body copies by request id (retention.store_bodies); ends waiting for their row.
         self.taps, self.ends = responders.BodyTaps(), responders.EndsAfterCommit()
+        self.store = store
         self.upstream, self.env, self.clock, self.wall = upstream, env, clock, wall
         self.on_finished: Callable[[RequestRow], None] | None = None
         self.row_listeners: list[Callable[[RequestRow], None]] = []  # after `on_finished`
@@ -92,7 +92,7 @@ class Gateway:
         # twengine.reasoning's memories; the app loads (`use_effort_memory`) and saves efforts.
         self.reasoning = ReasoningMemory()
         self.on_efforts_changed: Callable[[], None] = lambda: None
-        self.conversations = Conversations(None, wall)  # the app gives it the store's table
+        self.conversations = Conversations(None, wall, self.record_row)  # records: the app's
         self.apply_config(config)
 
     def apply_config(self, config: Config) -> None:
@@ -144,14 +144,9 @@ class Gateway:
         await answer(responder, dialect, verdict)
 
     async def _generate(
-        self,
-        request: Request,
-        plain: Responder,
-        route: PathRoute,
-        dialect: Dialect,
-        client_name: str,
-        running: Running,  # its id, and where an abort reaches it
-    ) -> None:
+        self, request: Request, plain: Responder, route: PathRoute, dialect: Dialect,
+        client_name: str, running: Running,  # its id, and where an abort reaches it
+    ) -> None:  # fmt: skip
         # A reload during a key wait leaves the request the settings it was admitted with.
         started, settings = self.clock(), self.settings
         row = new_row(running.id, self.wall(), request, client_name, dialect)
@@ -161,7 +156,7 @@ class Gateway:
         # previous_response_id expanded, the answer kept (gateway.conversations).
         opened = await self.conversations.open(request, plain, route, client_name, self.config)
         if not isinstance(opened, tuple):
-            return await self.conversations.answer(opened, row, plain, running.id, self.record_row)
+            return await self.conversations.answer(opened, row, plain, running.id)
         request, plain = opened
         responder = IdentifiedResponder(plain, running.id)  # x-request-id; the answer's bytes
         verdict = admit(
@@ -177,8 +172,6 @@ class Gateway:
             config=self.config,
             now=self.clock(),
         )
-        if self.hooks.turns is not None and isinstance(verdict, Routed) and not counting:
-            verdict = await self.hooks.turns.take(verdict)  # the deployment's load-balance turn
         note_admission(row, verdict)
         if not isinstance(verdict, Routed):
             self.record_row(row, responder)
@@ -191,16 +184,15 @@ class Gateway:
         )
         note_credential_skips(row, faults)
         if refused is not None:
-            await self._refuse(row, responder, dialect, refused)
-            return
+            return await self._refuse(row, responder, dialect, refused)
         fallback = responders.LocalFallbackResponder(responder, dialect, summary.input_tokens)
         reasoning = self.reasoning.prepare(
             usable, verdict.body, dialect, verdict.conversation, counting=counting,
             now=self.clock(), wall=self.wall(),
         )  # fmt: skip
-        candidates = reasoning.destinations
-        if self.events is not None:
-            self.events.request_routed(row, plan)
+        candidates = self.conversations.destinations(request, verdict.body, reasoning.destinations)
+        if isinstance(candidates, bytes):  # a warm-up turn that no upstream socket takes
+            return await self.conversations.answer(candidates, row, plain, running.id)
         req = RelayRequest(
             call=ClientCall(
                 dialect=dialect,
@@ -215,7 +207,7 @@ class Gateway:
             parsed=verdict.body,  # parsed once, by admission
             running=running,
             arrival=started,
-            sockets=request.upstream_sockets,  # a client Responses socket's turn
+            sockets=socket_turn(request),  # a client Responses socket's turn
         )
         head = EarlyHead(responder, req, started, settings, self.clock, self.wall)
         turn = await key_turn(
@@ -228,10 +220,14 @@ class Gateway:
             estimate=(summary.input_tokens, [(c.name, c.target.model) for c in candidates]),
             counted=not counting,
             head=head,  # a streamed client's 200 and keep-alives while it waits
+            plan=None if counting else plan,  # its load-balance turn, taken with the limit's
         )
         if isinstance(turn, GatewayError):
             await self._refuse(row, responder, dialect, turn, head)
             return
+        plan, candidates = turn.plan or plan, turn.ordered(candidates)  # the deployment's pick
+        if self.events is not None:
+            self.events.request_routed(row, plan)
         outcome, finished = RelayOutcome(), False
         self.load.in_progress += 1
         try:

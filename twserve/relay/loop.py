@@ -46,15 +46,13 @@ from twserve.relay.abort import AbortPosted, Running, end_aborted, settle_gone
 from twserve.relay.client import ClientAnswer, RelayOutcome
 from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
-from twserve.relay.reader import Attempt, AttemptItem, read_attempt
+from twserve.relay.reader import Attempt, AttemptItem, Built, read_attempt
 from twserve.relay.wait import DeadlineWake, Inbox, Wake, next_item
 from twserve.server.base import ClientGone, Responder
 from twserve.upstream.client import Upstream
 
 if TYPE_CHECKING:
-    from twproto.stream import UpstreamStream
-    from twproto.upstream_request import UpstreamRequest
-    from twserve.upstream.responses_socket import UpstreamSockets
+    from twserve.upstream.responses_socket import SocketTurn
 
 __all__ = ["RelayOutcome", "RelayRequest", "relay"]
 
@@ -78,8 +76,8 @@ class RelayRequest:
     # sent while it waited for its key (twserve.gateway.key_turn)
     last_keepalive: float | None = None
     # A Responses WebSocket turn: its client socket's own upstream sockets, which attempts to
-    # a `Transport.RESPONSES_SOCKET` destination use (twserve.upstream.responses_socket).
-    sockets: UpstreamSockets | None = None
+    # a `Transport.RESPONSES_SOCKET` destination use, and the turn as the client sent it.
+    sockets: SocketTurn | None = None
     running: Running | None = None  # its id; where an abort reaches it (twserve.relay.abort)
 
     @property
@@ -268,8 +266,8 @@ class _Relay:
         build = partial(self._build, dest)
         self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets, self.trace)
 
-    def _build(self, dest: Destination) -> tuple[UpstreamRequest, UpstreamStream | None]:
-        built = self.requests.build(dest, self.feed.answer, now=self.wall())
+    def _build(self, dest: Destination, as_sent: act.TurnAsSent | None) -> Built:
+        built = self.requests.build(dest, self.feed.answer, now=self.wall(), as_sent=as_sent)
         self.out.dropped = list(self.requests.dropped)
         return built
 

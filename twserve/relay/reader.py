@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from twengine.attempt import TurnAsSent
 from twengine.destinations import Destination, Transport
 from twproto.errors import request_failure
 from twproto.failures import Failure, classify_transport
@@ -39,7 +40,7 @@ from twserve.upstream.client import (
     UpstreamUnreachable,
     read_prefix,
 )
-from twserve.upstream.responses_socket import UpstreamSockets
+from twserve.upstream.responses_socket import SocketTurn
 
 if TYPE_CHECKING:  # opentelemetry is imported only when traces are on
     from twserve.observe.traces import RequestTrace
@@ -49,6 +50,7 @@ __all__ = [
     "AttemptFailed",
     "AttemptItem",
     "Broken",
+    "Built",
     "Chunk",
     "End",
     "ErrorBody",
@@ -146,46 +148,75 @@ class Attempt:
         return not (self.reader.done or self.last_taken or self.scope.cancel_called)
 
 
+Built = tuple[UpstreamRequest, UpstreamStream | None]
+
+
+Anew = Callable[[], str | None]
+
+
+def _build(
+    build: Callable[[TurnAsSent | None], Built], dest: Destination, turn: SocketTurn | None
+) -> tuple[Built, Anew | None]:
+    """The attempt's request: a client socket's turn (`turn`) that the gateway expanded goes as
+    the client sent it (its new input and ``previous_response_id``) only over `dest`'s own
+    socket, when the socket it would be sent on answered that response last, so the upstream
+    holds the conversation; to any other upstream, or to a socket that does not hold it (opened
+    anew since, or the earlier turn went elsewhere), the expanded turn goes
+    (docs/conversion.md, "Responses state"). With the turn as sent comes the expanded turn's
+    event, made only if that socket turns out closed and the turn goes on a new one."""
+    as_sent = turn.as_sent if turn is not None else None
+    if as_sent is None or dest.transport is not Transport.RESPONSES_SOCKET:
+        return build(None), None
+    assert turn is not None
+    built = build(as_sent)
+    if not turn.sockets.holds(built[0], as_sent.previous):
+        return build(None), None
+    sockets = turn.sockets
+    return built, lambda: sockets.takes(build(None)[0])
+
+
 def _open(
     attempt: Attempt,
     up: Upstream,
     request: UpstreamRequest,
     dest: Destination,
-    sockets: UpstreamSockets | None,
+    turn: SocketTurn | None,
+    anew: Anew | None,
 ) -> AbstractAsyncContextManager[UpstreamAnswer]:
     """The attempt's upstream request over `dest`'s transport: a turn of a client socket
-    (`sockets`) to a provider with its own Responses socket goes over that socket when it is a
-    streamed create; everything else over HTTP/1.1 or HTTP/2 as the provider says."""
+    (`turn`) to a provider with its own Responses socket goes over that socket when it is a
+    streamed create (`anew`: the event a new socket gets instead); everything else over
+    HTTP/1.1 or HTTP/2 as the provider says."""
     timeout = dest.connect_timeout
-    if dest.transport is Transport.RESPONSES_SOCKET and sockets is not None:
-        event = sockets.takes(request)
+    if dest.transport is Transport.RESPONSES_SOCKET and turn is not None:
+        event = turn.sockets.takes(request)
         if event is not None:
             attempt.reader.over_socket = True
-            return sockets.open(request, event, connect_timeout=timeout)
+            return turn.sockets.open(request, event, connect_timeout=timeout, anew=anew)
     return up.open(request, connect_timeout=timeout, transport=dest.http_transport)
 
 
 async def read_attempt(
     attempt: Attempt,
     up: Upstream,
-    build: Callable[[], tuple[UpstreamRequest, UpstreamStream | None]],
+    build: Callable[[TurnAsSent | None], Built],
     post: Callable[[AttemptItem], Awaitable[None]],
     dest: Destination,
-    sockets: UpstreamSockets | None = None,
+    turn: SocketTurn | None = None,
     trace: RequestTrace | None = None,
 ) -> None:
     """Carry attempt `attempt` out: `build` the request (and the stream opening), send it
-    through `up` — or over `sockets`, a client socket's own upstream sockets, for a `dest`
-    reached by its Responses socket — and `post` what arrives. A committed stream's chunks go
-    the way its `AttemptStream` says: posted to the loop, or written here, or handed to the
-    upstream connection's sink as they arrive (twserve.relay.stream). With `trace`, the
+    through `up` — or, for a client socket's `turn`, over that socket's own upstream socket for
+    a `dest` reached by its Responses socket — and `post` what arrives. A committed stream's
+    chunks go the way its `AttemptStream` says: posted to the loop, or written here, or handed
+    to the upstream connection's sink as they arrive (twserve.relay.stream). With `trace`, the
     attempt's span starts as its request is built, its context upstream in ``traceparent``."""
     index = attempt.index
     reader = attempt.reader
     try:
         with attempt.scope:
             try:
-                request, reader.opening = build()
+                (request, reader.opening), anew = _build(build, dest, turn)
                 if trace is not None:
                     request.headers.append(trace.attempt(index, dest))
                 reader.upstream_sse = request.sse
@@ -198,7 +229,7 @@ async def read_attempt(
                 )
                 return
             try:
-                opened = _open(attempt, up, request, dest, sockets)
+                opened = _open(attempt, up, request, dest, turn, anew)
                 async with opened as answer:
                     await post(Head(index, answer.status, answer.headers))
                     if answer.status >= 400:

@@ -28,6 +28,7 @@ import anyio.abc
 from twproto import json_dumps
 
 if TYPE_CHECKING:
+    from twengine.attempt import TurnAsSent
     from twproto.formats.openai_responses.state import SocketMemory
     from twserve.upstream.responses_socket import UpstreamSockets
 
@@ -75,6 +76,9 @@ class Request:
     # The same socket's kept responses, for its turns' previous_response_id
     # (twserve/gateway/conversations.py).
     conversation: SocketMemory | None = None
+    # Such a turn as the client sent it, when the gateway expanded its previous_response_id:
+    # what an upstream socket holding that response gets instead (gateway/conversations.py).
+    as_sent: TurnAsSent | None = None
     # The body already parsed where the server had to read it anyway (a Responses WebSocket
     # turn comes as a JSON message): admission takes it instead of parsing `body` again.
     parsed: dict[str, Any] | None = None

@@ -45,6 +45,7 @@ from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import RemoteProtocolError
 
+from twengine.attempt import TurnAsSent
 from twproto.failures import TransportFault
 from twproto.sockets import (
     read_ws_upstream_event,
@@ -59,7 +60,7 @@ from twserve.upstream.ws_dial import Dialed, DialFailed, Refused, dial
 
 log = logging.getLogger("twserve.upstream.responses_socket")
 
-__all__ = ["CONNECT_TIMEOUT", "MAX_MESSAGE", "UpstreamSockets"]
+__all__ = ["CONNECT_TIMEOUT", "MAX_MESSAGE", "SocketTurn", "UpstreamSockets"]
 
 # The most one read takes from the socket.
 READ_SIZE = 65536
@@ -92,6 +93,9 @@ class _Socket:
         self.ws = dialed.ws
         self.max_message = max_message
         self.lost = False
+        # The response the upstream keeps for this socket's next turn: the last one it
+        # completed here (its connection-local state behind ``previous_response_id``).
+        self.last: str | None = None
         self.parts: list[str] = []  # the message being received, fragment by fragment
         self.size = 0
 
@@ -109,6 +113,8 @@ class _Socket:
 
     async def read(self) -> list[str]:
         """The upstream's next text messages: those the next socket read completes."""
+        if self.lost:
+            raise _Gone("the upstream closed the socket")
         while True:
             done: list[str] = []
             try:
@@ -131,6 +137,11 @@ class _Socket:
                         with suppress(_Gone, RemoteProtocolError):
                             if self.ws.state is ConnectionState.REMOTE_CLOSING:
                                 await self._write(self.ws.send(event.response()))
+                        if done:
+                            # What came before the close (a response's last events, when the
+                            # upstream closes right after it) is the turn's; the next read
+                            # finds the socket gone.
+                            return done
                         raise _Gone(f"the upstream closed the socket ({event.code})")
             except RemoteProtocolError as exc:
                 self.lost = True
@@ -198,6 +209,7 @@ class _Stream:
             out.append(encode(text, event=info.type or None))
             if info.ends:
                 self.ended = True
+                self.sock.last = info.kept
                 if info.error:
                     # An error once the response began: what follows (a closing event, or
                     # nothing) cannot be told apart from the next turn's, so the socket goes.
@@ -236,6 +248,17 @@ class UpstreamSockets:
             return None
         return ws_upstream_create(request.url, request.body, request.fields)
 
+    def holds(self, request: UpstreamRequest, response_id: str) -> bool:
+        """Whether the socket `request` would be sent on is kept and its upstream answered its
+        last turn with `response_id`: a turn naming it as ``previous_response_id`` may go as
+        the client sent it (twserve/gateway/conversations.py)."""
+        sock = self._kept.get((ws_upstream_url(request.url), tuple(request.headers)))
+        return sock is not None and not sock.lost and sock.last == response_id
+
+    def holds_any(self, response_id: str) -> bool:
+        """Whether some kept socket's upstream answered its last turn with `response_id`."""
+        return any(s.last == response_id and not s.lost for s in self._kept.values())
+
     async def aclose(self) -> None:
         """Close every kept socket (the client socket ended)."""
         self.closed = True
@@ -245,10 +268,16 @@ class UpstreamSockets:
 
     @asynccontextmanager
     async def open(
-        self, request: UpstreamRequest, event: str, *, connect_timeout: float | None = None
+        self,
+        request: UpstreamRequest,
+        event: str,
+        *,
+        connect_timeout: float | None = None,
+        anew: Callable[[], str | None] | None = None,
     ) -> AsyncIterator[UpstreamAnswer]:
         """Carry one attempt over the upstream's socket (see the module docstring); `event` is
-        `takes(request)`."""
+        `takes(request)`. `anew` makes the event a new socket gets instead, where `event`
+        continues a response only the kept socket held and that socket is found closed."""
         url = ws_upstream_url(request.url)
         key = (url, tuple(request.headers))
         connect_timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
@@ -271,7 +300,10 @@ class UpstreamSockets:
                     await sock.close(GOING_AWAY)
                     sock = None
                     if reused:
-                        continue  # a kept socket the upstream had closed: once more, anew
+                        # A kept socket the upstream had closed: once more, anew, the turn
+                        # whole if the closed socket held its conversation.
+                        event = (anew() if anew is not None else None) or event
+                        continue
                     raise UpstreamUnreachable(TransportFault.RESET_BEFORE_HEAD, str(exc)) from exc
                 head = read_ws_upstream_event(first[0])
                 if head.error:
@@ -308,3 +340,13 @@ async def _open(url: str, headers: Headers, timeout: float, max_message: int) ->
     if isinstance(dialed, Refused):
         return dialed
     return _Socket(dialed, max_message)
+
+
+@dataclass(frozen=True, slots=True)
+class SocketTurn:
+    """One turn of a client's Responses socket, as the relay carries it: the upstream sockets
+    that client socket keeps, and the turn as the client sent it when the gateway expanded its
+    ``previous_response_id`` (twserve/gateway/conversations.py)."""
+
+    sockets: UpstreamSockets
+    as_sent: TurnAsSent | None = None

@@ -57,6 +57,7 @@ STATUS: dict[FailureKind, int | None] = {
     K.SEALED_REASONING: 400,
     K.CONTEXT_OVERFLOW: 400,
     K.CLIENT_ERROR: 400,
+    K.GATEWAY_BUSY: None,
 }
 TYPICAL = -1  # failure(): the kind's usual status from STATUS
 RESEND = {

@@ -230,3 +230,27 @@ def test_a_responses_socket_leg_builds_its_event_without_parsing_the_body(
     created = json_loads(event)
     assert created["type"] == "response.create" and created["model"] == "up-gpt"
     assert "stream" not in created
+
+
+def test_a_turn_as_sent_and_its_expansion_are_each_written_and_kept() -> None:
+    from twengine.attempt import TurnAsSent
+
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "-3 °C"}
+    bare = {"model": "gpt", "input": [output], "previous_response_id": "resp_1", "stream": True}
+    history = [
+        {"type": "message", "role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"},
+    ]
+    expanded = {"model": "gpt", "input": [*history, output], "stream": True}
+    raw = json_dumps(expanded)
+    requests = AttemptRequests(
+        call(Dialect.OPENAI_RESPONSES, stream=True), raw, "gpt", parsed=json_loads(raw)
+    )
+    as_sent = TurnAsSent(body=json_dumps(bare), parsed=bare, previous="resp_1")
+    to = dest("socket", Dialect.OPENAI_RESPONSES, "up-gpt")
+    for _ in range(2):  # each form from its own kept translation, in either order
+        written = sent(requests, to, as_sent=as_sent)
+        assert written["previous_response_id"] == "resp_1" and written["input"] == [output]
+        assert written["model"] == "up-gpt"
+        whole = sent(requests, to)
+        assert "previous_response_id" not in whole and whole["input"] == [*history, output]

@@ -268,6 +268,24 @@ def test_what_an_upstream_message_is_to_the_turn(
     assert read_ws_upstream_event("not json").type == ""
 
 
+@pytest.mark.parametrize(
+    ("event", "kept"),
+    [
+        ({"type": "response.completed", "response": {"id": "resp_1"}}, "resp_1"),
+        ({"type": "response.incomplete", "response": {"id": "resp_2"}}, "resp_2"),
+        # A failed response is no conversation to continue; nor is an event without an id.
+        ({"type": "response.failed", "response": {"id": "resp_3"}}, None),
+        ({"type": "response.created", "response": {"id": "resp_4"}}, None),
+        ({"type": "response.completed", "response": {"id": 7}}, None),
+        ({"type": "response.completed"}, None),
+    ],
+)
+def test_the_response_a_closing_event_leaves_on_the_socket(
+    event: dict[str, object], kept: str | None
+) -> None:
+    assert read_ws_upstream_event(json.dumps(event)).kept == kept
+
+
 def test_an_upstream_error_event_is_the_http_answer_it_stands_for() -> None:
     error = {
         "type": "rate_limit_error",

@@ -49,6 +49,7 @@ from twengine.attempt.machine import (
 )
 from twengine.attempt.requests import (
     AttemptRequests,
+    TurnAsSent,
 )
 from twengine.attempt.retry import (
     HINT_FLOOR_SECS,
@@ -93,6 +94,7 @@ __all__ = (
     "Send",
     "SendKeepAlive",
     "State",
+    "TurnAsSent",
     "WaitForSlot",
     "attempt_view",
     "base_backoff",

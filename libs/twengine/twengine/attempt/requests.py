@@ -17,10 +17,18 @@ next request there leaves out (docs/operations.md, "What goes upstream"):
   instruction instead (docs/failover.md, "Resuming a broken stream").
 
 A rewrite holds for the rest of the request; a continuation is always written afresh.
+
+A client Responses socket's turn that names an earlier response (``previous_response_id``)
+reaches the gateway expanded: the kept conversation in front of its new input
+(docs/conversion.md, "Responses state"). `TurnAsSent` is the same turn as the client sent it;
+an attempt over an upstream's own socket that holds that response is built from it
+(``build(..., as_sent=...)``; the shell knows which socket holds what), every other attempt
+from the expanded body. Both translations are kept, each for its own next attempt.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from twengine.attempt.actions import ResendReason
@@ -39,7 +47,18 @@ from twproto.ir import Effort, ReasoningLevel
 from twproto.stream import ResumableStream
 from twproto.translate import DEFAULT_MAX_TOKENS
 
-__all__ = ("AttemptRequests",)
+__all__ = ("AttemptRequests", "TurnAsSent")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnAsSent:
+    """A Responses turn as its client sent it: `body` (its bytes) and `parsed` (the same
+    object) carry only the new input and ``previous_response_id`` `previous`, which the
+    gateway expanded for every upstream that does not hold that response itself."""
+
+    body: bytes
+    parsed: dict[str, Any]
+    previous: str
 
 
 class AttemptRequests:
@@ -51,6 +70,7 @@ class AttemptRequests:
     may continue it (`twproto.ResumableStream`)."""
 
     __slots__ = (
+        "_as_sent",
         "_parsed",
         "body",
         "call",
@@ -76,6 +96,7 @@ class AttemptRequests:
         self._parsed = parsed
         self.model = model
         self.translated: dict[str, TranslatedRequest] = {}
+        self._as_sent: dict[str, TranslatedRequest] = {}  # the same, from a `TurnAsSent`
         self.rewrites: dict[str, ResendReason] = {}
         # The level a refused effort is resent with, per upstream (None: without an effort).
         self.effort_after: dict[str, Effort | None] = {}
@@ -99,6 +120,7 @@ class AttemptRequests:
         one. Returns that level's name for an effort refusal."""
         self.rewrites[dest.name] = reason
         self.translated.pop(dest.name, None)
+        self._as_sent.pop(dest.name, None)
         if reason is not ResendReason.EFFORT_REFUSED:
             return None
         level = level_after_refusal(self._asked_effort(dest), refusal)
@@ -125,17 +147,25 @@ class AttemptRequests:
         return reasoning_level(self.effort_after.get(dest.name))
 
     def build(
-        self, dest: Destination, continuing: ResumableStream | None = None, *, now: float
+        self,
+        dest: Destination,
+        continuing: ResumableStream | None = None,
+        *,
+        now: float,
+        as_sent: TurnAsSent | None = None,
     ) -> tuple[UpstreamRequest, UpstreamStream | None]:
         """The request for `dest`, and for a streamed call the opening that reads its answer
         (`now`: the wall clock, seconds since the epoch, for a converted answer's ``created``);
-        `continuing`: the answer that broke off, which `dest` is asked to continue."""
+        `continuing`: the answer that broke off, which `dest` is asked to continue; `as_sent`:
+        the turn as the client sent it, written instead of the expanded body (an upstream that
+        holds the response it continues)."""
         call = self.call
-        translated = self.translated.get(dest.name)
+        cache = self.translated if as_sent is None else self._as_sent
+        translated = cache.get(dest.name)
         if translated is None or continuing is not None:
             rewrite = self.rewrites.get(dest.name)
             translated = translate_request(
-                self.body,
+                self.body if as_sent is None else as_sent.body,
                 call.dialect,
                 dest.target.dialect,
                 model=dest.target.model,
@@ -146,9 +176,9 @@ class AttemptRequests:
                 drop_sealed_reasoning=rewrite is ResendReason.SEALED_REASONING or dest.drop_sealed,
                 continuation=continuing.text if continuing is not None else None,
                 prefill=rewrite is not ResendReason.PREFILL_REFUSED,
-                parsed=self._body(),
+                parsed=self._body() if as_sent is None else as_sent.parsed,
             )
-            self.translated[dest.name] = translated
+            cache[dest.name] = translated
             self.dropped = translated.dropped
         request = upstream_request(
             dest.target, call, translated.body, now=now, fields=translated.fields

@@ -335,6 +335,8 @@ def ws_tag_stream_id(data: str, stream_id: str) -> str:
 _TRANSPORT_ONLY = ("stream", "stream_options", "background")
 # The events that end a response on the socket (as the end of the body ends it over HTTP).
 _TURN_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+# The ends of a response the next turn may continue (the gateway keeps these too).
+_CONTINUABLE = frozenset({"response.completed", "response.incomplete"})
 
 
 def ws_upstream_url(url: str) -> str:
@@ -372,11 +374,14 @@ def ws_upstream_create(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamSocketEvent:
     """One upstream message, as far as the turn is concerned: its event `type` (empty when it
-    has none), whether it `ends` the turn, and whether it is an ``error`` event."""
+    has none), whether it `ends` the turn, and whether it is an ``error`` event. `kept`: the
+    id of the response a ``response.completed`` or ``response.incomplete`` event ends, which
+    the socket's next turn may name as its ``previous_response_id``."""
 
     type: str
     ends: bool
     error: bool
+    kept: str | None = None
 
 
 def read_ws_upstream_event(text: str) -> UpstreamSocketEvent:
@@ -391,7 +396,13 @@ def read_ws_upstream_event(text: str) -> UpstreamSocketEvent:
     if not isinstance(kind, str):
         return UpstreamSocketEvent(type="", ends=False, error=False)
     is_error = kind == "error"
-    return UpstreamSocketEvent(type=kind, ends=is_error or kind in _TURN_ENDS, error=is_error)
+    kept: str | None = None
+    if kind in _CONTINUABLE:
+        response = event.get("response")
+        found = response.get("id") if isinstance(response, dict) else None
+        kept = found if isinstance(found, str) and found else None
+    ends = is_error or kind in _TURN_ENDS
+    return UpstreamSocketEvent(type=kind, ends=ends, error=is_error, kept=kept)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
