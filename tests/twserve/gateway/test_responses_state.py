@@ -25,6 +25,7 @@ import pytest
 from tests.support.servers import PostgresServer
 from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
 from tests.twserve.store.test_store_pg import new_database
+from tests.twserve.support.responses_socket import TOOL_SCRIPT, WEATHER, socket_turn
 from tests.twserve.support.stack import Upstream, running_stack
 from twmock.script import MockSettings, parse_script
 
@@ -37,20 +38,6 @@ QUESTION = "Wie ist das Wetter in Oslo? 🌨️"
 RESULT = "-3 °C, Schnee ❄️"
 TEXT = "In Oslo schneit es bei -3 °C ☃️"
 THANKS = "Danke! Und morgen?"
-TOOLS = [
-    {
-        "type": "function",
-        "name": "weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
-TOOL_SCRIPT = {"tool_calls": 1, "tool_name": "weather", "tool_arguments": '{"city":"Oslo"}'}
-DONE = {"response.completed", "response.failed", "response.incomplete", "error"}
 
 
 def _up(fmt: str, script: dict[str, Any], **extra: Any) -> Upstream:
@@ -77,8 +64,8 @@ def _script(st: Any, name: str, script: dict[str, Any]) -> None:
 def _ask(client: openai.OpenAI, stream: bool, **fields: Any) -> Any:
     """One Responses request; the completed response (streamed: from its closing event)."""
     if not stream:
-        return client.responses.create(model=MODEL, tools=TOOLS, **fields)
-    with client.responses.stream(model=MODEL, tools=TOOLS, **fields) as events:
+        return client.responses.create(model=MODEL, tools=WEATHER, **fields)
+    with client.responses.stream(model=MODEL, tools=WEATHER, **fields) as events:
         for _ in events:
             pass
         return events.get_final_response()
@@ -257,14 +244,7 @@ async def test_per_key_count_cap_drops_the_oldest(stack: StackFactory) -> None:
 
 
 async def _turn(conn: Any, **fields: Any) -> list[Any]:
-    await conn.send({"type": "response.create", "model": MODEL, **fields})
-    events = []
-    with anyio.fail_after(10):
-        while True:
-            event = await conn.recv()
-            events.append(event)
-            if event.type in DONE:
-                return events
+    return await socket_turn(conn, {"model": MODEL, **fields})
 
 
 @pytest.mark.parametrize("fmt", ["anthropic", "openai-responses"])
@@ -274,12 +254,12 @@ async def test_socket_turns_chain_after_a_warm_up(stack: StackFactory, fmt: str)
     question = [{"role": "user", "content": QUESTION}]
     async with client.responses.connect() as conn:
         # Codex's warm-up: no upstream has a socket, so it is answered here.
-        warm = await _turn(conn, input=question, tools=TOOLS, generate=False, store=False)
+        warm = await _turn(conn, input=question, tools=WEATHER, generate=False, store=False)
         assert [e.type for e in warm] == ["response.created", "response.completed"]
         assert warm[-1].response.output == []
         assert len(st.mock("a").received) == 0
         first = await _turn(
-            conn, input=[], tools=TOOLS, previous_response_id=warm[-1].response.id, store=False
+            conn, input=[], tools=WEATHER, previous_response_id=warm[-1].response.id, store=False
         )
         (call,) = [o for o in first[-1].response.output if o.type == "function_call"]
         _script(st, "a", {"text": TEXT})
@@ -287,7 +267,7 @@ async def test_socket_turns_chain_after_a_warm_up(stack: StackFactory, fmt: str)
         second = await _turn(
             conn,
             input=[output],
-            tools=TOOLS,
+            tools=WEATHER,
             previous_response_id=first[-1].response.id,
             store=False,
         )
@@ -320,12 +300,12 @@ def test_two_instances_on_postgres_share_responses(
         ) as two,
     ):
         with _client(one.url) as first_client, _client(two.url) as second_client:
-            first = first_client.responses.create(model=MODEL, input=QUESTION, tools=TOOLS)
+            first = first_client.responses.create(model=MODEL, input=QUESTION, tools=WEATHER)
             (call,) = [o for o in first.output if o.type == "function_call"]
             deadline = time.monotonic() + 5
             second = second_client.responses.create(
                 model=MODEL,
-                tools=TOOLS,
+                tools=WEATHER,
                 previous_response_id=first.id,
                 input=[{"type": "function_call_output", "call_id": call.call_id, "output": RESULT}],
             )

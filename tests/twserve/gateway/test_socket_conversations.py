@@ -18,11 +18,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import anyio
 import openai
 import pytest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
+from tests.twserve.support.responses_socket import TOOL_SCRIPT, WEATHER, socket_turn
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 
@@ -35,20 +35,6 @@ QUESTION = {"role": "user", "content": "Wie ist das Wetter in Oslo? 🌨️"}
 RESULT = "-3 °C, Schnee ❄️"
 TEXT = "In Oslo schneit es bei -3 °C ☃️"
 LATER = "Und morgen? 🌤️"
-TOOLS = [
-    {
-        "type": "function",
-        "name": "weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
-TOOL_SCRIPT = {"tool_calls": 1, "tool_name": "weather", "tool_arguments": '{"city":"Oslo"}'}
-DONE = {"response.completed", "response.failed", "response.incomplete", "error"}
 
 
 def _up(fmt: str, script: dict[str, Any], **extra: Any) -> Upstream:
@@ -74,14 +60,7 @@ def _client(st: Stack) -> openai.AsyncOpenAI:
 
 
 async def _turn(conn: Any, **fields: Any) -> list[Any]:
-    await conn.send({"type": "response.create", "model": MODEL, "tools": TOOLS, **fields})
-    events = []
-    with anyio.fail_after(10):
-        while True:
-            event = await conn.recv()
-            events.append(event)
-            if event.type in DONE:
-                return events
+    return await socket_turn(conn, {"model": MODEL, "tools": WEATHER, **fields})
 
 
 def _completed(events: list[Any]) -> Any:

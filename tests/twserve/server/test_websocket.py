@@ -32,6 +32,7 @@ from wsproto.events import Request as WSRequest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
+from tests.twserve.support.responses_socket import TURN_ENDS, socket_turn, turn_text
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve.server import base, listener
@@ -44,7 +45,6 @@ FORMATS = ("anthropic", "openai-chat", "openai-responses", "gemini")
 MODEL = MODELS["openai-responses"]
 TEXT = "Grüße over one socket 🚀, turn by turn"
 TIMEOUT = 10.0
-DONE = {"response.completed", "response.failed", "response.incomplete", "error"}
 
 
 def _up(fmt: str, script: dict[str, Any], **extra: Any) -> Upstream:
@@ -56,19 +56,7 @@ def _client(st: Stack, key: str = KEY) -> openai.AsyncOpenAI:
 
 
 async def _turn(conn: Any, **fields: Any) -> list[Any]:
-    """Send one ``response.create`` and collect its events up to the one that ends the turn."""
-    await conn.send({"type": "response.create", "model": MODEL, "input": "hi", **fields})
-    events = []
-    with anyio.fail_after(TIMEOUT):
-        while True:
-            event = await conn.recv()
-            events.append(event)
-            if event.type in DONE:
-                return events
-
-
-def _text(events: list[Any]) -> str:
-    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    return await socket_turn(conn, {"model": MODEL, "input": "hi", **fields}, timeout=TIMEOUT)
 
 
 @asynccontextmanager
@@ -94,7 +82,7 @@ async def _raw_turn(ws: ClientConnection, event: dict[str, Any] | str) -> list[d
         while True:
             got = json.loads(await ws.recv())
             out.append(got)
-            if got["type"] in DONE:
+            if got["type"] in TURN_ENDS:
                 return out
 
 
@@ -124,7 +112,7 @@ async def test_text_turns_from_every_upstream_format(stack: StackFactory, fmt: s
     for events in (first, second):
         assert events[0].type == "response.created"
         assert events[-1].type == "response.completed"
-        assert _text(events) == TEXT
+        assert turn_text(events) == TEXT
         assert events[-1].response.output_text == TEXT
         assert events[-1].response.usage.output_tokens == 7
     rows = st.wait_rows(2)
@@ -141,7 +129,7 @@ async def test_a_long_answer_arrives_whole(stack: StackFactory) -> None:
     async with _client(st).responses.connect() as conn:
         events = await _turn(conn)
     assert events[-1].type == "response.completed"
-    text = _text(events)
+    text = turn_text(events)
     assert len(text) >= 300 * 4096 > 1 << 20
     assert events[-1].response.output_text == text
 
@@ -191,7 +179,7 @@ async def test_a_tool_call_round(stack: StackFactory, fmt: str) -> None:
             ],
         )
     assert second[-1].type == "response.completed"
-    assert _text(second) == TEXT
+    assert turn_text(second) == TEXT
     # The tool's result reached the upstream in its own format.
     assert "-3 °C" in mock.received[-1].body.decode()
     assert len(st.wait_rows(2)) == 2
@@ -211,7 +199,7 @@ async def test_error_before_content_fails_over(
     )
     async with _client(st).responses.connect() as conn:
         events = await _turn(conn)
-    assert events[-1].type == "response.completed" and _text(events) == TEXT
+    assert events[-1].type == "response.completed" and turn_text(events) == TEXT
     (row,) = st.wait_rows(1)
     assert (row["status"], row["provider"]) == (200, "b")
     first, second = attempts(row)
@@ -243,7 +231,7 @@ async def test_a_refused_turn_then_a_good_one_on_the_same_socket(stack: StackFac
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert failed.status == 403 and failed.response.error.code == "gw.rule.denied"
     assert failed.response.error.message and failed.response.model == "forbidden-1"
-    assert good[-1].type == "response.completed" and _text(good) == TEXT
+    assert good[-1].type == "response.completed" and turn_text(good) == TEXT
     rows = st.wait_rows(2)
     assert [r["status"] for r in rows] == [403, 200]
     assert rows[0]["error_code"] == "gw.rule.denied"
@@ -554,11 +542,11 @@ async def test_a_stream_cut_after_content_fails_the_turn_not_the_socket(
     async with _client(st).responses.connect() as conn:
         broken = await _turn(conn)
         assert broken[-1].type in ("response.failed", "error")
-        assert _text(broken)  # content had reached the client: no failover
+        assert turn_text(broken)  # content had reached the client: no failover
         mock = st.mock("a")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         good = await _turn(conn)
-    assert good[-1].type == "response.completed" and _text(good) == TEXT
+    assert good[-1].type == "response.completed" and turn_text(good) == TEXT
     assert len(st.wait_rows(2)) == 2
 
 

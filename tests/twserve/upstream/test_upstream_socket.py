@@ -19,6 +19,7 @@ import pytest
 import websockets
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
+from tests.twserve.support.responses_socket import WEATHER, socket_turn, turn_text
 from tests.twserve.support.stack import Stack, Upstream
 from tests.twserve.support.tls_front import certificates, tls_front
 from twengine.config import ConfigError, build_config
@@ -29,20 +30,7 @@ pytestmark = pytest.mark.anyio
 MODEL = MODELS["openai-responses"]
 TEXT = "Über den Socket des Upstreams 🚀"
 TIMEOUT = 10.0
-DONE = {"response.completed", "response.failed", "response.incomplete", "error"}
 WS = {"responses_transport": "websocket"}
-TOOLS = [
-    {
-        "type": "function",
-        "name": "weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
 
 
 def _up(script: dict[str, Any], fmt: str = "openai-responses", **extra: Any) -> Upstream:
@@ -54,18 +42,7 @@ def _client(st: Stack) -> openai.AsyncOpenAI:
 
 
 async def _turn(conn: Any, **fields: Any) -> list[Any]:
-    await conn.send({"type": "response.create", "model": MODEL, "input": "hi", **fields})
-    events = []
-    with anyio.fail_after(TIMEOUT):
-        while True:
-            event = await conn.recv()
-            events.append(event)
-            if event.type in DONE:
-                return events
-
-
-def _text(events: list[Any]) -> str:
-    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    return await socket_turn(conn, {"model": MODEL, "input": "hi", **fields}, timeout=TIMEOUT)
 
 
 def _routing(row: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +61,7 @@ async def test_text_turns_go_over_the_upstream_socket(stack: StackFactory) -> No
         second = await _turn(conn, input="again")
     for events in (first, second):
         assert events[-1].type == "response.completed"
-        assert _text(events) == TEXT
+        assert turn_text(events) == TEXT
         assert events[-1].response.usage.output_tokens == 7
     mock = st.mock("a")
     # One upstream socket carried both turns; nothing went over HTTP.
@@ -115,15 +92,15 @@ async def test_a_tool_call_round_on_one_upstream_socket(stack: StackFactory) -> 
     )
     question = {"role": "user", "content": "Weather in Oslo?"}
     async with _client(st).responses.connect() as conn:
-        first = await _turn(conn, input=[question], tools=TOOLS)
+        first = await _turn(conn, input=[question], tools=WEATHER)
         done = first[-1].response
         (call,) = [o for o in done.output if o.type == "function_call"]
         assert (call.name, json.loads(call.arguments)) == ("weather", {"city": "Oslo"})
         mock = st.mock("a")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         output = {"type": "function_call_output", "call_id": call.call_id, "output": "-3 °C"}
-        second = await _turn(conn, tools=TOOLS, previous_response_id=done.id, input=[output])
-    assert second[-1].type == "response.completed" and _text(second) == TEXT
+        second = await _turn(conn, tools=WEATHER, previous_response_id=done.id, input=[output])
+    assert second[-1].type == "response.completed" and turn_text(second) == TEXT
     # The continuation reached the same upstream socket, its previous_response_id with it.
     assert mock.sockets.turns == [2]
     sent = json.loads(mock.received[-1].body)
@@ -149,7 +126,7 @@ async def test_an_error_before_content_fails_over(
     async with _client(st).responses.connect() as conn:
         events = await _turn(conn)
         again = await _turn(conn)
-    assert events[-1].type == "response.completed" and _text(events) == TEXT
+    assert events[-1].type == "response.completed" and turn_text(events) == TEXT
     assert again[-1].type == "response.completed"
     first_row = st.wait_rows(2)[0]
     assert (first_row["status"], first_row["provider"]) == (200, "b")
@@ -178,7 +155,7 @@ async def test_an_upstream_that_refuses_the_upgrade_fails_over(
     st.mock("a").sockets.refuse_status = status
     async with _client(st).responses.connect() as conn:
         events = await _turn(conn)
-    assert _text(events) == TEXT
+    assert turn_text(events) == TEXT
     (row,) = st.wait_rows(1)
     assert (row["status"], row["provider"]) == (200, "b")
     refused, ok = attempts(row)
@@ -209,7 +186,7 @@ async def test_a_refused_turn_then_a_good_turn_on_the_same_socket(stack: StackFa
         good = await _turn(conn)
     (failed,) = refused
     assert failed.type == "response.failed" and failed.status == 403
-    assert good[-1].type == "response.completed" and _text(good) == TEXT
+    assert good[-1].type == "response.completed" and turn_text(good) == TEXT
     rows = st.wait_rows(2)
     assert [r["status"] for r in rows] == [403, 200]
     assert _routing(rows[1])["upstream_transport"] == "websocket"
@@ -226,7 +203,7 @@ async def test_an_upstream_refusal_is_the_clients_error_and_the_socket_is_kept(
         mock = st.mock("a")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         good = await _turn(conn)
-    assert _text(good) == TEXT
+    assert turn_text(good) == TEXT
     assert st.mock("a").sockets.turns == [2]
 
 
@@ -240,7 +217,7 @@ async def test_an_upstream_socket_closed_between_turns_is_opened_again(
     async with _client(st).responses.connect() as conn:
         first = await _turn(conn)
         second = await _turn(conn)
-    assert _text(first) == _text(second) == TEXT
+    assert turn_text(first) == turn_text(second) == TEXT
     assert st.mock("a").sockets.turns == [1, 1]
     assert [r["status"] for r in st.wait_rows(2)] == [200, 200]
 
@@ -301,7 +278,7 @@ async def test_a_wss_upstream_socket(
         async with _client(st).responses.connect() as conn:
             first = await _turn(conn)
             second = await _turn(conn)
-    assert _text(first) == _text(second) == TEXT
+    assert turn_text(first) == turn_text(second) == TEXT
     assert st.mock("a").sockets.turns == [2]
     assert _routing(st.wait_rows(2)[1])["upstream_transport"] == "websocket"
 
@@ -346,7 +323,7 @@ async def test_a_stream_broken_mid_answer_leaves_a_new_socket_for_the_next_turn(
         assert broken[-1].type in ("error", "response.failed")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         good = await _turn(conn)
-    assert _text(good) == TEXT
+    assert turn_text(good) == TEXT
     # The first socket dropped mid-response; the next turn opened another.
     assert mock.sockets.turns == [1, 1]
     rows = st.wait_rows(2)
@@ -368,7 +345,7 @@ async def test_a_rate_limit_event_pauses_the_upstream_for_its_retry_after(
     )
     async with _client(st).responses.connect() as conn:
         events = await _turn(conn)
-    assert _text(events) == TEXT
+    assert turn_text(events) == TEXT
     gw = st.app.gateway
     snap = gw.router.health.snapshot("a", gw.clock())
     # A rate limit pauses only for the wait it names: the Retry-After reached the classifier.
@@ -401,7 +378,7 @@ async def test_two_providers_on_one_base_url_keep_their_own_transport(
     async with _client(st).responses.connect() as conn:
         for model in ("m-sock", "m-plain", "m-sock", "m-plain"):
             events = await _turn(conn, model=model)
-            assert events[-1].type == "response.completed" and _text(events) == TEXT
+            assert events[-1].type == "response.completed" and turn_text(events) == TEXT
     mock = st.mock(first)
     # Only the socket provider's key opened an upstream socket, and that socket carried both
     # of its turns; the other provider's turns went over HTTP.
