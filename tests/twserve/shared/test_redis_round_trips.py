@@ -188,35 +188,27 @@ def _counted(
     assert background <= 4, (name, background)
 
 
+@pytest.mark.parametrize("where", ["server", "cluster"])
 @pytest.mark.parametrize(
-    ("name", "config", "extra", "awaited_at_most", "on_cluster"), CASES, ids=[c[0] for c in CASES]
+    ("name", "config", "extra", "on_server", "on_cluster"), CASES, ids=[c[0] for c in CASES]
 )
 def test_round_trips_a_request_waits_for(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
-    redis_server: RedisServer,
-    name: str,
-    config: dict[str, Any],
-    extra: dict[str, Any],
-    awaited_at_most: int,
-    on_cluster: int,
-) -> None:
-    redis.Redis.from_url(redis_server.url).flushdb()
-    _counted(tmp_path, redis_server.url, name, config, extra, awaited_at_most)
-
-
-@pytest.mark.parametrize(
-    ("name", "config", "extra", "on_server", "awaited_at_most"), CASES, ids=[c[0] for c in CASES]
-)
-def test_round_trips_on_a_cluster(
-    tmp_path: Path,
-    redis_cluster: RedisClusterSet,
+    where: str,
     name: str,
     config: dict[str, Any],
     extra: dict[str, Any],
     on_server: int,
-    awaited_at_most: int,
+    on_cluster: int,
 ) -> None:
-    _counted(tmp_path, redis_cluster.url, f"{name} (Cluster)", config, extra, awaited_at_most)
+    if where == "server":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        redis.Redis.from_url(server.url).flushdb()
+        _counted(tmp_path, server.url, name, config, extra, on_server)
+    else:
+        cluster: RedisClusterSet = request.getfixturevalue("redis_cluster")
+        _counted(tmp_path, cluster.url, f"{name} (Cluster)", config, extra, on_cluster)
 
 
 @pytest.mark.parametrize(
