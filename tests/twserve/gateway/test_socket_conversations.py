@@ -50,6 +50,15 @@ def _by_model() -> dict[str, Any]:
     return {"routes": [{"name": "default", "rules": rules}], "failover": {"wait_secs": 1}}
 
 
+def _by_model_stack(stack: StackFactory) -> Stack:
+    """`a`, a socket upstream that calls the tool, and `b`, an Anthropic one, routed by model."""
+    upstreams = {
+        "a": _up("openai-responses", TOOL_SCRIPT, **WS),
+        "b": _up("anthropic", {"text": TEXT}),
+    }
+    return stack(upstreams, config=_by_model())
+
+
 def _script(st: Stack, name: str, script: dict[str, Any]) -> None:
     mock = st.mock(name)
     mock.settings = replace(mock.settings, script=parse_script(script))
@@ -94,10 +103,7 @@ def _anthropic_round(body: dict[str, Any], call_id: str) -> None:
 async def test_a_tool_round_routed_away_from_the_socket_gets_the_history(
     stack: StackFactory,
 ) -> None:
-    st = stack(
-        {"a": _up("openai-responses", TOOL_SCRIPT, **WS), "b": _up("anthropic", {"text": TEXT})},
-        config=_by_model(),
-    )
+    st = _by_model_stack(stack)
     async with _client(st).responses.connect() as conn:
         first = _completed(await _turn(conn, input=[QUESTION]))
         output = _output(first)
@@ -122,10 +128,7 @@ async def test_a_tool_round_routed_away_from_the_socket_gets_the_history(
 
 
 async def test_the_socket_upstream_gets_the_bare_turn(stack: StackFactory) -> None:
-    st = stack(
-        {"a": _up("openai-responses", TOOL_SCRIPT, **WS), "b": _up("anthropic", {"text": TEXT})},
-        config=_by_model(),
-    )
+    st = _by_model_stack(stack)
     async with _client(st).responses.connect() as conn:
         first = _completed(await _turn(conn, input=[QUESTION]))
         output = _output(first)

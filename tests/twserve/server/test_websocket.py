@@ -32,7 +32,13 @@ from wsproto.events import Request as WSRequest
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, attempts, fallback
 from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
-from tests.twserve.support.responses_socket import TURN_ENDS, socket_turn, turn_text
+from tests.twserve.support.responses_socket import (
+    TOOL_SCRIPT,
+    TURN_ENDS,
+    WEATHER,
+    socket_turn,
+    turn_text,
+)
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 from twserve.server import base, listener
@@ -138,35 +144,19 @@ async def test_a_long_answer_arrives_whole(stack: StackFactory) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_a_tool_call_round(stack: StackFactory, fmt: str) -> None:
     st = stack(
-        {
-            "a": _up(
-                fmt, {"tool_calls": 1, "tool_name": "weather", "tool_arguments": '{"city":"Oslo"}'}
-            )
-        },
+        {"a": _up(fmt, TOOL_SCRIPT)},
         config=fallback("a"),
     )
-    tools = [
-        {
-            "type": "function",
-            "name": "weather",
-            "description": "The weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        }
-    ]
     question = {"role": "user", "content": "Weather in Oslo?"}
     async with _client(st).responses.connect() as conn:
-        first = await _turn(conn, input=[question], tools=tools)
+        first = await _turn(conn, input=[question], tools=WEATHER)
         (call,) = [o for o in first[-1].response.output if o.type == "function_call"]
         assert (call.name, json.loads(call.arguments)) == ("weather", {"city": "Oslo"})
         mock = st.mock("a")
         mock.settings = replace(mock.settings, script=parse_script({"text": TEXT}))
         second = await _turn(
             conn,
-            tools=tools,
+            tools=WEATHER,
             input=[
                 question,
                 {
