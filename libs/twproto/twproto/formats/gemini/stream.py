@@ -39,10 +39,13 @@ __all__ = (
 # The watch path's needles: usage rides on every chunk, so the finish reason and errors are what
 # the watch path parses for (the last chunk, with its finishReason, also has the final usage), and
 # a blocked prompt's one chunk (``promptFeedback.blockReason``, no candidates), which ends the
-# answer. Gemini's SSE events have no names; the JSON-array stream's elements are always followed.
+# answer. Both keys end in ``Reason"``, which is searched for once: every needle is a scan of the
+# whole chunk on every relayed chunk, and a chunk's text cannot hold it (a quote in text is
+# escaped). Gemini's SSE events have no names; the JSON-array stream's elements are always
+# followed.
 WATCH = WatchNeedles(
-    chunk_markers=(b"finishReason", b"blockReason", b"error"),
-    data_needles=('"finishReason"', '"blockReason"', '"error"'),
+    chunk_markers=(b'Reason"', b"error"),
+    data_needles=('Reason"', '"error"'),
 )
 
 
