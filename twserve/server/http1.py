@@ -159,7 +159,9 @@ class Connection:
     ) -> None:
         self.stream = stream
         self.switches = switches
-        self.draining = anyio.Event()
+        # Made only when the connection is handed to another protocol (`_handoff`), which
+        # waits on it: an event (and its waiter queue) per connection is most of a kilobyte.
+        self._draining: anyio.Event | None = None
         self.handler = handler
         self.limits = limits
         self.errors = errors
@@ -171,7 +173,7 @@ class Connection:
         # The scope of the handler running now: a client that stops reading cancels it.
         self.handler_scope: anyio.CancelScope | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
-        self.client_gone = anyio.Event()
+        self.client_gone = False  # the client closed, reset or stopped reading
         # Draining: finish the request in progress, take no further one on this connection.
         self.closing = False
         self.idle_scope: anyio.CancelScope | None = None
@@ -220,13 +222,13 @@ class Connection:
     def _client_left(self) -> None:
         """The client closed or reset the connection (or stopped reading) while its handler
         ran."""
-        self.client_gone.set()
+        self.client_gone = True
         if self.handler_scope is not None:
             self.handler_scope.cancel()
 
     async def close(self) -> None:
         """Drop the connection at once (a broken exchange, a client that left)."""
-        self.client_gone.set()
+        self.client_gone = True
         await self.out.close_stream()
 
     async def close_gracefully(self) -> None:
@@ -308,7 +310,8 @@ class Connection:
         """Finish the request in progress and take no further one; the protocol the connection
         was handed to, if any, drains as well."""
         self.closing = True
-        self.draining.set()
+        if self._draining is not None:
+            self._draining.set()
         if self.idle_scope is not None:
             self.idle_scope.cancel()
 
@@ -410,6 +413,9 @@ class Connection:
 
     def _handoff(self, request: Request) -> Handoff:
         buffered, _ = self.h11.trailing_data
+        draining = self._draining = anyio.Event()
+        if self.closing:
+            draining.set()
         return Handoff(
             request=request,
             stream=self.stream,
@@ -417,7 +423,7 @@ class Connection:
             handler=self.handler,
             limits=self.limits,
             errors=self.errors,
-            draining=self.draining,
+            draining=draining,
             check_head=self.check_head,
             budget=self.budget,
             idle=self.idle,
@@ -540,7 +546,7 @@ class Connection:
                     data = await self._receive()
                 if data is not None:
                     if not data:
-                        self.client_gone.set()
+                        self.client_gone = True
                         scope.cancel()
                         return
                     # Pipelined bytes of the next request: keep them for h11, bounded.
@@ -626,7 +632,7 @@ class Connection:
 
     async def _after_answer(self, request: Request, responder: Responder) -> bool:
         """After the handler: whether the connection takes another request."""
-        if self.closed or self.client_gone.is_set():
+        if self.closed or self.client_gone:
             return False
         if not responder.started:
             await self._send_rejection(
