@@ -82,6 +82,17 @@ def _output(response: Any) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call.call_id, "output": RESULT}
 
 
+async def _tool_round(st: Stack, conn: Any) -> tuple[Any, dict[str, Any], Any]:
+    """The question, answered by `a` with a tool call, then the tool's result, which `a`
+    answers with `TEXT`: the first response, the result item, the second response."""
+    first = _completed(await _turn(conn, input=[QUESTION]))
+    output = _output(first)
+    _script(st, "a", {"text": TEXT})
+    second = _completed(await _turn(conn, input=[output], previous_response_id=first.id))
+    assert second.output_text == TEXT
+    return first, output, second
+
+
 def _sent(st: Stack, name: str) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(st.mock(name).received[-1].body)
     return body
@@ -130,11 +141,7 @@ async def test_a_tool_round_routed_away_from_the_socket_gets_the_history(
 async def test_the_socket_upstream_gets_the_bare_turn(stack: StackFactory) -> None:
     st = _by_model_stack(stack)
     async with _client(st).responses.connect() as conn:
-        first = _completed(await _turn(conn, input=[QUESTION]))
-        output = _output(first)
-        _script(st, "a", {"text": TEXT})
-        second = _completed(await _turn(conn, input=[output], previous_response_id=first.id))
-        assert second.output_text == TEXT
+        first, output, second = await _tool_round(st, conn)
         # The kept conversation holds a's turns too: the next turn may go to b.
         third = _completed(
             await _turn(conn, model=OTHER, input=LATER, previous_response_id=second.id)
@@ -198,11 +205,7 @@ async def test_a_socket_opened_anew_gets_the_history(stack: StackFactory) -> Non
     # The upstream ends its socket after each response: the next socket holds nothing.
     st.mock("a").sockets.close_after_turn = 1001
     async with _client(st).responses.connect() as conn:
-        first = _completed(await _turn(conn, input=[QUESTION]))
-        output = _output(first)
-        _script(st, "a", {"text": TEXT})
-        second = _completed(await _turn(conn, input=[output], previous_response_id=first.id))
-        assert second.output_text == TEXT
+        await _tool_round(st, conn)
     assert st.mock("a").sockets.turns == [1, 1]
     sent = _sent(st, "a")
     assert "previous_response_id" not in sent
