@@ -15,7 +15,9 @@ is the added time a new request sees.
 Per target and N it reports: RSS per open stream (peak RSS during the run minus RSS before it,
 over N), CPU per chunk (the target process's CPU over the run / chunks the generator read),
 per-chunk delay p50/p99/p999 (generator's clock at the read minus the upstream's at the write),
-the new request's added time to first byte (p50/p99), errors, the CPU share of the target,
+the new request's added time to first byte (p50/p99; over the whole run, and over the window in
+which all N are open: from the end of the ramp until the first stream can end), how soon a
+refused probe had its refusal, errors, the CPU share of the target,
 the generator and the upstream over the run's busiest 2 s, and what limited first.
 
 ``--same-rate K`` adds, for each N above K, a run of K streams whose gaps are K/N as long: the
@@ -119,8 +121,9 @@ def _open_files_limit(pid: int) -> int:
     return 0
 
 
-async def _ttfb(port: int, request: bytes) -> float | str:
-    """Seconds to the first byte of a new connection's answer, or why there was none."""
+async def _ttfb(port: int, request: bytes) -> tuple[float | None, str | None]:
+    """Seconds to the first byte of a new connection's answer (None: none came), and why it
+    was no answer (None: it was one)."""
     start = time.perf_counter()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
@@ -128,11 +131,12 @@ async def _ttfb(port: int, request: bytes) -> float | str:
         head = await asyncio.wait_for(reader.read(12), 30)
         first = time.perf_counter() - start
     except (OSError, TimeoutError) as err:
-        return type(err).__name__
+        return None, type(err).__name__
     try:
         if not head.startswith(b"HTTP/1.1 200"):
-            return refusal(head[9:12].decode("latin-1"), *await _refusal_rest(reader, head))
-        return first
+            why = refusal(head[9:12].decode("latin-1"), *await _refusal_rest(reader, head))
+            return first, why
+        return first, None
     finally:
         writer.close()
 
@@ -171,6 +175,17 @@ _SHED = re.compile(r"event loop|max_requests")
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def _added(
+    probes: dict[str, list[tuple[float, float]]], window: tuple[float, float]
+) -> dict[str, float]:
+    """Target minus direct time to first byte (ms) at p50 and p99, over probes sent in `window`."""
+    inside = {k: [v for t, v in got if window[0] <= t < window[1]] for k, got in probes.items()}
+    return {
+        q: (_pct(inside["target"], p) - _pct(inside["direct"], p)) * 1e3
+        for q, p in (("p50", 0.5), ("p99", 0.99))
+    }
 
 
 async def _drive(
@@ -217,9 +232,12 @@ async def _drive(
     outputs = [asyncio.ensure_future(c.communicate()) for c in clients]
     rss_peak = rss_before
     samples: list[tuple[float, float, float, float]] = []  # time, target, upstream, generator CPU
-    probes: dict[str, list[float]] = {"target": [], "direct": []}
+    # Each probe's answer time, with the seconds since the generator started when it was sent.
+    probes: dict[str, list[tuple[float, float]]] = {"target": [], "direct": []}
     probe_errors: dict[str, int] = {}
+    refused_in: list[float] = []  # seconds to the first byte of each refusal
     turn = 0
+    started = time.monotonic()
     while not all(o.done() for o in outputs):
         now = time.monotonic()
         rss_peak = max(rss_peak, _rss_kib(pid))
@@ -232,14 +250,16 @@ async def _drive(
         samples.append((now, cpu_seconds(pid, fine=fine), cpu_seconds(pids["upstream"]), gen))
         which = "target" if turn % 2 == 0 else "direct"
         turn += 1
-        got = await _ttfb(
+        first, why = await _ttfb(
             port if which == "target" else ports["upstream"], probe if which == "target" else direct
         )
-        if isinstance(got, float):
-            probes[which].append(got)
+        if why is None and first is not None:
+            probes[which].append((now - started, first))
         else:
-            key = f"{which}: {got}"
+            key = f"{which}: {why}"
             probe_errors[key] = probe_errors.get(key, 0) + 1
+            if first is not None:
+                refused_in.append(first)
         await asyncio.sleep(max(0.0, args.probe_every - (time.monotonic() - now)))
     results = [json.loads(o.result()[0].decode().strip().splitlines()[-1]) for o in outputs]
     cpu_used = cpu_seconds(pid, fine=fine) - cpu_before
@@ -259,10 +279,12 @@ async def _drive(
                 for k, a, b in zip(peak, c0, c1, strict=True):
                     peak[k] = max(peak[k], (b - a) / (t1 - t0))
                 break
-    added = {
-        q: (_pct(probes["target"], p) - _pct(probes["direct"], p)) * 1e3
-        for q, p in (("p50", 0.5), ("p99", 0.99))
-    }
+    # Every stream is open from the end of the ramp until the first can end (its shortest
+    # silence and duration): the added time to first byte while all N run, beside the whole run's
+    # (which includes the ramp's N new requests in --ramp seconds).
+    all_open = (args.ramp, _range_us(args.think)[0] / 1e6 + _range_us(args.duration)[0] / 1e6)
+    added = _added(probes, (0.0, float("inf")))
+    added_open = _added(probes, all_open)
     delay = {
         k: max(r["delay_ms"][k] for r in results) if len(results) > 1 else results[0]["delay_ms"][k]
         for k in ("p50", "p99", "p999", "max")
@@ -316,6 +338,12 @@ async def _drive(
         "cpu_us_per_chunk": cpu_used / chunks * 1e6 if chunks else float("nan"),
         "delay_ms": delay,
         "added_ttfb_ms": added,
+        "added_ttfb_all_open_ms": added_open,
+        "all_open_s": all_open,
+        "probe_log": probes,
+        "refused_in_ms": {
+            q: _pct(refused_in, p) * 1e3 for q, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+        },
         "probes": {k: len(v) for k, v in probes.items()},
         "peak_cpu_share": peak,
         "generator_cpu_s": gen_cpu,
@@ -325,9 +353,8 @@ async def _drive(
 
 
 def _row(r: dict[str, object], proxy: dict[str, object] | None) -> str:
-    d = r["delay_ms"]
-    a = r["added_ttfb_ms"]
-    assert isinstance(d, dict) and isinstance(a, dict)
+    d, a, o = r["delay_ms"], r["added_ttfb_ms"], r["added_ttfb_all_open_ms"]
+    assert isinstance(d, dict) and isinstance(a, dict) and isinstance(o, dict)
     cpu = float(str(r["cpu_us_per_chunk"]))
     ratio = ""
     if proxy is not None and float(str(proxy["cpu_us_per_chunk"])) > 0:
@@ -343,13 +370,15 @@ def _row(r: dict[str, object], proxy: dict[str, object] | None) -> str:
         f"| {r['target']} | {r['completed']:,} / {r['streams']:,} | {r['chunks_per_s']:,.0f}"
         f" | {rss:.1f} KiB{rss_ratio} | {cpu:.1f} µs{ratio}"
         f" | {d['p50']:.1f} / {d['p99']:.1f} / {d['p999']:.1f} ms"
-        f" | {a['p50']:.2f} / {a['p99']:.2f} ms | {n_err:,} | {'; '.join(r['limited_by'])} |"  # type: ignore[arg-type]
+        f" | {o['p50']:.2f} / {o['p99']:.2f} ms | {a['p50']:.2f} / {a['p99']:.2f} ms"
+        f" | {n_err:,} | {'; '.join(r['limited_by'])} |"  # type: ignore[arg-type]
     )
 
 
 HEADER = (
     "| target | completed | chunks/s | RSS per stream | CPU per chunk | chunk delay p50 / p99 /"
-    " p999 | added TTFB p50 / p99 | errors | limited by |\n|---|---|---|---|---|---|---|---|---|"
+    " p999 | added TTFB, all open, p50 / p99 | added TTFB, whole run | errors | limited by |"
+    "\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -463,6 +492,13 @@ def main() -> None:
             for kind, errors in (("streams", r["errors"]), ("probes", r["probe_errors"])):
                 if errors:
                     print(f"\n{r['target']} {kind}' errors: {json.dumps(errors)}")
+            took = r["refused_in_ms"]
+            assert isinstance(took, dict)
+            if took["max"] == took["max"]:  # not NaN: some probe was answered with a refusal
+                print(
+                    f"{r['target']} probes refused within {took['p50']:.1f} ms p50,"
+                    f" {took['p99']:.1f} ms p99, {took['max']:.1f} ms at most"
+                )
     if args.json:
         Path(args.json).write_text(
             json.dumps(

@@ -43,6 +43,8 @@ def test_many_streams_runs_every_variant_beside_the_proxy(
         assert r["chunks"] >= 25 * r["streams"]
         assert r["probes"]["target"] > 0 and r["probes"]["direct"] > 0
         assert r["delay_ms"]["p50"] > 0 and r["cpu_us_per_chunk"] > 0
+        assert set(r["added_ttfb_all_open_ms"]) == {"p50", "p99"}
+        assert set(r["refused_in_ms"]) == {"p50", "p99", "max"}
         assert r["limited_by"]
     faster = next(
         r for r in runs if r["target"] == "proxy" and r["rate_of"] == 80 and r["streams"] == 40

@@ -73,3 +73,35 @@ def test_max_requests_counts_the_requests_in_progress() -> None:
     refusal = gauge.verdict(listen)
     assert refusal is not None and "2 requests in progress" in refusal.message
     assert gauge.verdict(GatewayListen(max_requests=0, shed_loop_lag_ms=0)) is None
+
+
+def test_at_the_door_the_lag_as_it_stands_decides_before_any_sample_does() -> None:
+    gauge = LoadGauge()
+    fill(gauge, 1)
+    assert gauge.at_door(50.0, LAGGY) is None  # no sleep under way
+    gauge.due = 50.0  # the sampler's sleep should end at 50 s
+    assert gauge.at_door(50.099, LAGGY) is None  # 99 ms past it: under the bound
+    refusal = gauge.at_door(50.25, LAGGY)
+    assert refusal is not None and refusal.code == "gw.overloaded"
+    assert "250 ms behind" in refusal.message
+    assert gauge.shed == 0 and gauge.shed_at_door == 0  # the door counts what it answers
+    assert gauge.at_door(50.25, GatewayListen(shed_loop_lag_ms=0)) is None  # 0: never
+
+
+def test_at_the_door_a_shedding_loop_refuses_even_when_on_time_now() -> None:
+    gauge = LoadGauge()
+    fill(gauge, 180)
+    gauge.due = 10.0
+    refusal = gauge.at_door(9.95, LAGGY)
+    assert refusal is not None and "180 ms behind" in refusal.message
+
+
+def test_the_door_need_look_again_only_when_the_loop_could_be_behind_by_the_bound() -> None:
+    gauge = LoadGauge()
+    fill(gauge, 1)
+    assert gauge.door_wakes(7.0, LAGGY) == 8.0  # no sleep under way: in a second
+    gauge.due = 7.1
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.2)  # due + 100 ms
+    assert gauge.door_wakes(7.0, GatewayListen(shed_loop_lag_ms=0)) == 8.0
+    fill(gauge, 180)  # shedding: the next sample may end it
+    assert gauge.door_wakes(7.0, LAGGY) == 8.0

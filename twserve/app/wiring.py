@@ -15,8 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,7 @@ import anyio
 import anyio.abc
 
 from twengine.config import Config, GroupType, Provider, resolve_template
+from twserve.app.door import Door, door
 from twserve.app.loop_lag import watch_loop_lag
 from twserve.app.maintenance import Maintenance
 from twserve.app.transport_limits import transport_limits
@@ -38,6 +41,7 @@ from twserve.control.metrics import Metrics
 from twserve.events import EventBus
 from twserve.gateway import realtime
 from twserve.gateway.answers import transport_error
+from twserve.gateway.callers import door_refusal
 from twserve.gateway.handler import Gateway
 from twserve.observe.logs import ObservationLog
 from twserve.observe.notify import Notifier
@@ -390,6 +394,21 @@ class GatewayApp:
             check_head=self.gateway.check_head,
             admit=lambda address: self.gateway.callers.addresses.allows(address),
             budget=self.body_budget,
+            door=self._door,
+        )
+
+    def _door(self, sockets: Sequence[socket.socket]) -> AbstractContextManager[Door]:
+        """The gateway listener's door (twserve/app/door.py): new clients turned away from a
+        thread while the loop is `shed_loop_lag_ms` behind."""
+        gateway = self.gateway
+        return door(
+            sockets,
+            behind=lambda now: gateway.load.at_door(now, self.config.listen.gateway),
+            answer=lambda request, refusal: door_refusal(
+                gateway.callers, request, refusal, gateway.load, now=gateway.wall()
+            ),
+            admit=gateway.callers.addresses.allows,
+            wakes=lambda now: gateway.load.door_wakes(now, self.config.listen.gateway),
         )
 
     def _take_transport_limits(self, config: Config) -> None:

@@ -466,7 +466,8 @@ class ControlPlane:
                     "in_progress": self.gateway.load.in_progress,
                     "loop_lag_ms": round(self.gateway.load.lag_ms, 1),
                     "shedding": self.gateway.load.shedding,
-                    "shed": self.gateway.load.shed,
+                    "shed": self.gateway.load.shed + self.gateway.load.shed_at_door,
+                    "shed_at_door": self.gateway.load.shed_at_door,
                 },
                 "store": self.store.status(),
             }

@@ -16,6 +16,10 @@ and past `ServerLimits.max_connections_per_address` one address's own idle conne
 room, or with none idle the new one is answered 503 (``gw.listen.address_busy``) before
 anything is read.
 
+A `DoorHook` (the gateway's door, twserve/app/door.py) runs around the accept loops with the
+listening sockets: it may take new connections from them on a thread of its own (while the loop
+is behind), and it has stopped before the sockets close.
+
 `Server.drain` stops accepting, lets what runs finish within a grace, and cancels the rest.
 """
 
@@ -25,7 +29,9 @@ import errno
 import logging
 import math
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -44,7 +50,20 @@ from twserve.server.http1 import Connection
 
 log = logging.getLogger("twserve.server.listener")
 
-__all__ = ["ListenError", "Server", "listen", "serve", "serve_listener"]
+__all__ = ["DoorHook", "DoorState", "ListenError", "Server", "listen", "serve", "serve_listener"]
+
+
+class DoorState(Protocol):
+    """What the accept loops read of a running door: whether it takes the new clients now."""
+
+    @property
+    def taking(self) -> bool: ...
+
+
+# Entered around the accept loops with the listening sockets (module docs).
+DoorHook = Callable[[Sequence[socket.socket]], AbstractContextManager[DoorState]]
+# While the door takes the new clients, how long an accept loop waits before it looks again.
+DOOR_WAIT = 0.01
 
 # Read and dropped while a refused connection lingers.
 READ_SIZE = 65536
@@ -104,8 +123,10 @@ class Server:
         check_head: HeadCheck | None = None,
         admit: Admit | None = None,
         budget: BodyBudget | None = None,
+        door: DoorHook | None = None,
     ) -> None:
         self.handler = handler
+        self.door = door
         self.limits = limits or ServerLimits()
         self.errors = errors
         self.switches = switches
@@ -135,28 +156,43 @@ class Server:
         listeners: list[anyio.abc.SocketListener] = list(
             getattr(listener, "listeners", None) or [listener]
         )
+        raw = [
+            sock
+            for one in listeners
+            if (sock := one.extra(anyio.abc.SocketAttribute.raw_socket, None)) is not None
+        ]
         with self._all:
             async with anyio.create_task_group() as tg:
-                with self._accepting:
+                door = self.door(raw) if self.door else nullcontext(None)
+                with self._accepting, door as at_door:
                     async with anyio.create_task_group() as loops:
                         for one in listeners:
-                            loops.start_soon(self._accept_loop, one, tg)
+                            loops.start_soon(self._accept_loop, one, tg, at_door)
                 # Accepting stopped (drain): close the listening socket so new clients are
                 # refused at once; the connections finish in this task group.
                 with anyio.CancelScope(shield=True):
                     await listener.aclose()
 
     async def _accept_loop(
-        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup
+        self,
+        listener: anyio.abc.SocketListener,
+        tg: anyio.abc.TaskGroup,
+        door: DoorState | None = None,
     ) -> None:
         backoff = 0.0
         cap = self.limits.max_connections
+        raw: socket.socket | None = listener.extra(anyio.abc.SocketAttribute.raw_socket, None)
         while True:
             if cap is not None and self.open_count >= cap:
                 await self._make_room(listener, cap)
                 continue
             try:
-                stream = await listener.accept()
+                if door is not None and raw is not None:
+                    stream = await _accept_beside(raw, door)
+                    if stream is None:
+                        continue  # the door (or another worker) took that client
+                else:
+                    stream = await listener.accept()
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
@@ -176,7 +212,8 @@ class Server:
             backoff = 0.0
             self.open_count += 1
             tg.start_soon(self._run, stream)
-            self._accept_waiting(listener, tg, cap)
+            if door is None or not door.taking:
+                self._accept_waiting(listener, tg, cap)
 
     def _accept_waiting(
         self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup, cap: int | None
@@ -350,6 +387,31 @@ class Server:
         if self._all is not None:
             self._all.cancel()
         return finished
+
+
+async def _accept_beside(raw: socket.socket, door: DoorState) -> anyio.abc.SocketStream | None:
+    """The next client of `raw`, accepted beside a door: the loop waits for one to arrive and
+    leaves it to the door while the door takes clients (the loop is behind; it would only make
+    the client wait). None when another took it first; OSError as ``accept`` raises it."""
+    while True:
+        await anyio.wait_readable(raw)
+        if not door.taking:
+            break
+        await anyio.sleep(DOOR_WAIT)
+    try:
+        sock, _addr = raw.accept()
+    except BlockingIOError:
+        return None
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return await anyio.abc.SocketStream.from_socket(sock)
+    except OSError:  # reset while it waited: that one client's trouble
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
 
 
 async def _client_waiting(listener: anyio.abc.SocketListener) -> None:

@@ -231,6 +231,10 @@ _CODES = {
     "gw.listen.fd_exhausted": (
         "Accepting failed for want of file descriptors; the gateway backs off, retries (log)."
     ),
+    "gw.listen.door_failed": (
+        "The door's thread (new clients refused while the event loop is behind) could not "
+        "answer a client, or stopped; the event loop still accepts every client (log)."
+    ),
     "gw.listen.cannot_bind": (
         "Cannot listen on listen.*.bind and port: in use, not local, or not permitted."
     ),

@@ -16,6 +16,12 @@ Two signals, both from ``listen.gateway`` (docs/configuration.md):
   reaches the bound and stops once it is back under half of it, so that the gateway does not
   flap at the edge.
 
+  A loop that is behind cannot shed quickly itself (its own check waits behind the streams), so
+  the gateway also reads the lag as it stands from a thread of its own, the door
+  (twserve/app/door.py): `LoadGauge.due` is when the sampler's current sleep should end, and
+  `LoadGauge.at_door` refuses while the loop is that far past it, or while shedding;
+  `LoadGauge.door_wakes` says when the door need look again.
+
 Pure: the samples and the count are arguments, and the verdict a value.
 """
 
@@ -55,6 +61,10 @@ class LoadGauge:
         self.shedding = False  # on the loop-lag signal, with its hysteresis
         self.shed = 0  # requests refused since start
         self.in_progress = 0  # requests being relayed now (the caller counts them)
+        # When the sampler's sleep under way should end (the caller's monotonic clock); None
+        # between samples. Read by the door's thread, written by the loop.
+        self.due: float | None = None
+        self.shed_at_door = 0  # clients refused by the door (only its thread counts them)
 
     @property
     def lag_ms(self) -> float:
@@ -72,6 +82,31 @@ class LoadGauge:
             self.shedding = self._lag_ms >= bound / 2
         else:
             self.shedding = len(self._samples) == self._samples.maxlen and self._lag_ms >= bound
+
+    def at_door(self, now: float, listen: GatewayListen) -> GatewayError | None:
+        """The refusal for a new client at the door at monotonic `now`, or None to leave it to
+        the loop: while shedding, or while the sleep under way is `shed_loop_lag_ms` or more
+        past `due` (the loop is that far behind now, before any sample says so)."""
+        bound = listen.shed_loop_lag_ms
+        if bound <= 0:
+            return None
+        due = self.due
+        late_ms = 0.0 if due is None else (now - due) * 1000.0
+        if late_ms >= bound:
+            return overloaded(f"event loop {late_ms:.0f} ms behind, shed_loop_lag_ms")
+        if self.shedding:
+            return overloaded(f"event loop {self._lag_ms:.0f} ms behind, shed_loop_lag_ms")
+        return None
+
+    def door_wakes(self, now: float, listen: GatewayListen) -> float:
+        """When the door looks next while the loop keeps up: the moment the loop would be
+        `shed_loop_lag_ms` behind if the sleep under way were stuck now (`due` plus the
+        bound), and at most a second after `now` (no sleep under way, no bound, or shedding,
+        which the next sample may end)."""
+        due, bound = self.due, listen.shed_loop_lag_ms
+        if due is None or bound <= 0 or self.shedding:
+            return now + 1.0
+        return min(now + 1.0, due + bound / 1000.0)
 
     def verdict(self, listen: GatewayListen) -> GatewayError | None:
         """The refusal for a new request now, or None to serve it."""

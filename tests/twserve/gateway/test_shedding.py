@@ -118,5 +118,50 @@ def test_a_lagging_loop_sheds_new_requests_until_it_catches_up(tmp_path: Path) -
             stop.set()
         # Once the loop catches up (the median of a second under half the bound), it serves.
         wait_for(lambda: not status(stack)["load"]["shedding"], timeout=10)
-        assert chat(stack).status == 200
+        served = chat(stack)
+        assert served.status == 200, (served.content, status(stack)["load"])
         assert status(stack)["load"]["shed"] >= 1
+
+
+def test_a_client_arriving_while_the_loop_is_held_up_is_refused_at_the_door(
+    tmp_path: Path,
+) -> None:
+    config = listen({"shed_loop_lag_ms": 50})
+    upstreams = {"a": Upstream("anthropic", models=["m"])}
+    with running_stack(tmp_path, upstreams, config=config, control=True) as stack:
+        with sdk_clients(stack.url) as clients:
+            assert clients.anthropic.messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            ).content
+        held, hold = threading.Event(), 1.5
+
+        async def hold_up() -> None:
+            # One stretch of the loop's own work as long as a flood of chunks makes it.
+            held.set()
+            time.sleep(hold)
+
+        stack.portal.start_task_soon(hold_up)
+        assert held.wait(5)
+        time.sleep(0.2)  # the loop is now well past shed_loop_lag_ms behind
+        begun = time.monotonic()
+        with sdk_clients(stack.url) as clients:
+            with pytest.raises(anthropic.InternalServerError) as refused:
+                clients.anthropic.messages.create(
+                    model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+                )
+        with sdk_clients(stack.url, key="not-a-key") as clients:
+            with pytest.raises(anthropic.AuthenticationError):  # the key's verdict comes first
+                clients.anthropic.messages.create(
+                    model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+                )
+        took = time.monotonic() - begun
+        # Answered by the door while the loop was still held (the loop itself would have
+        # answered only once the hold ended).
+        assert took < hold - 0.5, took
+        assert refused.value.status_code == 503
+        assert refused.value.response.headers["retry-after"] == "1"
+        assert "event loop" in refused.value.message
+        assert refused.value.body["type"] == "error"  # type: ignore[index]  # Anthropic's shape
+        wait_for(lambda: status(stack)["load"]["shed_at_door"] == 1, timeout=10)
+        # Once the loop catches up the door takes nobody: served as before.
+        wait_for(lambda: chat(stack).status == 200, timeout=10)
