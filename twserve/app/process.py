@@ -5,7 +5,10 @@ limit.
 library's asyncio loop. Its transports write and its scheduling runs without the standard loop's
 Python-level bookkeeping. Today most of the gateway's cost is elsewhere (anyio, h11, httpcore,
 the relay, and the system calls themselves), and the load benchmark shows no difference beyond
-its noise (docs/benchmarks.md); the loop's share grows as that work shrinks. uvloop is a default
+its noise (docs/benchmarks.md); the loop's share grows as that work shrinks. Past one core's
+worth of streams uvloop starves tasks behind the sockets (libuv polls up to 48 times before it
+runs any): the chunks go on, but a new request waits a second a turn, which is why the gateway
+has a door that refuses new clients without the loop (twserve/app/door.py). uvloop is a default
 dependency except on Windows (see pyproject.toml); where it is missing, or with
 ``TWSERVE_EVENT_LOOP=asyncio`` in the environment, the standard loop runs and everything behaves
 the same. anyio hides the difference from the rest of the code.
