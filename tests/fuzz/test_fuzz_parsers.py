@@ -18,11 +18,15 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import h11
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from twengine.shedding import overloaded
 from twproto.dialect import Dialect
+from twproto.errors import error_body, error_headers
 from twproto.failures import Failure, classify_response, classify_stream_error
+from twproto.paths import guess_client_dialect
 from twproto.sse import JSONArrayDecoder, SSEDecoder, SSEError, SSEEvent
 from twproto.stream import (
     EventRole,
@@ -33,6 +37,8 @@ from twproto.stream import (
     classify_event,
     classify_payload,
 )
+from twserve.app import door
+from twserve.server.base import HeadRefusal
 
 NOW = 1_750_000_000.0
 DIALECTS = list(Dialect)
@@ -97,6 +103,30 @@ def response_target(status: int, headers: list[tuple[bytes, bytes]], body: bytes
     assert isinstance(failure, Failure)
     for value in (failure.pause_secs, failure.reset_at, failure.retry_after_secs):
         assert value is None or value >= 0
+
+
+DOOR_REFUSAL = overloaded("event loop 300 ms behind, shed_loop_lag_ms")
+
+
+def door_target(data: bytes) -> None:
+    """A client's first bytes at the door (twserve/app/door.py): its head parsed or None, and
+    the answer a whole HTTP/1.1 503 that h11 reads as a client would."""
+    request = door.parse_head(data, ("127.0.0.1", 5))
+    dialect = guess_client_dialect(
+        request.path if request else None, request.headers if request else None
+    )
+    refusal = HeadRefusal(
+        status=503, headers=error_headers(DOOR_REFUSAL), body=error_body(dialect, DOOR_REFUSAL)
+    )
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="GET", target="/", headers=[("host", "gw")]))
+    client.send(h11.EndOfMessage())
+    client.receive_data(door.http1_answer(refusal))
+    response = client.next_event()
+    assert isinstance(response, h11.Response) and response.status_code == 503
+    body = client.next_event()
+    assert isinstance(body, h11.Data) and b"shed_loop_lag_ms" in bytes(body.data)
+    assert isinstance(client.next_event(), h11.EndOfMessage)
 
 
 def stream_error_target(dialect: Dialect, payload: object) -> None:
@@ -457,6 +487,34 @@ def test_classify_stream_error_never_raises(dialect: Dialect, payload: object) -
     stream_error_target(dialect, payload)
 
 
+DOOR_HEADS = st.one_of(
+    st.binary(max_size=600),
+    st.builds(
+        lambda method, path, headers, cut: (
+            f"{method} {path} HTTP/1.1\r\n".encode("latin-1")
+            + b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+            + b"\r\n"
+        )[: cut or None],
+        st.sampled_from(["POST", "GET", "PRI", "G\x00T"]),
+        st.sampled_from(["/v1/messages", "/v1/chat/completions", "/v1beta/models/m:x", "*", ""]),
+        st.lists(
+            st.tuples(
+                st.sampled_from([b"x-api-key", b"host", b"anthropic-version", b"bad name"]),
+                st.binary(max_size=20),
+            ),
+            max_size=4,
+        ),
+        st.integers(min_value=0, max_value=200),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(DOOR_HEADS)
+def test_any_bytes_at_the_door_get_a_whole_answer(data: bytes) -> None:
+    door_target(data)
+
+
 # --- atheris --------------------------------------------------------------------------------------
 
 
@@ -464,7 +522,7 @@ def _atheris_one_input(data: bytes) -> None:  # pragma: no cover - run by atheri
     import atheris  # type: ignore[import-not-found]
 
     fdp = atheris.FuzzedDataProvider(data)
-    target = fdp.ConsumeIntInRange(0, 4)
+    target = fdp.ConsumeIntInRange(0, 5)
     points = [fdp.ConsumeIntInRange(0, 4096) for _ in range(fdp.ConsumeIntInRange(0, 6))]
     bound = fdp.ConsumeIntInRange(1, 4096)
     dialect = DIALECTS[fdp.ConsumeIntInRange(0, len(DIALECTS) - 1)]
@@ -478,8 +536,10 @@ def _atheris_one_input(data: bytes) -> None:  # pragma: no cover - run by atheri
         hold_target(pieces, dialect, bound % 2 == 0, bound)
     elif target == 3:
         response_target(bound % 1000, [(b"retry-after", rest[:32])], rest)
-    else:
+    elif target == 4:
         stream_error_target(dialect, rest.decode("utf-8", "replace"))
+    else:
+        door_target(rest)
 
 
 def fuzz_main(path: str, one_input: Callable[[bytes], None]) -> None:  # pragma: no cover

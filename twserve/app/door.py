@@ -58,6 +58,8 @@ __all__ = [
     "TICK",
     "Door",
     "door",
+    "http1_answer",
+    "parse_head",
 ]
 
 log = logging.getLogger("twserve")
@@ -242,7 +244,9 @@ class Door:
             out = _goaway(client.refusal)
         else:
             try:
-                out = _http1_answer(self.answer(_request(data, client.sock), client.refusal))
+                out = http1_answer(
+                    self.answer(parse_head(data, _peer(client.sock)), client.refusal)
+                )
             except Exception:  # that one client's answer: the door goes on for the others
                 log.exception("gw.listen.door_failed: no answer for a client at the door")
                 self._close(client)
@@ -290,9 +294,17 @@ def _head_complete(data: bytearray) -> bool:
     return b"\r\n\r\n" in data or len(data) >= HEAD_MAX
 
 
-def _request(data: bytes, sock: socket.socket) -> Request | None:
+def _peer(sock: socket.socket) -> tuple[str, int]:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return ("", 0)
+    return (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else ("", 0)
+
+
+def parse_head(data: bytes, peer: tuple[str, int]) -> Request | None:
     """The request `data` begins with, for the answer's checks and format; None when it is no
-    HTTP/1.1 request head (cut short, or not HTTP)."""
+    whole HTTP/1.1 request head (cut short, or not HTTP). Any bytes: it never raises."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_MAX)
     try:
         conn.receive_data(data)
@@ -303,23 +315,20 @@ def _request(data: bytes, sock: socket.socket) -> Request | None:
         return None
     target = bytes(event.target)
     path, _, query = target.decode("latin-1").partition("?")
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        peer = ("", 0)
     return Request(
-        method=event.method.decode("ascii"),
+        method=event.method.decode("latin-1"),
         target=target,
         path=path,
         query=query,
         headers=[(bytes(k), bytes(v)) for k, v in event.headers],
         body=b"",
-        client=(str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else ("", 0),
-        http_version=event.http_version.decode("ascii"),
+        client=peer,
+        http_version=event.http_version.decode("latin-1"),
     )
 
 
-def _http1_answer(refusal: HeadRefusal) -> bytes:
+def http1_answer(refusal: HeadRefusal) -> bytes:
+    """`refusal` as a whole HTTP/1.1 response that closes its connection."""
     try:
         phrase = http.HTTPStatus(refusal.status).phrase
     except ValueError:
