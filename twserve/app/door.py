@@ -128,13 +128,14 @@ class Door:
         # Written by `stop`, so that a thread asleep until its next look wakes at once.
         self._wake, self._waker = socket.socketpair()
         self._selector.register(self._wake, selectors.EVENT_READ, _WAKE)
+        self._taking = False  # the door takes the new clients (the loop is behind)
         self._watching = False  # the listening sockets are in the selector
         self._seen_behind = False  # the last look found the loop behind
 
     @property
     def taking(self) -> bool:
         """Whether the door takes the new clients now (the accept loops leave them to it)."""
-        return self._watching
+        return self._taking
 
     def start(self) -> None:
         self._thread.start()
@@ -159,9 +160,12 @@ class Door:
                 # sampler late while the loop is about to catch up at once.
                 behind, seen = refusal is not None, self._seen_behind
                 self._seen_behind = behind
-                if not (behind and (seen or self._watching)):
+                if not (behind and (seen or self._taking)):
                     refusal = None
-                self._watch(refusal is not None)
+                self._taking = refusal is not None
+                # Holding `MAX_HELD`, the door leaves the rest in the backlog (still its own:
+                # the loop's accept keeps off while it takes) until some are done.
+                self._watch(self._taking and len(self._clients) < MAX_HELD)
                 for key, _ in self._selector.select(self._timeout(now)):
                     if key.data is _WAKE:
                         continue  # stopping
@@ -182,7 +186,7 @@ class Door:
 
     def _timeout(self, now: float) -> float:
         if not self._clients:
-            if self._watching or self._seen_behind or self.wakes is None:
+            if self._taking or self._seen_behind or self.wakes is None:
                 return TICK
             # The loop keeps up: no look is needed before it could be behind by the bound.
             return max(TICK, self.wakes(now) - now)

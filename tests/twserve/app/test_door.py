@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import h2.config
 import h2.connection
 import h2.events
+import pytest
 
 from twengine.shedding import overloaded
 from twproto.dialect import Dialect
@@ -185,3 +186,23 @@ def test_stop_closes_the_clients_the_door_holds() -> None:
         assert read_all(client) == b""  # closed by the stop, not left to linger
         assert not any(t.name == "twserve-door" for t in threading.enumerate())
         client.close()
+
+
+def test_holding_its_most_the_door_leaves_the_next_client_waiting_not_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(door_module, "MAX_HELD", 1)
+    with running(lambda now: REFUSAL) as (listening, keeper):
+        first = connect(listening)
+        first.sendall(CLAUDE)
+        assert split(first.recv(65536))[0].startswith("HTTP/1.1 503")  # held, lingering
+        second = connect(listening)
+        second.sendall(CLAUDE)
+        second.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            second.recv(100)  # in the backlog: the door holds its most
+        assert keeper.taking  # and the loop's accept still keeps off
+        first.close()  # the first one's linger ends: room for the next
+        second.settimeout(5)
+        assert split(read_all(second))[0].startswith("HTTP/1.1 503")
+        second.close()
