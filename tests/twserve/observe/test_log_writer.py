@@ -197,6 +197,18 @@ def test_serve_with_stderr_on_a_pipe_nobody_reads_keeps_answering(tmp_path: Path
         while b"log lines dropped" not in got and time.monotonic() < deadline:
             time.sleep(0.05)
         assert b"log lines dropped" in got, bytes(got[-2000:])
+        # The queue empties before the stop, so that the stop's own lines find room in it (on
+        # a busy machine the reader may still be behind the last lines queued).
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = http(
+                f"http://127.0.0.1:{control_port}/status",
+                method="GET",
+                headers=(("authorization", f"Bearer {CONTROL_KEY}"),),
+            ).json()
+            if now["log"]["queued"] == 0:
+                break
+            time.sleep(0.05)
     finally:
         gateway.terminate()  # the lines of the stop are written before the process ends
         mock.terminate()
