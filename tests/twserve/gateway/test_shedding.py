@@ -117,9 +117,10 @@ def test_a_lagging_loop_sheds_new_requests_until_it_catches_up(tmp_path: Path) -
         finally:
             stop.set()
         # Once the loop catches up (the median of a second under half the bound), it serves.
+        # (The door may still refuse a request arriving during a stray pause of the test
+        # process past the bound: it reads the lag as it stands.)
         wait_for(lambda: not status(stack)["load"]["shedding"], timeout=10)
-        served = chat(stack)
-        assert served.status == 200, (served.content, status(stack)["load"])
+        wait_for(lambda: chat(stack).status == 200, timeout=10)
         assert status(stack)["load"]["shed"] >= 1
 
 
