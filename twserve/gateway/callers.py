@@ -30,10 +30,7 @@ def head_refusal(
     (`twengine.callers.Callers.head_refusal`, `now` the wall clock for keys that expire; then
     `LoadGauge.verdict` under `config`'s ``listen.gateway`` bounds)."""
     err = callers.head_refusal(request, now=now) or load.verdict(config.listen.gateway)
-    if err is None:
-        return None
-    dialect = guess_client_dialect(request.path, request.headers)
-    return HeadRefusal(status=err.status, headers=error_headers(err), body=error_body(dialect, err))
+    return None if err is None else _answer(request, err)
 
 
 def door_refusal(
@@ -52,6 +49,11 @@ def door_refusal(
     if err is None:
         err = refusal
         load.shed_at_door += 1
+    return _answer(request, err)
+
+
+def _answer(request: Request | None, err: GatewayError) -> HeadRefusal:
+    """`err` written in the shape `request`'s path and headers suggest (OpenAI's without one)."""
     dialect = guess_client_dialect(
         request.path if request is not None else None,
         request.headers if request is not None else None,

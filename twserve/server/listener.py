@@ -238,16 +238,13 @@ class Server:
 
     async def _run_accepted(self, sock: socket.socket) -> None:
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            stream = await anyio.abc.SocketStream.from_socket(sock)
-        except OSError:  # the client reset it while it waited: that one client's trouble
-            sock.close()
-            self.open_count -= 1
-            return
+            stream = await _stream_of(sock)
         except BaseException:
-            sock.close()
             self.open_count -= 1
             raise
+        if stream is None:
+            self.open_count -= 1
+            return
         await self._run(stream)
 
     async def _make_room(self, listener: anyio.abc.SocketListener, cap: int) -> None:
@@ -392,7 +389,8 @@ class Server:
 async def _accept_beside(raw: socket.socket, door: DoorState) -> anyio.abc.SocketStream | None:
     """The next client of `raw`, accepted beside a door: the loop waits for one to arrive and
     leaves it to the door while the door takes clients (the loop is behind; it would only make
-    the client wait). None when another took it first; OSError as ``accept`` raises it."""
+    the client wait). None when another took it first, or it reset meanwhile; OSError as
+    ``accept`` raises it."""
     while True:
         await anyio.wait_readable(raw)
         if not door.taking:
@@ -402,11 +400,17 @@ async def _accept_beside(raw: socket.socket, door: DoorState) -> anyio.abc.Socke
         sock, _addr = raw.accept()
     except BlockingIOError:
         return None
+    sock.setblocking(False)
+    return await _stream_of(sock)
+
+
+async def _stream_of(sock: socket.socket) -> anyio.abc.SocketStream | None:
+    """Accepted `sock` (non-blocking) as an anyio stream, with TCP_NODELAY; None, closed, when
+    the client reset it while it waited (that one client's trouble)."""
     try:
-        sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return await anyio.abc.SocketStream.from_socket(sock)
-    except OSError:  # reset while it waited: that one client's trouble
+    except OSError:
         sock.close()
         return None
     except BaseException:

@@ -61,8 +61,8 @@ class LoadGauge:
         self.shedding = False  # on the loop-lag signal, with its hysteresis
         self.shed = 0  # requests refused since start
         self.in_progress = 0  # requests being relayed now (the caller counts them)
-        # When the sampler's sleep under way should end (the caller's monotonic clock); None
-        # between samples. Read by the door's thread, written by the loop.
+        # When the sampler's sleep under way (or last) should end, on the caller's monotonic
+        # clock; None before the first. Read by the door's thread, written by the loop.
         self.due: float | None = None
         self.shed_at_door = 0  # clients refused by the door (only its thread counts them)
 
