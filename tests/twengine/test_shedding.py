@@ -80,6 +80,9 @@ def test_at_the_door_the_lag_as_it_stands_decides_before_any_sample_does() -> No
     fill(gauge, 1)
     assert gauge.at_door(50.0, LAGGY) is None  # no sleep under way
     gauge.due = 50.0  # the sampler's sleep should end at 50 s
+    assert gauge.at_door(50.25, LAGGY) is None  # one stall of a quiet loop passes
+    gauge.sample(0.06, LAGGY)  # the last sample 60 ms late: the loop lags
+    assert not gauge.shedding  # (the median is still 1 ms)
     assert gauge.at_door(50.099, LAGGY) is None  # 99 ms past it: under the bound
     refusal = gauge.at_door(50.25, LAGGY)
     assert refusal is not None and refusal.code == "gw.overloaded"

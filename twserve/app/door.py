@@ -6,8 +6,9 @@ up to 48 polls of 1,024 socket events before any task runs: about a second at 2,
 one core). Shedding decided on the loop (twengine.shedding) therefore answers late, just when it
 matters. The door does not wait for the loop: a thread watches the loop's lag as it stands
 (`twengine.shedding.LoadGauge.at_door`, read every `TICK`). Once two looks in a row find it at
-``listen.gateway.shed_loop_lag_ms`` or over (one look right after a pause of the whole process
-would see the loop late just as it catches up), and for as long as it stays so, the door takes
+``listen.gateway.shed_loop_lag_ms`` or over on a loop already lagging (one look right after a
+pause of the whole process would see the loop late just as it catches up), and for as long as
+it stays so, the door takes
 the new connections from the listening sockets itself, reads each head (up to `HEAD_MAX` bytes,
 for at most `HEAD_WAIT`), and answers it: the caller checks' refusal when the head earns one
 (401 for a wrong key, as the loop would say), else 503 ``gw.overloaded`` with

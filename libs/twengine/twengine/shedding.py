@@ -86,13 +86,17 @@ class LoadGauge:
     def at_door(self, now: float, listen: GatewayListen) -> GatewayError | None:
         """The refusal for a new client at the door at monotonic `now`, or None to leave it to
         the loop: while shedding, or while the sleep under way is `shed_loop_lag_ms` or more
-        past `due` (the loop is that far behind now, before any sample says so)."""
+        past `due` (the loop is that far behind now, before any sample says so) after a last
+        sample of half the bound or more."""
         bound = listen.shed_loop_lag_ms
         if bound <= 0:
             return None
         due = self.due
         late_ms = 0.0 if due is None else (now - due) * 1000.0
-        if late_ms >= bound:
+        # Only on a loop already lagging (its last sample at half the bound or more): one
+        # stall of an otherwise quiet loop (a first request's imports, a collection) passes.
+        lagging = bool(self._samples) and self._samples[-1] >= bound / 2
+        if late_ms >= bound and lagging:
             return overloaded(f"event loop {late_ms:.0f} ms behind, shed_loop_lag_ms")
         if self.shedding:
             return overloaded(f"event loop {self._lag_ms:.0f} ms behind, shed_loop_lag_ms")
