@@ -78,17 +78,24 @@ def config(upstream_port: int, port: int, redis_url: str, shed_ms: int = 0) -> s
     return text + f"state: {{redis_url: '{redis_url}'}}\nobservability: {{access_log: false}}\n"
 
 
-def measure(port: int, pid: int, request: bytes, args: argparse.Namespace) -> dict[str, float]:
+def measure(
+    port: int, pid: int, request: bytes, args: argparse.Namespace, others: dict[str, int]
+) -> dict[str, float]:
     """One phase against one target; `pid` the top of its process tree. The single-threaded
     byte-copy proxy's CPU is read from ``schedstat`` (nanoseconds), a gateway tree's from
     ``stat``."""
     proxy = port == args.proxy_port
     cpu = (lambda: cpu_seconds(pid, fine=True)) if proxy else (lambda: tree_cpu(pid))
     before = cpu()
+    others0 = {name: cpu_seconds(p, fine=True) for name, p in others.items()}
     busy0, client0 = machine_busy(), time.process_time()
     wall, ttfbs = _uvloop_run(load(port, request, args.requests, args.concurrency))
     used = cpu() - before
     busy1, client = machine_busy(), time.process_time() - client0
+    shares = {
+        f"{name}_cpu_share": (cpu_seconds(p, fine=True) - others0[name]) / wall
+        for name, p in others.items()
+    }
     return {
         "requests_per_s": args.requests / wall,
         "cpu_ms_per_request": used / args.requests * 1e3,
@@ -96,6 +103,7 @@ def measure(port: int, pid: int, request: bytes, args: argparse.Namespace) -> di
         "ttfb_p99_ms": sorted(ttfbs)[int(0.99 * len(ttfbs))] * 1e3,
         "client_cpu_share": client / wall,
         "target_cpu_share": used / wall,
+        **shares,
         "machine_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
     }
 
@@ -170,7 +178,9 @@ def main() -> None:
             _uvloop_run(load(ports[name], requests[name], 200, args.concurrency))  # warm up
         for round_ in range(args.runs):
             for name in figures:
-                figures[name].append(measure(ports[name], procs[name].pid, requests[name], args))
+                others = {k: procs[k].pid for k in ("upstream", "redis")}
+                row = measure(ports[name], procs[name].pid, requests[name], args, others)
+                figures[name].append(row)
             print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     finally:
         # The gateways first, then what they use (Redis last: a gateway that loses it warns).
@@ -214,6 +224,8 @@ def main() -> None:
         ("time to first byte p99", "ttfb_p99_ms", "{:.1f} ms"),
         ("target's CPU (cores)", "target_cpu_share", "{:.2f}"),
         ("client's CPU (cores)", "client_cpu_share", "{:.2f}"),
+        ("upstream's CPU (cores)", "upstream_cpu_share", "{:.2f}"),
+        ("Redis's CPU (cores)", "redis_cpu_share", "{:.2f}"),
         ("machine busy", "machine_busy", "{:.0%}"),
     )
     for label, key, fmt in rows:
