@@ -52,6 +52,7 @@ from twserve.server.listener import Server, listen
 from twserve.store.responses import PostgresResponses, ResponseRecords, SqliteResponses
 from twserve.store.sqlite import RequestStore, Store
 from twserve.upstream.client import UpstreamClient
+from twserve.upstream.h1_connection import ReadTurns
 from twserve.usage.keeper import UsageKeeper
 from twserve.usage.prices import load_price_table
 
@@ -157,6 +158,8 @@ class GatewayApp:
             usage=self.usage,
         )
         gw = self.gateway
+        # While the loop is behind, upstream reads go one per loop turn (h1_connection.py).
+        self.upstream.pool.turns = ReadTurns()
         gw.on_efforts_changed = lambda: save_effort_memory(data_dir, gw.reasoning.efforts.memory)
         gw.use_effort_memory(load_effort_memory(data_dir))
         gw.conversations.records = open_responses(config, data_dir, self.env)

@@ -468,12 +468,18 @@ class ControlPlane:
                     "shedding": self.gateway.load.shedding,
                     "shed": self.gateway.load.shed + self.gateway.load.shed_at_door,
                     "shed_at_door": self.gateway.load.shed_at_door,
+                    "reads_held": self._reads_held(),
                 },
                 "store": self.store.status(),
             }
             | {name: part() for name, part in self.status_parts.items()}
             | (self.config_api.status() if self.config_api is not None else {})
         )
+
+    def _reads_held(self) -> int:
+        """Upstream reads held to the loop's next turn since start (h1_connection.ReadTurns)."""
+        turns = self.gateway.upstream.pool.turns
+        return 0 if turns is None else turns.held_total
 
     async def _overview(self, request: Request) -> dict[str, Any]:
         config = self.config

@@ -24,6 +24,13 @@ arrive:
 * **Bounded.** When more than `PAUSE_BYTES` of body is kept unread (a reader slower than its
   upstream, a slow client behind it), reading pauses, and resumes once the reader has taken
   it: the connection holds at most that plus one socket read.
+* **One read a turn while the loop is behind.** uvloop's poll reads ready sockets again and
+  again (up to 48 rounds of 1,024 events) before it runs a task or a timer; with thousands of
+  streams on a full core that is a second and more in which no request moves. Given
+  `ReadTurns`, a connection that reads more than `ReadTurns.behind` seconds after the turn's
+  first read pauses its reading after that read, and every paused one resumes in the loop's
+  next turn (one ``call_soon``): a busy turn then reads each socket about once, and what waits
+  in the kernel comes together in the next read.
 * **Written directly.** A request goes out with one ``transport.write``; only when the
   transport's buffer is above its high-water mark (``pause_writing``) does the writer wait for
   it to drain, under the write timeout.
@@ -48,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -62,6 +70,7 @@ __all__ = [
     "WRITE_TIMEOUT",
     "H1Answer",
     "H1Connection",
+    "ReadTurns",
     "RequestHeadError",
     "Sink",
     "request_bytes",
@@ -113,6 +122,45 @@ class WriteTimeout(Exception):
     """The request could not be handed to the transport within `WRITE_TIMEOUT`."""
 
 
+class ReadTurns:
+    """Upstream reads paced to one per loop turn while the loop is behind (module docs).
+
+    The first read of a turn schedules the turn's end (one ``call_soon``: it runs when the loop
+    next runs its ready callbacks, after this poll). A read that comes more than `behind`
+    seconds after that first one, while the poll still has not ended, pauses its connection
+    until then.
+    """
+
+    __slots__ = ("_held", "_since", "behind", "clock", "held_total")
+
+    def __init__(self, *, behind: float = 0.02, clock: Callable[[], float] = time.monotonic):
+        self.behind = behind
+        self.clock = clock
+        self._since: float | None = None  # the turn's first read, while its end is pending
+        self._held: list[H1Connection] = []
+        self.held_total = 0  # reads paused to the next turn since start
+
+    def read(self, conn: H1Connection, loop: asyncio.AbstractEventLoop) -> bool:
+        """`conn` has read: True if it is to pause until the loop's next turn (`turn_over`)."""
+        now = self.clock()
+        since = self._since
+        if since is None:
+            self._since = now
+            loop.call_soon(self._turn_ends)
+            return False
+        if now - since <= self.behind:
+            return False
+        self._held.append(conn)
+        self.held_total += 1
+        return True
+
+    def _turn_ends(self) -> None:
+        self._since = None
+        held, self._held = self._held, []
+        for conn in held:
+            conn.turn_over()
+
+
 class H1Connection(asyncio.Protocol):
     """One upstream connection: its transport, its parser, and what has arrived."""
 
@@ -128,6 +176,8 @@ class H1Connection(asyncio.Protocol):
         "_pieces",
         "_read_paused",
         "_reusable",
+        "_turn_held",
+        "_turns",
         "_unread",
         "_waiter",
         "_write_paused",
@@ -144,9 +194,13 @@ class H1Connection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, origin: Origin, turns: ReadTurns | None = None
+    ) -> None:
         self.loop = loop
         self.origin = origin
+        self._turns = turns
+        self._turn_held = False  # reading paused until the loop's next turn (`ReadTurns`)
         self.idle_until = 0.0
         self.transport: asyncio.Transport | None = None
         # False once the connection is closed, or broke or was sent something while idle.
@@ -291,6 +345,24 @@ class H1Connection(asyncio.Protocol):
         # the end, a break, the sink's error.
         if self.sink is None or self._unread or self.done or self.failure is not None:
             self._wake()
+        turns = self._turns
+        if (
+            turns is not None
+            and self._active
+            and not self._read_paused
+            and not self._turn_held
+            and self.transport is not None
+            and turns.read(self, self.loop)
+        ):
+            self._turn_held = True
+            self.transport.pause_reading()
+
+    def turn_over(self) -> None:
+        """The loop's next turn after `ReadTurns.hold`: read again, unless paused for unread
+        body (`take` resumes that) or gone."""
+        self._turn_held = False
+        if not self._read_paused and not self.lost and self.transport is not None:
+            self.transport.resume_reading()
 
     def _hand_on(self, pieces: list[bytes]) -> bool:
         """Give what this read brought (all of `pieces`: nothing older is unread) to the sink;
@@ -390,7 +462,7 @@ class H1Connection(asyncio.Protocol):
         self._unread = 0
         if self._read_paused:
             self._read_paused = False
-            if self.transport is not None and not self.lost:
+            if self.transport is not None and not self.lost and not self._turn_held:
                 self.transport.resume_reading()
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 

@@ -69,6 +69,7 @@ from twserve.upstream.h1_connection import (
     WRITE_TIMEOUT,
     H1Answer,
     H1Connection,
+    ReadTurns,
     RequestHeadError,
     WriteTimeout,
     request_bytes,
@@ -201,6 +202,8 @@ class H1Pool:
         self._waiters: deque[anyio.Event] = deque()
         self._targets: dict[str, _Target] = {}
         self._ssl: tuple[tuple[str | None, str | None], ssl.SSLContext] | None = None
+        # Reads paced to one per loop turn while the loop is behind (the gateway sets it).
+        self.turns: ReadTurns | None = None
 
     @property
     def idle_count(self) -> int:
@@ -317,7 +320,7 @@ class H1Pool:
         scheme, host, port = origin
         tls = scheme == "https"
         loop = asyncio.get_running_loop()
-        conn = H1Connection(loop, origin)
+        conn = H1Connection(loop, origin, self.turns)
         try:
             # TCP, then TLS for https, under one deadline. Cancelled part way, the loop closes
             # what it had made.

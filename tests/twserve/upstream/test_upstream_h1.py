@@ -23,7 +23,7 @@ from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
 from twserve.upstream.client import UpstreamClient, read_prefix
 from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
-from twserve.upstream.h1_connection import PAUSE_BYTES, H1Connection
+from twserve.upstream.h1_connection import PAUSE_BYTES, H1Connection, ReadTurns
 from twserve.upstream.h1_pool import H1Pool
 
 pytestmark = pytest.mark.anyio
@@ -612,6 +612,106 @@ async def test_a_slow_reader_pauses_reading_and_the_stream_still_completes() -> 
         assert await _ask(pool, _request(server.port)) == (200, b"ok")  # and it is usable
         await pool.aclose()
     assert len(server.conns) == 1
+
+
+def _chunked(frames: list[bytes], gap: float) -> Handler:
+    """Answers one request with `frames` as chunks, `gap` seconds apart, then keeps alive."""
+
+    async def send(conn: Conn) -> None:
+        await conn.request()
+        await conn.stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for frame in frames:
+            await conn.stream.send(b"%x\r\n%s\r\n" % (len(frame), frame))
+            await anyio.sleep(gap)
+        await conn.stream.send(b"0\r\n\r\n")
+        await keep_alive(conn)
+
+    return send
+
+
+class _Ticking:
+    """A clock a second further on at every look: every read after a turn's first is late."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+async def test_reads_late_in_a_turn_wait_for_the_next_and_every_stream_is_whole() -> None:
+    frames = [b"data: %d\n\n" % i for i in range(200)]
+    turns = ReadTurns(clock=_Ticking())
+    pool = H1Pool()
+    pool.turns = turns
+    answers: list[tuple[int, bytes]] = []
+
+    async def ask(port: int) -> None:
+        answers.append(await _ask(pool, _request(port)))
+
+    async with raw_server(_chunked(frames, 0.0005)) as server:
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):  # several connections reading in the same turns
+                tg.start_soon(ask, server.port)
+        assert answers == [(200, b"".join(frames))] * 6  # whole, in order
+        assert turns.held_total > 0  # some reads waited for the next turn
+        kept = _idle(pool)  # read to their end, reading on again: the connections are kept
+        assert len(kept) == 6
+        assert not any(c._turn_held or c._read_paused for c in kept)
+        assert await _ask(pool, _request(server.port)) == (200, b"ok")
+        await pool.aclose()
+
+
+async def test_a_held_read_and_a_slow_reader_pause_together_and_the_stream_completes() -> None:
+    frame = b"data: " + b"x" * 4090 + b"\n\n"
+    frames = [frame] * 256  # 1 MiB: past what the connection keeps unread
+    turns = ReadTurns(clock=_Ticking())
+    pool = H1Pool()
+    pool.turns = turns
+    async with raw_server(_chunked(frames, 0.0)) as server:
+        total = 0
+        async with pool.open(_request(server.port), 5.0) as answer:
+            async for piece in answer.chunks():
+                total += len(piece)
+                await anyio.sleep(0.002)  # a slow reader: unread body pauses reading too
+        assert total == len(frames) * len(frame)
+        assert pool.idle_count == 1
+        await pool.aclose()
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.turned = 0
+
+    def turn_over(self) -> None:
+        self.turned += 1
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.soon: list[Callable[[], None]] = []
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self.soon.append(callback)
+
+
+def test_a_read_past_behind_in_the_same_turn_is_held_until_the_turn_ends() -> None:
+    now = [10.0]
+    turns = ReadTurns(behind=0.02, clock=lambda: now[0])
+    loop, a, b = _Loop(), _Conn(), _Conn()
+    read = lambda conn: turns.read(conn, loop)  # type: ignore[arg-type]  # noqa: E731
+    assert not read(a)  # the turn's first read: its end is scheduled, once
+    assert len(loop.soon) == 1
+    now[0] += 0.02
+    assert not read(b)  # within `behind` of the first: read on
+    now[0] += 0.001
+    assert read(a) and read(b)  # past it: both wait for the turn's end
+    assert len(loop.soon) == 1 and turns.held_total == 2
+    loop.soon.pop()()  # the loop's next turn
+    assert (a.turned, b.turned) == (1, 1)
+    assert not read(a)  # a new turn: its first read schedules its end again
+    assert len(loop.soon) == 1
 
 
 # --- what the parser makes of an answer -------------------------------------------------------
