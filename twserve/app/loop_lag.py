@@ -16,6 +16,7 @@ import anyio
 
 from twengine.config import GatewayListen
 from twengine.shedding import LoadGauge
+from twserve.upstream.h1_connection import ReadTurns
 
 __all__ = ("PERIOD", "watch_loop_lag")
 
@@ -27,13 +28,18 @@ async def watch_loop_lag(
     gauge: LoadGauge,
     listen: Callable[[], GatewayListen],
     *,
+    turns: ReadTurns | None = None,
     period: float = PERIOD,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Sample the loop's lag into `gauge` until cancelled; `listen` gives the bounds in force
-    (a reload may change them)."""
+    (a reload may change them). `turns` is engaged while the last sample is at least half its
+    `behind`: a loop that keeps up pays nothing for it."""
     while True:
         before = clock()
         gauge.due = before + period  # the door reads how far past it the loop is, live
         await anyio.sleep(period)
-        gauge.sample(clock() - before - period, listen())
+        lag = clock() - before - period
+        gauge.sample(lag, listen())
+        if turns is not None:
+            turns.engaged = lag >= turns.behind / 2

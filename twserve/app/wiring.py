@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -269,7 +270,14 @@ class GatewayApp:
                     tg.start_soon(self.maintenance.run)
                 tg.start_soon(self._end_pauses)
                 tg.start_soon(self._test_connections)
-                tg.start_soon(watch_loop_lag, self.gateway.load, lambda: self.config.listen.gateway)
+                tg.start_soon(
+                    partial(
+                        watch_loop_lag,
+                        self.gateway.load,
+                        lambda: self.config.listen.gateway,
+                        turns=self.upstream.pool.turns,
+                    )
+                )
                 try:
                     async with anyio.create_task_group() as serving:
                         self._serving = serving

@@ -27,7 +27,8 @@ arrive:
 * **One read a turn while the loop is behind.** uvloop's poll reads ready sockets again and
   again (up to 48 rounds of 1,024 events) before it runs a task or a timer; with thousands of
   streams on a full core that is a second and more in which no request moves. Given
-  `ReadTurns`, a connection that reads more than `ReadTurns.behind` seconds after the turn's
+  `ReadTurns` engaged (while the loop lags), a connection that reads more than
+  `ReadTurns.behind` seconds after the turn's
   first read pauses its reading after that read, and every paused one resumes in the loop's
   next turn (one ``call_soon``): a busy turn then reads each socket about once, and what waits
   in the kernel comes together in the next read.
@@ -125,17 +126,20 @@ class WriteTimeout(Exception):
 class ReadTurns:
     """Upstream reads paced to one per loop turn while the loop is behind (module docs).
 
-    The first read of a turn schedules the turn's end (one ``call_soon``: it runs when the loop
-    next runs its ready callbacks, after this poll). A read that comes more than `behind`
-    seconds after that first one, while the poll still has not ended, pauses its connection
-    until then.
+    While `engaged`, the first read of a turn schedules the turn's end (one ``call_soon``: it
+    runs when the loop next runs its ready callbacks, after this poll). A read that comes more
+    than `behind` seconds after that first one, while the poll still has not ended, pauses its
+    connection until then.
     """
 
-    __slots__ = ("_held", "_since", "behind", "clock", "held_total")
+    __slots__ = ("_held", "_since", "behind", "clock", "engaged", "held_total")
 
     def __init__(self, *, behind: float = 0.02, clock: Callable[[], float] = time.monotonic):
         self.behind = behind
         self.clock = clock
+        # Reads are looked at only while engaged: the loop-lag sampler engages it while the
+        # loop lags by half of `behind` or more (twserve/app/loop_lag.py).
+        self.engaged = False
         self._since: float | None = None  # the turn's first read, while its end is pending
         self._held: list[H1Connection] = []
         self.held_total = 0  # reads paused to the next turn since start
@@ -348,6 +352,7 @@ class H1Connection(asyncio.Protocol):
         turns = self._turns
         if (
             turns is not None
+            and turns.engaged
             and self._active
             and not self._read_paused
             and not self._turn_held

@@ -6,9 +6,11 @@ paused for a slow reader. On the standard asyncio loop and on uvloop (the gatewa
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -17,10 +19,13 @@ import pytest
 from anyio.streams.tls import TLSListener
 
 from tests.twserve.support.tls_front import certificates
+from twengine.config import GatewayListen
+from twengine.shedding import LoadGauge
 from twmock import run_mock
 from twmock.script import MockSettings, Script
 from twproto.failures import TransportFault
 from twproto.upstream_request import UpstreamRequest
+from twserve.app.loop_lag import watch_loop_lag
 from twserve.upstream.client import UpstreamClient, read_prefix
 from twserve.upstream.errors import UpstreamBroken, UpstreamUnreachable
 from twserve.upstream.h1_connection import PAUSE_BYTES, H1Connection, ReadTurns
@@ -643,6 +648,7 @@ class _Ticking:
 async def test_reads_late_in_a_turn_wait_for_the_next_and_every_stream_is_whole() -> None:
     frames = [b"data: %d\n\n" % i for i in range(200)]
     turns = ReadTurns(clock=_Ticking())
+    turns.engaged = True  # as the loop-lag sampler does while the loop lags
     pool = H1Pool()
     pool.turns = turns
     answers: list[tuple[int, bytes]] = []
@@ -667,6 +673,7 @@ async def test_a_held_read_and_a_slow_reader_pause_together_and_the_stream_compl
     frame = b"data: " + b"x" * 4090 + b"\n\n"
     frames = [frame] * 256  # 1 MiB: past what the connection keeps unread
     turns = ReadTurns(clock=_Ticking())
+    turns.engaged = True  # as the loop-lag sampler does while the loop lags
     pool = H1Pool()
     pool.turns = turns
     async with raw_server(_chunked(frames, 0.0)) as server:
@@ -699,6 +706,7 @@ class _Loop:
 def test_a_read_past_behind_in_the_same_turn_is_held_until_the_turn_ends() -> None:
     now = [10.0]
     turns = ReadTurns(behind=0.02, clock=lambda: now[0])
+    turns.engaged = True
     loop, a, b = _Loop(), _Conn(), _Conn()
     read = lambda conn: turns.read(conn, loop)  # type: ignore[arg-type]  # noqa: E731
     assert not read(a)  # the turn's first read: its end is scheduled, once
@@ -882,3 +890,20 @@ async def test_a_sink_that_raises_fails_the_read_with_its_error() -> None:
     taken, read, failed = await _sink_run(lambda n: ValueError("sink broke"))
     assert isinstance(failed, ValueError) and str(failed) == "sink broke"
     assert (read, taken) == ([b"p0"], [])
+
+
+async def test_the_lag_sampler_engages_read_turns_only_while_the_loop_lags() -> None:
+    gauge, turns = LoadGauge(), ReadTurns()
+    listen = GatewayListen()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(watch_loop_lag, gauge, lambda: listen, turns=turns, period=0.01))
+        await anyio.sleep(0.05)
+        assert not turns.engaged  # a loop that keeps up
+        time.sleep(0.05)  # the loop held past `behind`
+        with anyio.fail_after(2):
+            while not turns.engaged:
+                await anyio.sleep(0)
+        with anyio.fail_after(2):
+            while turns.engaged:  # caught up: the next samples disengage it
+                await anyio.sleep(0.005)
+        tg.cancel_scope.cancel()
