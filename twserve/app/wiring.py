@@ -160,7 +160,7 @@ class GatewayApp:
         )
         gw = self.gateway
         # While the loop is behind, upstream reads go one per loop turn (h1_connection.py).
-        self.upstream.pool.turns = ReadTurns()
+        self.upstream.pool.turns = ReadTurns(lambda: gw.load.due)
         gw.on_efforts_changed = lambda: save_effort_memory(data_dir, gw.reasoning.efforts.memory)
         gw.use_effort_memory(load_effort_memory(data_dir))
         gw.conversations.records = open_responses(config, data_dir, self.env)

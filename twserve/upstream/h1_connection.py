@@ -27,8 +27,8 @@ arrive:
 * **One read a turn while the loop is behind.** uvloop's poll reads ready sockets again and
   again (up to 48 rounds of 1,024 events) before it runs a task or a timer; with thousands of
   streams on a full core that is a second and more in which no request moves. Given
-  `ReadTurns` engaged (while the loop lags), a connection that reads more than
-  `ReadTurns.behind` seconds after the turn's
+  `ReadTurns` (while the loop lags), a connection that reads more than `ReadTurns.behind`
+  seconds after the turn's
   first read pauses its reading after that read, and every paused one resumes in the loop's
   next turn (one ``call_soon``): a busy turn then reads each socket about once, and what waits
   in the kernel comes together in the next read.
@@ -126,19 +126,27 @@ class WriteTimeout(Exception):
 class ReadTurns:
     """Upstream reads paced to one per loop turn while the loop is behind (module docs).
 
-    While `engaged`, the first read of a turn schedules the turn's end (one ``call_soon``: it
-    runs when the loop next runs its ready callbacks, after this poll). A read that comes more
-    than `behind` seconds after that first one, while the poll still has not ended, pauses its
-    connection until then.
+    While `engaged` (the loop-lag sampler's last sample was at least half of `behind`), or while
+    a read comes more than `behind` seconds past `due` (when the sampler's sleep under way
+    should end: the poll under way has run that long), the first read of a turn schedules the
+    turn's end (one ``call_soon``: it runs when the loop next runs its ready callbacks, after
+    this poll). A read that comes more than `behind` seconds after that first one, while the
+    poll still has not ended, pauses its connection until then.
     """
 
-    __slots__ = ("_held", "_since", "behind", "clock", "engaged", "held_total")
+    __slots__ = ("_due", "_held", "_since", "behind", "clock", "engaged", "held_total")
 
-    def __init__(self, *, behind: float = 0.02, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        due: Callable[[], float | None] = lambda: None,
+        *,
+        behind: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._due = due
         self.behind = behind
         self.clock = clock
-        # Reads are looked at only while engaged: the loop-lag sampler engages it while the
-        # loop lags by half of `behind` or more (twserve/app/loop_lag.py).
+        # Set by the loop-lag sampler (twserve/app/loop_lag.py).
         self.engaged = False
         self._since: float | None = None  # the turn's first read, while its end is pending
         self._held: list[H1Connection] = []
@@ -147,6 +155,10 @@ class ReadTurns:
     def read(self, conn: H1Connection, loop: asyncio.AbstractEventLoop) -> bool:
         """`conn` has read: True if it is to pause until the loop's next turn (`turn_over`)."""
         now = self.clock()
+        if not self.engaged:
+            due = self._due()
+            if due is None or now - due <= self.behind:
+                return False  # a loop that keeps up: nothing to pace
         since = self._since
         if since is None:
             self._since = now
@@ -352,7 +364,6 @@ class H1Connection(asyncio.Protocol):
         turns = self._turns
         if (
             turns is not None
-            and turns.engaged
             and self._active
             and not self._read_paused
             and not self._turn_held

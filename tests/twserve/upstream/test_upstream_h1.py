@@ -907,3 +907,17 @@ async def test_the_lag_sampler_engages_read_turns_only_while_the_loop_lags() -> 
             while turns.engaged:  # caught up: the next samples disengage it
                 await anyio.sleep(0.005)
         tg.cancel_scope.cancel()
+
+
+def test_a_read_far_past_the_samplers_due_time_paces_before_any_sample_says_so() -> None:
+    now, due = [10.0], [10.0]
+    turns = ReadTurns(lambda: due[0], behind=0.02, clock=lambda: now[0])
+    loop, a = _Loop(), _Conn()
+    read = lambda conn: turns.read(conn, loop)  # type: ignore[arg-type]  # noqa: E731
+    now[0] = 10.02
+    assert not read(a) and not loop.soon  # within `behind` of due, not engaged: not looked at
+    now[0] = 10.03  # a poll that has run past due by more than `behind`
+    assert not read(a) and len(loop.soon) == 1  # the turn's first read: its end scheduled
+    now[0] = 10.06
+    assert read(a)  # and the next one, late in the same turn, waits for it
+    assert not ReadTurns().read(a, loop)  # type: ignore[arg-type]  # no sampler: only engaged
