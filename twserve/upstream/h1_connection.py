@@ -10,9 +10,9 @@ arrive:
 * **Parsed as it arrives.** ``data_received`` feeds the parser at once and keeps the answer's
   head and body pieces; the reader awaits (one future per wait) only when nothing is there, and
   then takes everything that came since as *one* piece, so the relay writes once for what a
-  read brought (several SSE events often arrive together). Reading stays on while an answer is read:
-  no per-read ``resume_reading``/``pause_reading`` (each an ``epoll_ctl`` on uvloop) and no
-  cancellation checkpoint per read.
+  read brought (several SSE events often arrive together). Reading stays on while an answer is read
+  (unless the loop is behind, below): no per-read ``resume_reading``/``pause_reading`` (each an
+  ``epoll_ctl`` on uvloop) and no cancellation checkpoint per read.
 * **Handed on in the callback.** Once the reader has nothing unread and the answer may go
   straight to the client, it hands the connection a `Sink` (`H1Answer.divert`): what a read
   brings is then given to the sink inside ``data_received`` — for a committed passthrough
