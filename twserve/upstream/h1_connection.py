@@ -28,10 +28,9 @@ arrive:
   again (up to 48 rounds of 1,024 events) before it runs a task or a timer; with thousands of
   streams on a full core that is a second and more in which no request moves. Given
   `ReadTurns` (while the loop lags), a connection that reads more than `ReadTurns.behind`
-  seconds after the turn's
-  first read pauses its reading after that read, and every paused one resumes in the loop's
-  next turn (one ``call_soon``): a busy turn then reads each socket about once, and what waits
-  in the kernel comes together in the next read.
+  seconds after the turn's first read pauses its reading after that read, and every paused one
+  resumes in the loop's next turn (one ``call_soon``): a busy turn then reads each socket about
+  once, and what waits in the kernel comes together in the next read.
 * **Written directly.** A request goes out with one ``transport.write``; only when the
   transport's buffer is above its high-water mark (``pause_writing``) does the writer wait for
   it to drain, under the write timeout.
@@ -374,8 +373,8 @@ class H1Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def turn_over(self) -> None:
-        """The loop's next turn after `ReadTurns.hold`: read again, unless paused for unread
-        body (`take` resumes that) or gone."""
+        """The loop's next turn after `ReadTurns.read` held this connection: read again, unless
+        paused for unread body (`take` resumes that) or gone."""
         self._turn_held = False
         if not self._read_paused and not self.lost and self.transport is not None:
             self.transport.resume_reading()
