@@ -188,6 +188,27 @@ def _added(
     }
 
 
+def _answered(
+    probes: dict[str, list[tuple[float, float]]],
+    refusals: list[tuple[float, float]],
+    window: tuple[float, float],
+) -> dict[str, float]:
+    """A new request's answer while all N are open, served or refused: each target probe sent in
+    `window` counts its added time to first byte (target minus the direct probes' median) when
+    served, its time to the refusal's first byte when refused; p50 and p99 of those (ms), and
+    how many of each."""
+    direct = _pct([v for t, v in probes["direct"] if window[0] <= t < window[1]], 0.5)
+    served = [v - direct for t, v in probes["target"] if window[0] <= t < window[1]]
+    refused = [v for t, v in refusals if window[0] <= t < window[1]]
+    both = served + refused
+    return {
+        "p50": _pct(both, 0.5) * 1e3,
+        "p99": _pct(both, 0.99) * 1e3,
+        "served": float(len(served)),
+        "refused": float(len(refused)),
+    }
+
+
 async def _drive(
     target: dict[str, object],
     variant: Variant,
@@ -236,6 +257,7 @@ async def _drive(
     probes: dict[str, list[tuple[float, float]]] = {"target": [], "direct": []}
     probe_errors: dict[str, int] = {}
     refused_in: list[float] = []  # seconds to the first byte of each refusal
+    refusal_log: list[tuple[float, float]] = []  # when each target refusal was sent, its time
     turn = 0
     started = time.monotonic()
     while not all(o.done() for o in outputs):
@@ -260,6 +282,8 @@ async def _drive(
             probe_errors[key] = probe_errors.get(key, 0) + 1
             if first is not None:
                 refused_in.append(first)
+                if which == "target":
+                    refusal_log.append((now - started, first))
         await asyncio.sleep(max(0.0, args.probe_every - (time.monotonic() - now)))
     results = [json.loads(o.result()[0].decode().strip().splitlines()[-1]) for o in outputs]
     cpu_used = cpu_seconds(pid, fine=fine) - cpu_before
@@ -285,6 +309,7 @@ async def _drive(
     all_open = (args.ramp, _range_us(args.think)[0] / 1e6 + _range_us(args.duration)[0] / 1e6)
     added = _added(probes, (0.0, float("inf")))
     added_open = _added(probes, all_open)
+    answered_open = _answered(probes, refusal_log, all_open)
     delay = {
         k: max(r["delay_ms"][k] for r in results) if len(results) > 1 else results[0]["delay_ms"][k]
         for k in ("p50", "p99", "p999", "max")
@@ -340,7 +365,9 @@ async def _drive(
         "added_ttfb_ms": added,
         "added_ttfb_all_open_ms": added_open,
         "all_open_s": all_open,
+        "answered_all_open_ms": answered_open,
         "probe_log": probes,
+        "refusal_log": refusal_log,
         "refused_in_ms": {
             q: _pct(refused_in, p) * 1e3 for q, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
         },
@@ -499,6 +526,13 @@ def main() -> None:
                     f"{r['target']} probes refused within {took['p50']:.1f} ms p50,"
                     f" {took['p99']:.1f} ms p99, {took['max']:.1f} ms at most"
                 )
+            got = r["answered_all_open_ms"]
+            assert isinstance(got, dict)
+            print(
+                f"{r['target']} new requests while all are open: {got['served']:.0f} served,"
+                f" {got['refused']:.0f} refused; answered (added TTFB, or the refusal)"
+                f" {got['p50']:.1f} ms p50, {got['p99']:.1f} ms p99"
+            )
     if args.json:
         Path(args.json).write_text(
             json.dumps(

@@ -45,6 +45,7 @@ def test_many_streams_runs_every_variant_beside_the_proxy(
         assert r["delay_ms"]["p50"] > 0 and r["cpu_us_per_chunk"] > 0
         assert set(r["added_ttfb_all_open_ms"]) == {"p50", "p99"}
         assert set(r["refused_in_ms"]) == {"p50", "p99", "max"}
+        assert set(r["answered_all_open_ms"]) == {"p50", "p99", "served", "refused"}
         assert r["limited_by"]
     faster = next(
         r for r in runs if r["target"] == "proxy" and r["rate_of"] == 80 and r["streams"] == 40

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twengine.config import GatewayListen
-from twengine.shedding import WINDOW, LoadGauge
+from twengine.shedding import WINDOW, BacklogWait, LoadGauge
 
 LAGGY = GatewayListen(shed_loop_lag_ms=100)
 
@@ -102,9 +102,62 @@ def test_at_the_door_a_shedding_loop_refuses_even_when_on_time_now() -> None:
 def test_the_door_need_look_again_only_when_the_loop_could_be_behind_by_the_bound() -> None:
     gauge = LoadGauge()
     fill(gauge, 1)
-    assert gauge.door_wakes(7.0, LAGGY) == 8.0  # no sleep under way: in a second
+    # No sleep under way: half the bound (100 ms) on, for a client that arrives meanwhile.
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.05)
+    gauge.due = 7.01
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.05)  # sooner than due + 100 ms
+    gauge.due = 6.92
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.02)  # due + 100 ms comes first
+    # A client has waited 70 ms in the accept queue: it reaches the bound in 30 ms.
+    assert gauge.door_wakes(7.0, LAGGY, waited=0.07) == pytest.approx(7.02)
     gauge.due = 7.1
-    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.2)  # due + 100 ms
+    assert gauge.door_wakes(7.0, LAGGY, waited=0.07) == pytest.approx(7.03)
     assert gauge.door_wakes(7.0, GatewayListen(shed_loop_lag_ms=0)) == 8.0
     fill(gauge, 180)  # shedding: the next sample may end it
     assert gauge.door_wakes(7.0, LAGGY) == 8.0
+
+
+def test_at_the_door_a_client_waiting_the_bound_to_be_accepted_is_refused() -> None:
+    gauge = LoadGauge()
+    fill(gauge, 1)  # the loop's timers on time: the lag says nothing
+    assert gauge.at_door(5.0, LAGGY, waited=0.099) is None
+    refusal = gauge.at_door(5.0, LAGGY, waited=0.1)
+    assert refusal is not None and refusal.code == "gw.overloaded"
+    assert "waited 100 ms to be accepted" in refusal.message
+    assert gauge.at_door(5.0, GatewayListen(shed_loop_lag_ms=0), waited=9.0) is None
+
+
+def test_backlog_wait_follows_the_oldest_client_still_queued() -> None:
+    wait = BacklogWait()
+    assert wait.look(1.0, taken=0, queued=0) == 0.0
+    assert wait.look(1.0, taken=0, queued=3) == 0.0  # three seen at 1.0
+    assert wait.look(1.2, taken=2, queued=4) == pytest.approx(0.2)  # one of them still waits
+    assert wait.look(1.5, taken=3, queued=3) == pytest.approx(0.3)  # those three are in: 1.2's
+    assert wait.look(1.6, taken=6, queued=2) == pytest.approx(0.0)  # two new, seen now
+    assert wait.look(1.9, taken=7, queued=2) == pytest.approx(0.3)  # one in, one still waits
+    assert wait.look(2.0, taken=7, queued=0) == 0.0  # gone (reset before its accept): cleared
+    assert wait.look(2.1, taken=7, queued=1) == 0.0
+
+
+def test_backlog_wait_leaves_a_paused_loop_to_the_lag() -> None:
+    """Nobody accepted since the client was seen: the loop is paused, not serving a flood."""
+    wait = BacklogWait()
+    wait.look(1.0, taken=4, queued=2)
+    assert wait.look(1.9, taken=4, queued=2) == 0.0  # a 900 ms pause: not the queue's to judge
+    assert wait.look(2.0, taken=5, queued=3) == pytest.approx(1.0)  # accepting, one still waits
+
+
+def test_backlog_wait_keeps_its_oldest_mark_when_full() -> None:
+    wait = BacklogWait(keep=2)
+    for i in range(10):
+        wait.look(float(i), taken=0, queued=i + 1)  # nothing accepted, ten arrive
+    assert wait.look(10.0, taken=1, queued=10) == pytest.approx(9.0)  # the first is in: 1.0's
+    assert wait.look(11.0, taken=11, queued=1) == pytest.approx(0.0)  # all of those are in
+
+
+def test_backlog_wait_counts_an_accept_between_its_two_reads_as_short_not_long() -> None:
+    wait = BacklogWait()
+    # The count read (5), then a client accepted, then the length (2 rather than 3): the mark
+    # is 7 where 8 would be right, so it is reached one accept early, never waits for nobody.
+    wait.look(2.0, taken=5, queued=2)
+    assert wait.look(3.0, taken=7, queued=1) == pytest.approx(0.0)

@@ -5,10 +5,12 @@ task's several turns of the loop, and each turn waits behind every stream's chun
 up to 48 polls of 1,024 socket events before any task runs: about a second at 2,500 streams on
 one core). Shedding decided on the loop (twengine.shedding) therefore answers late, just when it
 matters. The door does not wait for the loop: a thread watches the loop's lag as it stands
-(`twengine.shedding.LoadGauge.at_door`, read every `TICK`). Once two looks in a row find it at
-``listen.gateway.shed_loop_lag_ms`` or over on a loop already lagging (one look right after a
-pause of the whole process would see the loop late just as it catches up), and for as long as
-it stays so, the door takes
+(`twengine.shedding.LoadGauge.at_door`, read every `TICK`), and how long the oldest client in
+the listening sockets' accept queues has waited (`twengine.shedding.BacklogWait`, from the
+queue's length, `queued`, and the loop's count of accepts, the `accepted` it is given). Once two
+looks in a row find either at ``listen.gateway.shed_loop_lag_ms`` or over (the lag only on a
+loop already lagging: one look right after a pause of the whole process would see the loop late
+just as it catches up), and for as long as it stays so, the door takes
 the new connections from the listening sockets itself, reads each head (up to `HEAD_MAX` bytes,
 for at most `HEAD_WAIT`), and answers it: the caller checks' refusal when the head earns one
 (401 for a wrong key, as the loop would say), else 503 ``gw.overloaded`` with
@@ -19,9 +21,9 @@ The answer goes out, the thread stops writing, reads what the client still sends
 
 While the loop keeps up the door takes nothing: the loop's own accept serves every client, and
 the thread only wakes when the loop could be behind by the bound at the soonest
-(`LoadGauge.door_wakes`: the lag sampler's sleep due plus the bound, a few times a second), or
-every `TICK` without that hint. While the door
-takes (`Door.taking`), the loop's accept leaves the waiting clients to it
+(`LoadGauge.door_wakes`: the lag sampler's sleep due plus the bound, half the bound at the
+latest, sooner when a client already waits in the queue), or every `TICK` without that hint.
+While the door takes (`Door.taking`), the loop's accept leaves the waiting clients to it
 (twserve/server/listener.py): otherwise the loop would accept them the moment they arrive and
 only get to them a second later. The loop reads nothing of the thread's but `Door.taking` and
 the count of refusals (`LoadGauge.shed_at_door`); the thread stops, with its clients closed,
@@ -37,6 +39,7 @@ import http
 import logging
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +50,7 @@ import h2.connection
 import h2.errors
 import h11
 
+from twengine.shedding import BacklogWait
 from twproto.errors import GatewayError
 from twserve.server.base import Admit, HeadRefusal, Request
 
@@ -61,6 +65,7 @@ __all__ = [
     "door",
     "http1_answer",
     "parse_head",
+    "queued",
 ]
 
 log = logging.getLogger("twserve")
@@ -83,10 +88,12 @@ MAX_HELD = 1024
 _WAKE = object()  # the selector's mark for the stop socket
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-# The loop's lag as it stands: the refusal every new client gets now, or None (loop keeps up).
-Behind = Callable[[float], GatewayError | None]
-# While the loop keeps up: when the door need look again at the soonest (monotonic).
-Wakes = Callable[[float], float]
+# The loop's lag as it stands, at monotonic now, and how long (seconds) the oldest client in
+# the accept queue has waited: the refusal every new client gets now, or None (loop keeps up).
+Behind = Callable[[float, float], GatewayError | None]
+# While the loop keeps up: when the door need look again at the soonest (monotonic), from the
+# same two.
+Wakes = Callable[[float, float], float]
 # The answer to a turned-away client: its head (None when none could be read) and the refusal.
 Answer = Callable[[Request | None, GatewayError], HeadRefusal]
 
@@ -113,11 +120,18 @@ class Door:
         answer: Answer,
         admit: Admit | None = None,
         wakes: Wakes | None = None,
+        accepted: Callable[[], int] | None = None,
+        queue: Callable[[socket.socket], int | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sockets = list(sockets)
         self.behind = behind
         self.wakes = wakes
+        # The loop's count of clients it accepted from `sockets` (read from this thread), and
+        # how many wait in one socket's accept queue (None: not known on this platform). Both
+        # are needed for the queue's wait; without `accepted` only the lag counts.
+        self.accepted = accepted
+        self.queue = queue or queued
         self.answer = answer
         self.admit = admit
         self.clock = clock
@@ -132,6 +146,9 @@ class Door:
         self._taking = False  # the door takes the new clients (the loop is behind)
         self._watching = False  # the listening sockets are in the selector
         self._seen_behind = False  # the last look found the loop behind
+        self._taken = 0  # clients this thread accepted (the queue empties by them too)
+        self._waits = BacklogWait()
+        self.waited = 0.0  # the last look's: seconds the oldest queued client has waited
 
     @property
     def taking(self) -> bool:
@@ -155,7 +172,8 @@ class Door:
         try:
             while not self._stop.is_set():
                 now = self.clock()
-                refusal = self.behind(now)
+                self.waited = self._queue_wait(now)
+                refusal = self.behind(now, self.waited)
                 # Behind on two looks in a row, a `TICK` apart: one look just after the GIL
                 # came back (a collection, another thread's long step) may find the lag
                 # sampler late while the loop is about to catch up at once.
@@ -185,12 +203,26 @@ class Door:
             self._wake.close()
             self._waker.close()
 
+    def _queue_wait(self, now: float) -> float:
+        """Seconds the oldest client in the accept queues has waited at least (0: none waits,
+        or it is not known)."""
+        if self.accepted is None:
+            return 0.0
+        taken = self.accepted() + self._taken  # the count first (`BacklogWait`)
+        total = 0
+        for sock in self.sockets:
+            waiting = self.queue(sock)
+            if waiting is None:
+                return 0.0
+            total += waiting
+        return self._waits.look(now, taken, total)
+
     def _timeout(self, now: float) -> float:
         if not self._clients:
             if self._taking or self._seen_behind or self.wakes is None:
                 return TICK
             # The loop keeps up: no look is needed before it could be behind by the bound.
-            return max(TICK, self.wakes(now) - now)
+            return max(TICK, self.wakes(now, self.waited) - now)
         soonest = min(c.deadline for c in self._clients.values())
         return max(0.0, min(TICK, soonest - now))
 
@@ -210,6 +242,7 @@ class Door:
                 sock, addr = listening.accept()
             except OSError:  # none waiting (the loop took it), or an error its accept will see
                 return
+            self._taken += 1
             host = str(addr[0]) if isinstance(addr, tuple) else str(addr)
             if self.admit is not None and not self.admit(host):
                 sock.close()  # refused by address, as the loop would: nothing is read
@@ -282,15 +315,40 @@ def door(
     answer: Answer,
     admit: Admit | None,
     wakes: Wakes | None = None,
+    accepted: Callable[[], int] | None = None,
 ) -> Iterator[Door]:
     """A running `Door` on `sockets` for the block's length (stopped, its clients closed, at its
     end, before the sockets close)."""
-    keeper = Door(sockets, behind=behind, answer=answer, admit=admit, wakes=wakes)
+    keeper = Door(
+        sockets, behind=behind, answer=answer, admit=admit, wakes=wakes, accepted=accepted
+    )
     keeper.start()
     try:
         yield keeper
     finally:
         keeper.stop()
+
+
+# struct tcp_info's head on Linux: eight one-byte fields, then rto, ato, snd_mss, rcv_mss and
+# unacked, which for a listening socket is the length of its accept queue.
+_TCP_INFO_HEAD = struct.Struct("=8B5I")
+_TCP_LISTEN = 10  # tcpi_state of a listening socket
+
+
+def queued(sock: socket.socket) -> int | None:
+    """How many clients wait in listening `sock`'s accept queue (Linux's ``TCP_INFO``); None
+    where that cannot be read (another platform, a socket that is not listening)."""
+    option = getattr(socket, "TCP_INFO", None)
+    if option is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_HEAD.size)
+    except OSError:
+        return None
+    if len(info) < _TCP_INFO_HEAD.size:
+        return None
+    fields = _TCP_INFO_HEAD.unpack(info)
+    return int(fields[12]) if fields[0] == _TCP_LISTEN else None
 
 
 def _head_complete(data: bytearray) -> bool:

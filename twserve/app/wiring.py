@@ -408,18 +408,26 @@ class GatewayApp:
             door=self._door,
         )
 
-    def _door(self, sockets: Sequence[socket.socket]) -> AbstractContextManager[Door]:
+    def _door(
+        self, sockets: Sequence[socket.socket], accepted: Callable[[], int]
+    ) -> AbstractContextManager[Door]:
         """The gateway listener's door (twserve/app/door.py): new clients turned away from a
-        thread while the loop is `shed_loop_lag_ms` behind."""
+        thread while the loop is `shed_loop_lag_ms` behind, or they wait that long to be
+        accepted."""
         gateway = self.gateway
         return door(
             sockets,
-            behind=lambda now: gateway.load.at_door(now, self.config.listen.gateway),
+            behind=lambda now, waited: gateway.load.at_door(
+                now, self.config.listen.gateway, waited
+            ),
             answer=lambda request, refusal: door_refusal(
                 gateway.callers, request, refusal, gateway.load, now=gateway.wall()
             ),
             admit=gateway.callers.addresses.allows,
-            wakes=lambda now: gateway.load.door_wakes(now, self.config.listen.gateway),
+            wakes=lambda now, waited: gateway.load.door_wakes(
+                now, self.config.listen.gateway, waited
+            ),
+            accepted=accepted,
         )
 
     def _take_transport_limits(self, config: Config) -> None:

@@ -17,8 +17,10 @@ room, or with none idle the new one is answered 503 (``gw.listen.address_busy``)
 anything is read.
 
 A `DoorHook` (the gateway's door, twserve/app/door.py) runs around the accept loops with the
-listening sockets: it may take new connections from them on a thread of its own (while the loop
-is behind), and it has stopped before the sockets close.
+listening sockets and the count of clients accepted from them (`Server.accepted`, which with the
+accept queue's length tells how long new clients wait there): it may take new connections from
+them on a thread of its own (while the loop is behind), and it has stopped before the sockets
+close.
 
 `Server.drain` stops accepting, lets what runs finish within a grace, and cancels the rest.
 """
@@ -60,8 +62,9 @@ class DoorState(Protocol):
     def taking(self) -> bool: ...
 
 
-# Entered around the accept loops with the listening sockets (module docs).
-DoorHook = Callable[[Sequence[socket.socket]], AbstractContextManager[DoorState]]
+# Entered around the accept loops with the listening sockets and the count of clients accepted
+# from them (module docs).
+DoorHook = Callable[[Sequence[socket.socket], Callable[[], int]], AbstractContextManager[DoorState]]
 # While the door takes the new clients, how long an accept loop waits before it looks again.
 DOOR_WAIT = 0.01
 
@@ -138,6 +141,8 @@ class Server:
         self.connections: set[Connection] = set()
         # Connections accepted and not yet ended (counted at accept, before their task runs).
         self.open_count = 0
+        # Clients taken from the listening sockets so far (the door reads it, module docs).
+        self.accepted = 0
         # Connections open per client address, with max_connections_per_address.
         self.per_address: dict[str, int] = {}
         # Made on the event loop, in serve_listener (anyio objects need a running loop).
@@ -163,7 +168,7 @@ class Server:
         ]
         with self._all:
             async with anyio.create_task_group() as tg:
-                door = self.door(raw) if self.door else nullcontext(None)
+                door = self.door(raw, self._accepted) if self.door else nullcontext(None)
                 with self._accepting, door as at_door:
                     async with anyio.create_task_group() as loops:
                         for one in listeners:
@@ -188,11 +193,16 @@ class Server:
                 continue
             try:
                 if door is not None and raw is not None:
-                    stream = await _accept_beside(raw, door)
-                    if stream is None:
+                    sock = await _accept_beside(raw, door)
+                    if sock is None:
                         continue  # the door (or another worker) took that client
+                    self.accepted += 1
+                    stream = await _stream_of(sock)
+                    if stream is None:
+                        continue  # it reset while it waited
                 else:
                     stream = await listener.accept()
+                    self.accepted += 1
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
@@ -232,9 +242,13 @@ class Server:
                 sock, _addr = raw.accept()
             except OSError:  # nothing waiting (BlockingIOError), or an error accept will see
                 return
+            self.accepted += 1
             sock.setblocking(False)
             self.open_count += 1
             tg.start_soon(self._run_accepted, sock)
+
+    def _accepted(self) -> int:
+        return self.accepted
 
     async def _run_accepted(self, sock: socket.socket) -> None:
         try:
@@ -386,11 +400,11 @@ class Server:
         return finished
 
 
-async def _accept_beside(raw: socket.socket, door: DoorState) -> anyio.abc.SocketStream | None:
-    """The next client of `raw`, accepted beside a door: the loop waits for one to arrive and
-    leaves it to the door while the door takes clients (the loop is behind; it would only make
-    the client wait). None when another took it first, or it reset meanwhile; OSError as
-    ``accept`` raises it."""
+async def _accept_beside(raw: socket.socket, door: DoorState) -> socket.socket | None:
+    """The next client of `raw`, accepted beside a door (non-blocking): the loop waits for one
+    to arrive and leaves it to the door while the door takes clients (the loop is behind; it
+    would only make the client wait). None when another took it first; OSError as ``accept``
+    raises it."""
     while True:
         await anyio.wait_readable(raw)
         if not door.taking:
@@ -401,7 +415,7 @@ async def _accept_beside(raw: socket.socket, door: DoorState) -> anyio.abc.Socke
     except BlockingIOError:
         return None
     sock.setblocking(False)
-    return await _stream_of(sock)
+    return sock
 
 
 async def _stream_of(sock: socket.socket) -> anyio.abc.SocketStream | None:

@@ -22,6 +22,14 @@ Two signals, both from ``listen.gateway`` (docs/configuration.md):
   `LoadGauge.at_door` refuses while the loop is that far past it, or while shedding;
   `LoadGauge.door_wakes` says when the door need look again.
 
+  The same bound holds for the clients the loop has not even accepted yet. The lag samples
+  measure a timer, and under a flood of new connections the loop may keep its timers nearly on
+  time while its accepts fall behind: the kernel's accept queue is first come, first served, so
+  every new client waits behind all that came before it (seconds, with lag samples of 20 ms).
+  The door reads the queue's length and the loop's count of accepts; `BacklogWait` turns the
+  two into how long the oldest client in the queue has waited at least while the loop accepted
+  others, and `at_door` refuses once that is the bound or more.
+
 Pure: the samples and the count are arguments, and the verdict a value.
 """
 
@@ -33,7 +41,7 @@ from statistics import median
 from twengine.config import GatewayListen
 from twproto.errors import ErrorCategory, GatewayError
 
-__all__ = ("WINDOW", "LoadGauge", "overloaded")
+__all__ = ("WINDOW", "BacklogWait", "LoadGauge", "overloaded")
 
 #: Lag samples the median is taken over (the caller samples every 100 ms: one second).
 WINDOW = 10
@@ -83,14 +91,22 @@ class LoadGauge:
         else:
             self.shedding = len(self._samples) == self._samples.maxlen and self._lag_ms >= bound
 
-    def at_door(self, now: float, listen: GatewayListen) -> GatewayError | None:
+    def at_door(
+        self, now: float, listen: GatewayListen, waited: float = 0.0
+    ) -> GatewayError | None:
         """The refusal for a new client at the door at monotonic `now`, or None to leave it to
-        the loop: while shedding, or while the sleep under way is `shed_loop_lag_ms` or more
-        past `due` (the loop is that far behind now, before any sample says so) after a last
-        sample of half the bound or more."""
+        the loop: while a client has waited `shed_loop_lag_ms` or more in the accept queue
+        (`waited`, seconds, from `BacklogWait`), while shedding, or while the sleep under way is
+        the bound or more past `due` (the loop is that far behind now, before any sample says
+        so) after a last sample of half the bound or more."""
         bound = listen.shed_loop_lag_ms
         if bound <= 0:
             return None
+        if waited * 1000.0 >= bound:
+            return overloaded(
+                f"event loop behind: a new client waited {waited * 1000.0:.0f} ms to be"
+                " accepted, shed_loop_lag_ms"
+            )
         due = self.due
         late_ms = 0.0 if due is None else (now - due) * 1000.0
         # Only on a loop already lagging (its last sample at half the bound or more): one
@@ -102,15 +118,20 @@ class LoadGauge:
             return overloaded(f"event loop {self._lag_ms:.0f} ms behind, shed_loop_lag_ms")
         return None
 
-    def door_wakes(self, now: float, listen: GatewayListen) -> float:
+    def door_wakes(self, now: float, listen: GatewayListen, waited: float = 0.0) -> float:
         """When the door looks next while the loop keeps up: the moment the loop would be
-        `shed_loop_lag_ms` behind if the sleep under way were stuck now (`due` plus the
-        bound), and at most a second after `now` (no sleep under way, no bound, or shedding,
+        `shed_loop_lag_ms` behind if the sleep under way were stuck now (`due` plus the bound),
+        the moment the client that has `waited` (seconds) in the accept queue would have waited
+        the bound, and half the bound after `now` at the latest (a client that arrives
+        meanwhile is seen in time), but at most a second after `now` (no bound, or shedding,
         which the next sample may end)."""
         due, bound = self.due, listen.shed_loop_lag_ms
-        if due is None or bound <= 0 or self.shedding:
+        if bound <= 0 or self.shedding:
             return now + 1.0
-        return min(now + 1.0, due + bound / 1000.0)
+        soonest = min(now + 1.0, now + bound / 2000.0)
+        if waited > 0.0:
+            soonest = min(soonest, now + bound / 1000.0 - waited)
+        return soonest if due is None else min(soonest, due + bound / 1000.0)
 
     def verdict(self, listen: GatewayListen) -> GatewayError | None:
         """The refusal for a new request now, or None to serve it."""
@@ -121,3 +142,44 @@ class LoadGauge:
             self.shed += 1
             return overloaded(f"event loop {self._lag_ms:.0f} ms behind, shed_loop_lag_ms")
         return None
+
+
+class BacklogWait:
+    """How long the oldest client in a listening socket's accept queue has waited at least
+    while the loop accepted others before it, from looks at the queue's length and at the count
+    of clients taken from it so far (module docs).
+
+    A look that finds `queued` clients after `taken` were accepted marks the moment: those
+    clients are all out of the queue once `taken + queued` have been accepted (the queue is
+    first in, first out). The oldest mark not yet reached is when the client at the queue's
+    head was seen waiting, at the latest. Its wait counts only once some client has been
+    accepted since that mark: a loop that accepts nobody is paused (a collection, a first
+    request's imports), which the lag judges, not a loop that serves a flood of clients
+    before this one. Read the count before the length: a client accepted between the two reads
+    then makes the mark short by one, never long (a long mark would wait for a client that is
+    gone). An empty queue clears every mark, whatever the counts say (a client that reset
+    before it was accepted, or an accept that failed). At most `keep` marks are kept: past that
+    the newest grows to cover the later clients, so the oldest stays.
+    """
+
+    def __init__(self, keep: int = 64) -> None:
+        self._marks: deque[tuple[float, int, int]] = deque()  # seen at, all out at, taken then
+        self._keep = keep
+
+    def look(self, now: float, taken: int, queued: int) -> float:
+        """Seconds the oldest client still queued has waited at least while others were
+        accepted, at monotonic `now` (0: none waits so)."""
+        marks = self._marks
+        if queued <= 0:
+            marks.clear()
+            return 0.0
+        while marks and marks[0][1] <= taken:
+            marks.popleft()
+        target = taken + queued
+        if not marks or marks[-1][1] < target:
+            if len(marks) < self._keep:
+                marks.append((now, target, taken))
+            else:
+                marks[-1] = (marks[-1][0], target, marks[-1][2])
+        seen, _, then = marks[0]
+        return now - seen if taken > then else 0.0

@@ -16,7 +16,8 @@ import h2.connection
 import h2.events
 import pytest
 
-from twengine.shedding import overloaded
+from twengine.config import GatewayListen
+from twengine.shedding import LoadGauge, overloaded
 from twproto.dialect import Dialect
 from twproto.errors import GatewayError, error_body, error_headers
 from twproto.paths import guess_client_dialect
@@ -44,11 +45,13 @@ def answer(request: Request | None, refusal: GatewayError) -> HeadRefusal:
 
 @contextmanager
 def running(
-    behind: Callable[[float], GatewayError | None], admit: Callable[[str], bool] | None = None
+    behind: Callable[[float, float], GatewayError | None],
+    admit: Callable[[str], bool] | None = None,
+    accepted: Callable[[], int] | None = None,
 ) -> Iterator[tuple[socket.socket, Door]]:
     listening = socket.create_server(("127.0.0.1", 0))
     listening.setblocking(False)
-    keeper = Door([listening], behind=behind, answer=answer, admit=admit)
+    keeper = Door([listening], behind=behind, answer=answer, admit=admit, accepted=accepted)
     keeper.start()
     try:
         yield listening, keeper
@@ -77,7 +80,7 @@ def split(answer_bytes: bytes) -> tuple[str, dict[str, str], bytes]:
 
 
 def test_while_the_loop_keeps_up_the_door_takes_nobody() -> None:
-    with running(lambda now: None) as (listening, keeper):
+    with running(lambda now, waited: None) as (listening, keeper):
         client = connect(listening)
         client.sendall(CLAUDE)
         time.sleep(5 * door_module.TICK)
@@ -90,7 +93,7 @@ def test_while_the_loop_keeps_up_the_door_takes_nobody() -> None:
 
 
 def test_while_behind_a_client_is_answered_at_once_in_its_own_format() -> None:
-    with running(lambda now: REFUSAL) as (listening, keeper):
+    with running(lambda now, waited: REFUSAL) as (listening, keeper):
         client = connect(listening)
         begun = time.monotonic()
         client.sendall(CLAUDE)
@@ -109,7 +112,7 @@ def test_while_behind_a_client_is_answered_at_once_in_its_own_format() -> None:
 
 
 def test_a_client_that_sends_no_head_is_answered_after_the_head_wait() -> None:
-    with running(lambda now: REFUSAL) as (listening, _keeper):
+    with running(lambda now, waited: REFUSAL) as (listening, _keeper):
         client = connect(listening)
         begun = time.monotonic()
         status, _headers, body = split(read_all(client))
@@ -121,7 +124,7 @@ def test_a_client_that_sends_no_head_is_answered_after_the_head_wait() -> None:
 
 
 def test_an_http2_client_is_told_goaway_with_no_stream_processed() -> None:
-    with running(lambda now: REFUSAL) as (listening, _keeper):
+    with running(lambda now, waited: REFUSAL) as (listening, _keeper):
         client = connect(listening)
         h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         h2c.initiate_connection()
@@ -141,7 +144,7 @@ def test_an_http2_client_is_told_goaway_with_no_stream_processed() -> None:
 
 
 def test_a_refused_address_is_closed_without_an_answer() -> None:
-    with running(lambda now: REFUSAL, admit=lambda host: False) as (listening, keeper):
+    with running(lambda now, waited: REFUSAL, admit=lambda host: False) as (listening, keeper):
         client = connect(listening)
         client.sendall(CLAUDE)
         try:
@@ -158,7 +161,7 @@ def test_a_refused_address_is_closed_without_an_answer() -> None:
 
 def test_the_door_follows_the_loop_as_it_falls_behind_and_catches_up() -> None:
     state: list[GatewayError | None] = [None]
-    with running(lambda now: state[0]) as (listening, keeper):
+    with running(lambda now, waited: state[0]) as (listening, keeper):
         state[0] = REFUSAL
         deadline = time.monotonic() + 2
         while not keeper.taking and time.monotonic() < deadline:
@@ -177,7 +180,7 @@ def test_the_door_follows_the_loop_as_it_falls_behind_and_catches_up() -> None:
 
 
 def test_stop_closes_the_clients_the_door_holds() -> None:
-    with running(lambda now: REFUSAL) as (listening, keeper):
+    with running(lambda now, waited: REFUSAL) as (listening, keeper):
         client = connect(listening)
         client.sendall(CLAUDE)
         split(client.recv(65536))  # answered; the door lingers, reading what else comes
@@ -192,7 +195,7 @@ def test_holding_its_most_the_door_leaves_the_next_client_waiting_not_to_the_loo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(door_module, "MAX_HELD", 1)
-    with running(lambda now: REFUSAL) as (listening, keeper):
+    with running(lambda now, waited: REFUSAL) as (listening, keeper):
         first = connect(listening)
         first.sendall(CLAUDE)
         assert split(first.recv(65536))[0].startswith("HTTP/1.1 503")  # held, lingering
@@ -206,3 +209,98 @@ def test_holding_its_most_the_door_leaves_the_next_client_waiting_not_to_the_loo
         second.settimeout(5)
         assert split(read_all(second))[0].startswith("HTTP/1.1 503")
         second.close()
+
+
+def test_queued_reads_a_listening_sockets_accept_queue() -> None:
+    listening = socket.create_server(("127.0.0.1", 0))
+    clients = [connect(listening) for _ in range(3)]
+    try:
+        assert door_module.queued(listening) == 3
+        taken, _ = listening.accept()
+        taken.close()
+        assert door_module.queued(listening) == 2
+        assert door_module.queued(clients[0]) is None  # not a listening socket
+    finally:
+        for client in clients:
+            client.close()
+        listening.close()
+
+
+def test_clients_the_loop_is_too_slow_to_accept_are_refused_after_the_bound() -> None:
+    """The loop's timers on time (no lag at all), its accepts slower than clients arrive: once
+    the oldest waiting client has waited the bound (100 ms) the door takes and answers it."""
+    listen = GatewayListen(shed_loop_lag_ms=100)
+    gauge = LoadGauge()
+    count = [0]
+    with running(
+        lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: count[0]
+    ) as (listening, keeper):
+        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+        start = time.monotonic()
+        clients = []
+        for _ in range(8):
+            client = connect(listening)
+            client.sendall(CLAUDE)
+            clients.append(client)
+        answered: list[tuple[str, dict[str, str], bytes]] = []
+        while not keeper.turned_away and time.monotonic() - start < 2:
+            time.sleep(0.06)  # the loop takes one client every 60 ms
+            try:
+                taken, _ = listening.accept()
+            except BlockingIOError:
+                break  # the door took the rest
+            count[0] += 1
+            taken.close()
+        took = time.monotonic() - start
+        assert keeper.turned_away and 0.1 <= took < 1.0  # the bound, plus a look or two
+        assert count[0] < 8
+        for client in clients[count[0] :]:  # the rest: the door's
+            client.settimeout(5)
+            answered.append(split(read_all(client)))
+        assert answered and keeper.turned_away == len(answered)
+        for status, headers, body in answered:
+            assert status.startswith("HTTP/1.1 503") and headers["retry-after"] == "1"
+            error = json.loads(body)
+            assert error["type"] == "error"  # Anthropic's format: it asked /v1/messages
+            assert "to be accepted" in error["error"]["message"]
+        for client in clients:
+            client.close()
+
+
+def test_a_loop_that_accepts_nobody_is_left_to_the_lag() -> None:
+    """A paused loop (a collection, a first request's imports) accepts nobody: the queue's wait
+    does not count, the client stays for the loop."""
+    listen = GatewayListen(shed_loop_lag_ms=100)
+    gauge = LoadGauge()
+    with running(lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: 0) as (
+        listening,
+        keeper,
+    ):
+        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+        client = connect(listening)
+        time.sleep(0.4)
+        assert not keeper.taking and keeper.turned_away == 0
+        taken, _ = listening.accept()  # the loop's, once it runs again
+        taken.close()
+        client.close()
+
+
+def test_a_loop_that_accepts_in_time_leaves_the_door_idle() -> None:
+    """Clients arrive all the time and the loop accepts each within a few ms: the queue never
+    waits the bound, the door takes nobody."""
+    listen = GatewayListen(shed_loop_lag_ms=100)
+    gauge = LoadGauge()
+    count = [0]
+    with running(
+        lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: count[0]
+    ) as (listening, keeper):
+        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            client = connect(listening)
+            time.sleep(0.005)
+            taken, _ = listening.accept()  # the loop's accept, 5 ms after the client came
+            count[0] += 1
+            taken.close()
+            client.close()
+        assert not keeper.taking and keeper.turned_away == 0
