@@ -102,16 +102,16 @@ def test_at_the_door_a_shedding_loop_refuses_even_when_on_time_now() -> None:
 def test_the_door_need_look_again_only_when_the_loop_could_be_behind_by_the_bound() -> None:
     gauge = LoadGauge()
     fill(gauge, 1)
-    # No sleep under way: half the bound (100 ms) on, for a client that arrives meanwhile.
-    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.05)
+    # No sleep under way: a quarter of the bound (100 ms) on, for a client that arrives.
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.025)
     gauge.due = 7.01
-    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.05)  # sooner than due + 100 ms
+    assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.025)  # sooner than due + 100 ms
     gauge.due = 6.92
     assert gauge.door_wakes(7.0, LAGGY) == pytest.approx(7.02)  # due + 100 ms comes first
-    # A client has waited 70 ms in the accept queue: it reaches the bound in 30 ms.
-    assert gauge.door_wakes(7.0, LAGGY, waited=0.07) == pytest.approx(7.02)
+    # A client has waited 90 ms in the accept queue: it reaches the bound in 10 ms.
+    assert gauge.door_wakes(7.0, LAGGY, waited=0.09) == pytest.approx(7.01)
     gauge.due = 7.1
-    assert gauge.door_wakes(7.0, LAGGY, waited=0.07) == pytest.approx(7.03)
+    assert gauge.door_wakes(7.0, LAGGY, waited=0.09) == pytest.approx(7.01)
     assert gauge.door_wakes(7.0, GatewayListen(shed_loop_lag_ms=0)) == 8.0
     fill(gauge, 180)  # shedding: the next sample may end it
     assert gauge.door_wakes(7.0, LAGGY) == 8.0

@@ -21,8 +21,9 @@ The answer goes out, the thread stops writing, reads what the client still sends
 
 While the loop keeps up the door takes nothing: the loop's own accept serves every client, and
 the thread only wakes when the loop could be behind by the bound at the soonest
-(`LoadGauge.door_wakes`: the lag sampler's sleep due plus the bound, half the bound at the
-latest, sooner when a client already waits in the queue), or every `TICK` without that hint.
+(`LoadGauge.door_wakes`: the lag sampler's sleep due plus the bound, a quarter of the bound
+at the latest), every `TICK` while clients wait in the queue, or every `TICK` without that
+hint.
 While the door takes (`Door.taking`), the loop's accept leaves the waiting clients to it
 (twserve/server/listener.py): otherwise the loop would accept them the moment they arrive and
 only get to them a second later. The loop reads nothing of the thread's but `Door.taking` and
@@ -149,6 +150,7 @@ class Door:
         self._taken = 0  # clients this thread accepted (the queue empties by them too)
         self._waits = BacklogWait()
         self.waited = 0.0  # the last look's: seconds the oldest queued client has waited
+        self._queued = False  # the last look found clients in the accept queue
 
     @property
     def taking(self) -> bool:
@@ -215,11 +217,14 @@ class Door:
             if waiting is None:
                 return 0.0
             total += waiting
+        self._queued = total > 0
         return self._waits.look(now, taken, total)
 
     def _timeout(self, now: float) -> float:
         if not self._clients:
-            if self._taking or self._seen_behind or self.wakes is None:
+            # Clients queued: looked at every `TICK` until the loop has taken them, so that one
+            # who waits is seen waiting the bound within a look of it.
+            if self._taking or self._seen_behind or self._queued or self.wakes is None:
                 return TICK
             # The loop keeps up: no look is needed before it could be behind by the bound.
             return max(TICK, self.wakes(now, self.waited) - now)

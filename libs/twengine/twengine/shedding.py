@@ -122,13 +122,13 @@ class LoadGauge:
         """When the door looks next while the loop keeps up: the moment the loop would be
         `shed_loop_lag_ms` behind if the sleep under way were stuck now (`due` plus the bound),
         the moment the client that has `waited` (seconds) in the accept queue would have waited
-        the bound, and half the bound after `now` at the latest (a client that arrives
+        the bound, and a quarter of the bound after `now` at the latest (a client that arrives
         meanwhile is seen in time), but at most a second after `now` (no bound, or shedding,
         which the next sample may end)."""
         due, bound = self.due, listen.shed_loop_lag_ms
         if bound <= 0 or self.shedding:
             return now + 1.0
-        soonest = min(now + 1.0, now + bound / 2000.0)
+        soonest = min(now + 1.0, now + bound / 4000.0)
         if waited > 0.0:
             soonest = min(soonest, now + bound / 1000.0 - waited)
         return soonest if due is None else min(soonest, due + bound / 1000.0)
