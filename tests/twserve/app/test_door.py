@@ -60,6 +60,20 @@ def running(
         listening.close()
 
 
+@contextmanager
+def gauged(accepted: Callable[[], int]) -> Iterator[tuple[socket.socket, Door]]:
+    """A door judged as the gateway's is, by a `LoadGauge` at a bound of 100 ms whose loop keeps
+    its timers on time, with the loop's count of accepts from `accepted`."""
+    listen = GatewayListen(shed_loop_lag_ms=100)
+    gauge = LoadGauge()
+    with running(lambda now, waited: gauge.at_door(now, listen, waited), accepted=accepted) as (
+        listening,
+        keeper,
+    ):
+        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+        yield listening, keeper
+
+
 def connect(listening: socket.socket) -> socket.socket:
     client = socket.create_connection(listening.getsockname()[:2], timeout=5)
     return client
@@ -229,13 +243,8 @@ def test_queued_reads_a_listening_sockets_accept_queue() -> None:
 def test_clients_the_loop_is_too_slow_to_accept_are_refused_after_the_bound() -> None:
     """The loop's timers on time (no lag at all), its accepts slower than clients arrive: once
     the oldest waiting client has waited the bound (100 ms) the door takes and answers it."""
-    listen = GatewayListen(shed_loop_lag_ms=100)
-    gauge = LoadGauge()
     count = [0]
-    with running(
-        lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: count[0]
-    ) as (listening, keeper):
-        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+    with gauged(lambda: count[0]) as (listening, keeper):
         start = time.monotonic()
         clients = []
         for _ in range(8):
@@ -270,13 +279,7 @@ def test_clients_the_loop_is_too_slow_to_accept_are_refused_after_the_bound() ->
 def test_a_loop_that_accepts_nobody_is_left_to_the_lag() -> None:
     """A paused loop (a collection, a first request's imports) accepts nobody: the queue's wait
     does not count, the client stays for the loop."""
-    listen = GatewayListen(shed_loop_lag_ms=100)
-    gauge = LoadGauge()
-    with running(lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: 0) as (
-        listening,
-        keeper,
-    ):
-        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+    with gauged(lambda: 0) as (listening, keeper):
         client = connect(listening)
         time.sleep(0.4)
         assert not keeper.taking and keeper.turned_away == 0
@@ -288,13 +291,8 @@ def test_a_loop_that_accepts_nobody_is_left_to_the_lag() -> None:
 def test_a_loop_that_accepts_in_time_leaves_the_door_idle() -> None:
     """Clients arrive all the time and the loop accepts each within a few ms: the queue never
     waits the bound, the door takes nobody."""
-    listen = GatewayListen(shed_loop_lag_ms=100)
-    gauge = LoadGauge()
     count = [0]
-    with running(
-        lambda now, waited: gauge.at_door(now, listen, waited), accepted=lambda: count[0]
-    ) as (listening, keeper):
-        keeper.wakes = lambda now, waited: gauge.door_wakes(now, listen, waited)
+    with gauged(lambda: count[0]) as (listening, keeper):
         deadline = time.monotonic() + 0.6
         while time.monotonic() < deadline:
             client = connect(listening)

@@ -5,6 +5,8 @@ streams."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import anyio
 import pytest
@@ -83,3 +85,37 @@ async def test_a_batch_stops_at_the_connection_cap() -> None:
         tg.cancel_scope.cancel()
     assert len(answers) == 40 and all(a.startswith(b"HTTP/1.1 200") for a in answers)
     assert 0 < CountingServer.most_open <= 8
+
+
+class _Door:
+    """A door hook that never takes anyone and keeps what the server gave it."""
+
+    taking = False
+
+    def __init__(self) -> None:
+        self.sockets: list[socket.socket] = []
+        self.accepted: Callable[[], int] = lambda: -1
+
+    @contextmanager
+    def __call__(
+        self, sockets: Sequence[socket.socket], accepted: Callable[[], int]
+    ) -> Iterator[_Door]:
+        self.sockets, self.accepted = list(sockets), accepted
+        yield self
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_beside_a_door_every_client_taken_is_counted_for_it() -> None:
+    """The door reads the accept queue's wait from the server's count of accepts: one taken
+    beside the door and the rest in a batch are all counted."""
+    hook = _Door()
+    server = listener.Server(ok, door=hook)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(
+            lambda task_status: listener.serve(ok, server=server, task_status=task_status)
+        )
+        assert hook.accepted() == 0 and hook.sockets
+        answers = await _answers(port, 30)
+        assert hook.accepted() == 30 == server.accepted
+        tg.cancel_scope.cancel()
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
