@@ -124,6 +124,7 @@ def test_at_the_door_a_client_waiting_the_bound_to_be_accepted_is_refused() -> N
     refusal = gauge.at_door(5.0, LAGGY, waited=0.1)
     assert refusal is not None and refusal.code == "gw.overloaded"
     assert "waited 100 ms to be accepted" in refusal.message
+    assert gauge.accept_wait_ms == pytest.approx(100.0)  # the last look's, for GET /status
     assert gauge.at_door(5.0, GatewayListen(shed_loop_lag_ms=0), waited=9.0) is None
 
 

@@ -468,6 +468,7 @@ class ControlPlane:
                     "shedding": self.gateway.load.shedding,
                     "shed": self.gateway.load.shed + self.gateway.load.shed_at_door,
                     "shed_at_door": self.gateway.load.shed_at_door,
+                    "accept_wait_ms": round(self.gateway.load.accept_wait_ms, 1),
                     "reads_held": self._reads_held(),
                 },
                 "store": self.store.status(),

@@ -73,6 +73,9 @@ class LoadGauge:
         # clock; None before the first. Read by the door's thread, written by the loop.
         self.due: float | None = None
         self.shed_at_door = 0  # clients refused by the door (only its thread counts them)
+        # How long the oldest client in the accept queue had waited at the door's last look
+        # (milliseconds; 0 with none waiting, or none known). Written by the door's thread.
+        self.accept_wait_ms = 0.0
 
     @property
     def lag_ms(self) -> float:
@@ -99,6 +102,7 @@ class LoadGauge:
         (`waited`, seconds, from `BacklogWait`), while shedding, or while the sleep under way is
         the bound or more past `due` (the loop is that far behind now, before any sample says
         so) after a last sample of half the bound or more."""
+        self.accept_wait_ms = waited * 1000.0
         bound = listen.shed_loop_lag_ms
         if bound <= 0:
             return None

@@ -168,5 +168,6 @@ def test_a_client_arriving_while_the_loop_is_held_up_is_refused_at_the_door(
         assert "event loop" in refused.value.message
         assert refused.value.body["type"] == "error"  # type: ignore[index]  # Anthropic's shape
         wait_for(lambda: status(stack)["load"]["shed_at_door"] == 1, timeout=10)
+        assert status(stack)["load"]["accept_wait_ms"] >= 0.0  # the door's last look at the queue
         # Once the loop catches up the door takes nobody: served as before.
         wait_for(lambda: chat(stack).status == 200, timeout=10)
