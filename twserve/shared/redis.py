@@ -38,7 +38,6 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from twserve.shared.down import RedisDown
 
@@ -187,13 +186,13 @@ class RedisState:
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             # One more try on a fresh connection: a pooled one may be stale after a restart.
-            "retry": Retry(NoBackoff(), 1),
+            "retry": AsyncRetry(NoBackoff(), 1),
         }
         if target.kind == "server":
             return Redis.from_url(url, health_check_interval=0, **common)
         if target.kind == "sentinel":
             assert target.master is not None
-            sentinel = self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            sentinel = self._sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
                 list(target.nodes),
                 sentinel_kwargs={
                     "socket_timeout": timeout,

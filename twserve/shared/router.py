@@ -248,7 +248,7 @@ class SharedRouter:
                 state.lost(exc)
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(state.timeout):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
 
 async def get_each(client: Redis, keys: list[str] | list[bytes]) -> list[Any]:
