@@ -101,6 +101,8 @@ class AttemptLedger:
     Inputs mirror `AttemptMachine`'s and return the actions to carry out, in order.
     """
 
+    __slots__ = ("_client_stream", "_holding", "_names", "_takes_slots", "_waiting", "machine")
+
     def __init__(
         self,
         *,

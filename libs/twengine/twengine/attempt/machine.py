@@ -215,6 +215,41 @@ class AttemptMachine:
     did.
     """
 
+    # Slots: one machine lives as long as its request, thousands at once (its dict was 1.4 KiB).
+    __slots__ = (
+        "_activity_at",
+        "_arrival",
+        "_backoff_until",
+        "_candidates",
+        "_client_stream",
+        "_current",
+        "_deadline",
+        "_headers_sent",
+        "_hops",
+        "_keepalive_comments",
+        "_last_failure",
+        "_last_keepalive",
+        "_overflowed_at",
+        "_pending",
+        "_records",
+        "_resent",
+        "_resume_error",
+        "_resumed_from",
+        "_rng",
+        "_round",
+        "_round_backoff_ms",
+        "_round_candidates",
+        "_settings",
+        "_slow_start_at",
+        "_state",
+        "_sticky",
+        "_temporary",
+        "_wait_started",
+        "_waited_sticky",
+        "_waiting",
+        "_windows",
+    )
+
     def __init__(
         self,
         *,
