@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
-import anyio
-
 from twengine import AttemptRequests, Destination
 from twengine import attempt as act
 from twengine.attempt import (
@@ -48,7 +46,7 @@ from twserve.relay.feed import AttemptFeed
 from twserve.relay.holds import Granted, RelayHooks, SlotHolds, grant_poster, snapshot_of
 from twserve.relay.reader import Attempt, AttemptItem, Built, read_attempt
 from twserve.relay.wait import DeadlineWake, Inbox, Wake, next_item
-from twserve.server.base import ClientGone, Responder
+from twserve.server.base import ClientGone, Responder, TaskSet
 from twserve.upstream.client import Upstream
 
 if TYPE_CHECKING:
@@ -134,49 +132,52 @@ class _Relay:
         self.feed = AttemptFeed(
             self.ledger, responder, self.dests, self._snapshot, clock=clock, wall=wall
         )
-        self.tg: anyio.abc.TaskGroup | None = None
         self.started: list[Attempt] = []  # every attempt whose reader was started
+        started = self.started
         # The ledger's deadline wakes the loop through the inbox (twserve.relay.wait).
-        self.wake = DeadlineWake(self.inbox.send_nowait, clock)
+        self.wake = wake = DeadlineWake(self.inbox.send_nowait, clock)
+        # The readers (twserve.server.base): a bug of one wakes the loop, which raises it.
+        self.readers = TaskSet(
+            lambda _exc: wake.fire(), cancel_at_end=lambda: any(a.running() for a in started)
+        )
         self.waited = False  # a backoff or slot wait is in progress (for the observer)
         self.running = req.running.attach(self.inbox.send_nowait) if req.running else None
 
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self) -> RelayOutcome:
-        ledger = self.ledger
         try:
-            async with anyio.create_task_group() as tg:
-                self.tg = tg
-                now = self.clock()
-                await self._do(ledger.start(now, **self._snapshot(now)))
-                while not ledger.done:
-                    item: _Taken | None = await next_item(
-                        self.inbox, self.wake, ledger.next_deadline
-                    )
-                    now = self.clock()
-                    if isinstance(item, AbortPosted) or (self.running and self.running.error):
-                        await end_aborted(self, now)  # the control plane's abort
-                        break
-                    if isinstance(item, Granted):
-                        self.slots.granted(item.permit)
-                        await self._do(ledger.slot_granted(item.permit.name, now))
-                    elif item is not None:
-                        await self._do(await self.feed.on_item(item, now))
-                    else:
-                        await self._do(self.feed.report_content())
-                        if not ledger.done:
-                            await self._do(self.feed.on_timer(now))
+            async with self.readers:
+                await self._loop()
                 # The answer (or its error) is written and ended: a client that leaves from here
                 # on had all of it.
                 self.out.delivered = not self.out.cancelled
-                if any(a.running() for a in self.started):
-                    tg.cancel_scope.cancel()
         except* ClientGone:
             pass  # the client left mid-answer; _cleanup records it
         finally:
             self._cleanup()
         return self.out
+
+    async def _loop(self) -> None:
+        ledger, readers = self.ledger, self.readers
+        now = self.clock()
+        await self._do(ledger.start(now, **self._snapshot(now)))
+        while not ledger.done:
+            item: _Taken | None = await next_item(self.inbox, self.wake, ledger.next_deadline)
+            readers.check()  # a reader's bug fails the request
+            now = self.clock()
+            if isinstance(item, AbortPosted) or (self.running and self.running.error):
+                await end_aborted(self, now)  # the control plane's abort
+                return
+            if isinstance(item, Granted):
+                self.slots.granted(item.permit)
+                await self._do(ledger.slot_granted(item.permit.name, now))
+            elif item is not None:
+                await self._do(await self.feed.on_item(item, now))
+            else:
+                await self._do(self.feed.report_content())
+                if not ledger.done:
+                    await self._do(self.feed.on_timer(now))
 
     def _cleanup(self) -> None:
         out = self.out
@@ -261,10 +262,10 @@ class _Relay:
         live = self.feed.begin(index, provider)
         self.started.append(live)
         await self._do(self.ledger.attempt_sent(live.sent_at))
-        assert self.tg is not None
         dest, up, post = self.dests[provider], self.up, self.inbox.send
         build = partial(self._build, dest)
-        self.tg.start_soon(read_attempt, live, up, build, post, dest, self.sockets, self.trace)
+        work = read_attempt(live, up, build, post, dest, self.sockets, self.trace)
+        self.readers.start(work, live.scope)  # the reader runs under its attempt's scope
 
     def _build(self, dest: Destination, as_sent: act.TurnAsSent | None) -> Built:
         built = self.requests.build(dest, self.feed.answer, now=self.wall(), as_sent=as_sent)

@@ -164,7 +164,7 @@ class DeadlineWake:
         if delay <= 0:
             self.due = True
         else:
-            self._handle = asyncio.get_running_loop().call_later(delay, self._fire)
+            self._handle = asyncio.get_running_loop().call_later(delay, self.fire)
 
     def taken(self) -> None:
         """The loop has acted on the deadline: the next `set` arms the timer afresh."""
@@ -177,8 +177,12 @@ class DeadlineWake:
         self._armed = self._UNSET
         self.due = False
 
-    def _fire(self) -> None:
-        self._handle = None
+    def fire(self) -> None:
+        """The deadline has come (the timer's call; also a reader's failure, which the loop
+        must see at once: twserve.relay.loop)."""
+        if self._handle is not None:
+            self._handle.cancel()  # a no-op for the timer that is calling
+            self._handle = None
         self.due = True
         try:
             self._post(WAKE)

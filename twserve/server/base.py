@@ -14,11 +14,34 @@ errors it answers itself (`ErrorWriter`), and the protocols a connection may be 
 (`Switch`, given a `Handoff`). HTTP/1.1 (twserve/server/http1.py), HTTP/2
 (twserve/server/http2.py) and the WebSockets (twserve/server/websocket.py,
 twserve/gateway/realtime.py) all speak it; nothing here knows one protocol from another.
+
+**Tasks started by the thousand** — a connection's (twserve/server/listener.py, one per client
+connection) and an upstream attempt's reader (twserve/relay/loop.py, one or two per request) —
+run in a `TaskSet`, not an anyio task group. A group gives every task a task handle with a
+cancel scope and an event of its own, a wrapper coroutine, a task state and a done callback,
+and enters two more scopes for itself: measured, about three times the CPU of a plain asyncio
+task and 2–3 KiB more per task (docs/benchmarks.md, "Tasks without a task group"). A `TaskSet`
+is what these two need of a group:
+
+* **Cancelling** is anyio's. Each task runs its work under an anyio cancel scope of its own,
+  given to `TaskSet.start` (a connection's is made by the listener, a reader's is its
+  attempt's scope), and `TaskSet.join` with ``cancel`` cancels those scopes. anyio delivers
+  that as any other cancellation, so a shielded section in the task (a socket's close, the
+  request row's write) still runs to its end. A cancel scope around the owner does not reach
+  these tasks (tasks it did not start): the owner cancels them itself when it ends early.
+* **Waiting.** `TaskSet.join` returns once every task has ended, as a task group's exit does:
+  an owner cancelled while it waits cancels the tasks and still waits for them (shielded).
+  ``async with`` a `TaskSet` joins it at the end of the block, as a task group's block does.
+* **A task's failure** — an exception the task did not handle, a bug — is kept (the first
+  one) and handed to the set's ``failed`` as it happens: the relay raises it
+  (`TaskSet.check`), which fails the request as a task group would have; the listener logs it
+  and serves on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,6 +72,7 @@ __all__ = [
     "ResponderBase",
     "ServerLimits",
     "Switch",
+    "TaskSet",
     "plain_error",
 ]
 
@@ -271,3 +295,86 @@ class Handoff:
 # Asked with each request before it is dispatched: a coroutine function that takes the
 # connection over (twserve/server/http2.py for h2c; a WebSocket upgrade the same way), or None.
 Switch = Callable[[Request], Callable[[Handoff], Awaitable[None]] | None]
+
+
+class TaskSet:
+    """Plain asyncio tasks started and waited for together (see the module docstring,
+    "Tasks started by the thousand")."""
+
+    __slots__ = ("_cancel_at_end", "_failed", "_tasks", "failure")
+
+    def __init__(
+        self,
+        failed: Callable[[BaseException], None],
+        cancel_at_end: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
+        self._failed = failed
+        self._cancel_at_end = cancel_at_end
+        self.failure: BaseException | None = None  # the first task's unhandled exception
+
+    async def __aenter__(self) -> TaskSet:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        """The owner's body has ended: as a task group's exit, wait for the tasks — cancelled
+        when the body raised, or when `cancel_at_end` says so — and raise a task's failure."""
+        if exc is None:
+            await self.join(cancel=self._cancel_at_end())
+            self.check()
+        else:
+            await self.join(cancel=True)
+            self.check(exc)
+
+    def start(self, work: Coroutine[Any, Any, None], scope: anyio.CancelScope) -> None:
+        """Run `work`, which does all it does under `scope`, in a task of its own from the next
+        loop turn on. A scope cancelled before the task enters it cancels the task there."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks[task] = scope
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        del self._tasks[task]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            if self.failure is None:
+                self.failure = exc
+            self._failed(exc)
+
+    @property
+    def running(self) -> int:
+        """How many of the tasks have not ended yet."""
+        return len(self._tasks)
+
+    def check(self, raising: BaseException | None = None) -> None:
+        """Raise the first task's failure, if there was one (from `raising`, the exception the
+        owner is raising, when that is not the failure itself): as a task group's exit does,
+        a failure comes before the owner's own cancellation."""
+        failure = self.failure
+        if failure is not None and failure is not raising:
+            raise failure from raising
+
+    async def join(self, *, cancel: bool) -> None:
+        """Return once every task has ended, as a task group's exit does. With `cancel`, the
+        tasks' scopes are cancelled first; without, the tasks end on their own, unless the
+        owner is cancelled while it waits: then they are cancelled too, and that cancellation
+        goes on once they have ended. Waiting after a cancel is shielded."""
+        if not cancel:
+            try:
+                while self._tasks:  # a task may start another as it ends
+                    await asyncio.wait(list(self._tasks))
+                return
+            except BaseException:
+                await self.join(cancel=True)
+                raise
+        for scope in list(self._tasks.values()):
+            scope.cancel()
+        if not self._tasks:
+            return
+        with anyio.CancelScope(shield=True):
+            while self._tasks:
+                await asyncio.wait(list(self._tasks))

@@ -31,13 +31,14 @@ import errno
 import logging
 import math
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
+from twserve.server._anyio_fastpath import cancel_scope
 from twserve.server.base import (
     Admit,
     BodyBudget,
@@ -46,6 +47,7 @@ from twserve.server.base import (
     HeadCheck,
     ServerLimits,
     Switch,
+    TaskSet,
     plain_error,
 )
 from twserve.server.http1 import Connection
@@ -109,10 +111,20 @@ async def listen(
         raise ListenError("gw.listen.cannot_bind", host, port, exc.strerror or str(exc)) from None
 
 
+async def _under(scope: anyio.CancelScope, work: Coroutine[Any, Any, None]) -> None:
+    with scope:
+        await work
+
+
+def _connection_failed(exc: BaseException) -> None:
+    """A connection's task raised: a bug, logged; the server serves on."""
+    log.error("connection failed", exc_info=exc)
+
+
 class Server:
     """Serves one listener; `drain` stops accepting and lets requests in progress finish.
 
-    Connections run in the server's own task group, apart from the accept loop, so that the
+    Connections run in tasks of their own (`TaskSet`), apart from the accept loop, so that the
     accept loop can stop while answers already streaming carry on.
     """
 
@@ -151,6 +163,8 @@ class Server:
         self._idle: anyio.Event | None = None  # set when the last connection ends
         self._room: anyio.Event | None = None  # set when a connection ends
         self._draining = False
+        # Each connection's task, under its own cancel scope (twserve.server.base).
+        self._tasks = TaskSet(_connection_failed)
 
     async def serve_listener(self, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
         if self._draining:
@@ -167,22 +181,25 @@ class Server:
             if (sock := one.extra(anyio.abc.SocketAttribute.raw_socket, None)) is not None
         ]
         with self._all:
-            async with anyio.create_task_group() as tg:
+            async with self._tasks:  # the connections
                 door = self.door(raw, self._accepted) if self.door else nullcontext(None)
                 with self._accepting, door as at_door:
                     async with anyio.create_task_group() as loops:
                         for one in listeners:
-                            loops.start_soon(self._accept_loop, one, tg, at_door)
+                            loops.start_soon(self._accept_loop, one, at_door)
                 # Accepting stopped (drain): close the listening socket so new clients are
-                # refused at once; the connections finish in this task group.
+                # refused at once; the connections finish (`_all` cancelled cancels them).
                 with anyio.CancelScope(shield=True):
                     await listener.aclose()
 
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a connection's `work` in a task of its own (twserve.server.base), under a cancel
+        scope made now: a stop that comes before the task runs cancels it too."""
+        scope = cancel_scope()
+        self._tasks.start(_under(scope, work), scope)
+
     async def _accept_loop(
-        self,
-        listener: anyio.abc.SocketListener,
-        tg: anyio.abc.TaskGroup,
-        door: DoorState | None = None,
+        self, listener: anyio.abc.SocketListener, door: DoorState | None = None
     ) -> None:
         backoff = 0.0
         cap = self.limits.max_connections
@@ -221,13 +238,11 @@ class Server:
                 continue
             backoff = 0.0
             self.open_count += 1
-            tg.start_soon(self._run, stream)
+            self._start(self._run(stream))
             if door is None or not door.taking:
-                self._accept_waiting(listener, tg, cap)
+                self._accept_waiting(listener, cap)
 
-    def _accept_waiting(
-        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup, cap: int | None
-    ) -> None:
+    def _accept_waiting(self, listener: anyio.abc.SocketListener, cap: int | None) -> None:
         """Take the connections already waiting in the backlog in this same loop turn, up to
         `ACCEPT_BATCH` (and the cap): one ``accept`` per loop turn lets clients time out in the
         backlog when a turn carries thousands of streams. Each is wrapped in its own task; an
@@ -245,7 +260,7 @@ class Server:
             self.accepted += 1
             sock.setblocking(False)
             self.open_count += 1
-            tg.start_soon(self._run_accepted, sock)
+            self._start(self._run_accepted(sock))
 
     def _accepted(self) -> int:
         return self.accepted

@@ -406,3 +406,15 @@ async def test_a_silent_upstream_is_sampled_at_its_whole_idle_wait() -> None:
     fast = health.first_content_median("b")
     assert fast is not None and fast < silent
     setup.assert_all_given_back(up)
+
+
+async def test_a_bug_in_a_reader_fails_the_request_and_gives_everything_back() -> None:
+    setup = Setup({"a": {}})
+
+    def script(request: UpstreamRequest) -> MemoryAnswer:
+        raise RuntimeError("a bug where the reader opens the upstream request")
+
+    up = MemoryUpstream(script)
+    with pytest.raises(RuntimeError, match="a bug where the reader"):
+        await setup.run(up, Collected())
+    setup.assert_all_given_back(up)
