@@ -301,7 +301,7 @@ class TaskSet:
     """Plain asyncio tasks started and waited for together (see the module docstring,
     "Tasks started by the thousand")."""
 
-    __slots__ = ("_cancel_at_end", "_failed", "_tasks", "failure")
+    __slots__ = ("_cancel_at_end", "_empty", "_failed", "_tasks", "failure")
 
     def __init__(
         self,
@@ -311,6 +311,7 @@ class TaskSet:
         self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
         self._failed = failed
         self._cancel_at_end = cancel_at_end
+        self._empty: asyncio.Future[None] | None = None  # the owner, waiting for the last task
         self.failure: BaseException | None = None  # the first task's unhandled exception
 
     async def __aenter__(self) -> TaskSet:
@@ -337,6 +338,9 @@ class TaskSet:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         del self._tasks[task]
+        empty = self._empty
+        if not self._tasks and empty is not None and not empty.done():
+            empty.set_result(None)
         if task.cancelled():
             return
         exc = task.exception()
@@ -365,8 +369,7 @@ class TaskSet:
         goes on once they have ended. Waiting after a cancel is shielded."""
         if not cancel:
             try:
-                while self._tasks:  # a task may start another as it ends
-                    await asyncio.wait(list(self._tasks))
+                await self._ended_all()
                 return
             except BaseException:
                 await self.join(cancel=True)
@@ -376,5 +379,13 @@ class TaskSet:
         if not self._tasks:
             return
         with anyio.CancelScope(shield=True):
-            while self._tasks:
-                await asyncio.wait(list(self._tasks))
+            await self._ended_all()
+
+    async def _ended_all(self) -> None:
+        # One future for the set, not asyncio.wait's callback on every task.
+        while self._tasks:  # a task may start another as it ends
+            empty = self._empty = asyncio.get_running_loop().create_future()
+            try:
+                await empty
+            finally:
+                self._empty = None
