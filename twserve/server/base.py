@@ -336,6 +336,11 @@ class TaskSet:
         self._tasks[task] = scope
         task.add_done_callback(self._ended)
 
+    def start_scoped(self, work: Coroutine[Any, Any, None]) -> None:
+        """`start` for `work` that enters no scope of its own: it runs under a new one."""
+        scope = anyio.CancelScope()
+        self.start(_under(scope, work), scope)
+
     def _ended(self, task: asyncio.Task[None]) -> None:
         del self._tasks[task]
         empty = self._empty
@@ -389,3 +394,8 @@ class TaskSet:
                 await empty
             finally:
                 self._empty = None
+
+
+async def _under(scope: anyio.CancelScope, work: Coroutine[Any, Any, None]) -> None:
+    with scope:
+        await work

@@ -92,10 +92,12 @@ from twserve.server.base import (
     Headers,
     Request,
     ResponderBase,
+    TaskSet,
 )
 from twserve.server.h2_streams import FrameGuard, H2Stream, ResetCount
 
 log = logging.getLogger("twserve.server.http2")
+
 
 __all__ = ["EVICTED_GOAWAY", "PREFACE", "Http2Limits", "switch"]
 
@@ -114,6 +116,11 @@ _CONNECTION_HEADERS = frozenset(
 )
 
 _SWITCHING = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+
+
+def _task_failed(exc: BaseException) -> None:
+    """A stream's task raised past its own handling: a bug, logged; the connection serves on."""
+    log.error("HTTP/2 stream task failed", exc_info=exc)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,7 +340,8 @@ class Connection:
         self.peer_goaway = False
         self.last_activity = anyio.current_time()
         self.read_scope: anyio.CancelScope | None = None
-        self.tg: anyio.abc.TaskGroup | None = None
+        # The streams' handlers and the drain's watch, each under its own scope (`TaskSet`).
+        self.tasks = TaskSet(_task_failed)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -449,15 +457,15 @@ class Connection:
     async def run(self, received: bytes, *, upgraded: Request | None) -> None:
         graceful = False
         try:
-            async with anyio.create_task_group() as tg:
-                self.tg = tg
-                tg.start_soon(self._watch_drain)
+            try:
+                tasks = self.tasks
+                tasks.start_scoped(self._watch_drain())
                 if upgraded is not None:
                     await self._write_raw(before=_SWITCHING)  # h2's SETTINGS follow it
                     stream = H2Stream(1, upgraded.headers, anyio.current_time())
                     stream.ended = stream.running = True
                     self.streams[1] = stream
-                    tg.start_soon(self._serve, stream, upgraded)
+                    tasks.start(self._serve(stream, upgraded), stream.scope)
                 else:
                     self.h2.initiate_connection()
                     await self.flush()
@@ -466,7 +474,8 @@ class Connection:
                     self.idle_mark.idle(anyio.current_time())
                 # A connection error's GOAWAY is worth lingering for as well.
                 graceful = await self._read_loop() if healthy else True
-                tg.cancel_scope.cancel()
+            finally:
+                await self.tasks.join(cancel=True)
         except Exception:  # a bug: keep the server up, drop the connection
             log.exception("HTTP/2 connection from %s failed", self.peer[0])
             graceful = False
@@ -592,13 +601,12 @@ class Connection:
                 return False
         # Handlers start once the whole read is taken in: a stream reset in the same read
         # never starts one.
-        assert self.tg is not None
         for stream, request in self.ready:
             if stream.gone:
                 self._done(stream)
             else:
                 stream.running = True
-                self.tg.start_soon(self._serve, stream, request)
+                self.tasks.start(self._serve(stream, request), stream.scope)
         self.ready.clear()
         # Looked at before the write as well as after: a write that has to wait for the client
         # would hold the reader until the write deadline.
@@ -758,8 +766,7 @@ class Connection:
         stream.running = True
         stream.body = []
         stream.release(self.budget)
-        assert self.tg is not None
-        self.tg.start_soon(self._answer_whole, stream, status, headers, body)
+        self.tasks.start(self._answer_whole(stream, status, headers, body), stream.scope)
 
     async def _answer_whole(
         self, stream: H2Stream, status: int, headers: Headers, body: bytes

@@ -38,7 +38,6 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from twserve.server._anyio_fastpath import cancel_scope
 from twserve.server.base import (
     Admit,
     BodyBudget,
@@ -109,11 +108,6 @@ async def listen(
         ) from None
     except OSError as exc:
         raise ListenError("gw.listen.cannot_bind", host, port, exc.strerror or str(exc)) from None
-
-
-async def _under(scope: anyio.CancelScope, work: Coroutine[Any, Any, None]) -> None:
-    with scope:
-        await work
 
 
 def _connection_failed(exc: BaseException) -> None:
@@ -195,8 +189,7 @@ class Server:
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
         """Run a connection's `work` in a task of its own (twserve.server.base), under a cancel
         scope made now: a stop that comes before the task runs cancels it too."""
-        scope = cancel_scope()
-        self._tasks.start(_under(scope, work), scope)
+        self._tasks.start_scoped(work)
 
     async def _accept_loop(
         self, listener: anyio.abc.SocketListener, door: DoorState | None = None
