@@ -16,26 +16,28 @@ errors it answers itself (`ErrorWriter`), and the protocols a connection may be 
 twserve/gateway/realtime.py) all speak it; nothing here knows one protocol from another.
 
 **Tasks started by the thousand** — a connection's (twserve/server/listener.py, one per client
-connection) and an upstream attempt's reader (twserve/relay/loop.py, one or two per request) —
-run in a `TaskSet`, not an anyio task group. A group gives every task a task handle with a
-cancel scope and an event of its own, a wrapper coroutine, a task state and a done callback,
-and enters two more scopes for itself: measured, about three times the CPU of a plain asyncio
-task and 2–3 KiB more per task (docs/benchmarks.md, "Tasks without a task group"). A `TaskSet`
-is what these two need of a group:
+connection), an HTTP/2 stream's handler (twserve/server/http2.py) and an upstream attempt's
+reader (twserve/relay/loop.py, one or two per request) — run in a `TaskSet`, not an anyio task
+group. A group gives every task a task handle with a cancel scope and an event of its own, a
+wrapper coroutine, a task state and a done callback, and enters two more scopes for itself:
+measured, about three times the CPU of a plain asyncio task and 2–3 KiB more per task
+(docs/benchmarks.md, "Tasks without a task group"). A `TaskSet` is what these need of a group:
 
 * **Cancelling** is anyio's. Each task runs its work under an anyio cancel scope of its own,
-  given to `TaskSet.start` (a connection's is made by the listener, a reader's is its
-  attempt's scope), and `TaskSet.join` with ``cancel`` cancels those scopes. anyio delivers
-  that as any other cancellation, so a shielded section in the task (a socket's close, the
-  request row's write) still runs to its end. A cancel scope around the owner does not reach
-  these tasks (tasks it did not start): the owner cancels them itself when it ends early.
+  given to `TaskSet.start` (a reader's is its attempt's scope, an HTTP/2 stream's its
+  `H2Stream.scope`; `TaskSet.start_scoped` makes one), and `TaskSet.join` with ``cancel``
+  cancels those scopes. anyio delivers that as any other cancellation, so a shielded section
+  in the task (a socket's close, the request row's write) still runs to its end. A cancel scope
+  around the owner does not reach these tasks (tasks it did not start): the owner cancels them
+  itself when it ends early.
 * **Waiting.** `TaskSet.join` returns once every task has ended, as a task group's exit does:
   an owner cancelled while it waits cancels the tasks and still waits for them (shielded).
   ``async with`` a `TaskSet` joins it at the end of the block, as a task group's block does.
 * **A task's failure** — an exception the task did not handle, a bug — is kept (the first
   one) and handed to the set's ``failed`` as it happens: the relay raises it
-  (`TaskSet.check`), which fails the request as a task group would have; the listener logs it
-  and serves on.
+  (`TaskSet.check`), which fails the request as a task group would have; the listener and an
+  HTTP/2 connection log it and serve on (a task group dropped every connection, or every
+  stream of the connection, with it).
 """
 
 from __future__ import annotations
