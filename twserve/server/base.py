@@ -35,9 +35,9 @@ measured, about three times the CPU of a plain asyncio task and 2–3 KiB more p
   ``async with`` a `TaskSet` joins it at the end of the block, as a task group's block does.
 * **A task's failure** — an exception the task did not handle, a bug — is kept (the first
   one) and handed to the set's ``failed`` as it happens: the relay raises it
-  (`TaskSet.check`), which fails the request as a task group would have; the listener and an
-  HTTP/2 connection log it and serve on (a task group dropped every connection, or every
-  stream of the connection, with it).
+  (`TaskSet.check`), which fails the request as a task group would have; the listener logs it
+  and serves on (a task group dropped every connection with it); an HTTP/2 connection logs it
+  and ends, as it did.
 """
 
 from __future__ import annotations

@@ -118,11 +118,6 @@ _CONNECTION_HEADERS = frozenset(
 _SWITCHING = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
 
 
-def _task_failed(exc: BaseException) -> None:
-    """A stream's task raised past its own handling: a bug, logged; the connection serves on."""
-    log.error("HTTP/2 stream task failed", exc_info=exc)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Http2Limits:
     """What an HTTP/2 connection allows, beyond the `ServerLimits` it shares with HTTP/1.1.
@@ -341,7 +336,7 @@ class Connection:
         self.last_activity = anyio.current_time()
         self.read_scope: anyio.CancelScope | None = None
         # The streams' handlers and the drain's watch, each under its own scope (`TaskSet`).
-        self.tasks = TaskSet(_task_failed)
+        self.tasks = TaskSet(self._task_failed)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -389,6 +384,12 @@ class Connection:
             self._lost()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self._lost()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """A stream's task raised past its own handling: a bug. Logged, and the connection
+        ends with every stream on it, as the stream's own answer may be half written."""
+        log.error("HTTP/2 connection from %s failed", self.peer[0], exc_info=exc)
+        self._lost()
 
     def _lost(self) -> None:
         self.dead = True

@@ -1,16 +1,19 @@
-"""Each client connection runs in a plain task under its own cancel scope
-(twserve.server.base): a stop cancels it as anyio cancels, shields holding, and waits for it;
-a connection's bug is logged and the server serves on. Real loopback sockets."""
+"""Each client connection, and each HTTP/2 stream's handler, runs in a plain task under its own
+cancel scope (twserve.server.base): a stop cancels it as anyio cancels, shields holding, and
+waits for it; a connection's bug is logged and the server serves on. Real loopback sockets."""
 
 from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 
 import anyio
 import pytest
+from anyio.from_thread import start_blocking_portal
 
-from twserve.server import listener
+from tests.twserve.support.h2_client import RawH2
+from twserve.server import http2, listener
 from twserve.server.base import Request, Responder
 
 pytestmark = pytest.mark.anyio
@@ -105,3 +108,40 @@ async def test_a_connection_s_bug_is_logged_and_the_next_client_is_served(
         tg.cancel_scope.cancel()
     assert [r.getMessage() for r in caplog.records] == ["connection failed"]
     assert "a bug in the connection's task" in caplog.text
+
+
+class _Bug(BaseException):
+    """Escapes the stream's own handling, which takes only `Exception`s from the handler."""
+
+
+def test_an_http2_stream_task_s_bug_ends_that_connection_and_the_next_one_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(request: Request, responder: Responder) -> None:
+        if request.path == "/bug":
+            raise _Bug("a bug past the stream's handling")
+        await responder.start(200, [(b"content-length", b"2")])
+        await responder.send(b"ok")
+        await responder.end()
+
+    caplog.set_level(logging.ERROR, logger="twserve.server.http2")
+    with start_blocking_portal() as portal:
+        server = listener.Server(handler, switches=(http2.switch,))
+        fut, port = portal.start_task(partial(listener.serve, handler, port=0, server=server))
+        try:
+            first = RawH2(port)
+            try:
+                first.request("/bug", method="GET")
+                first.wait_closed()  # the connection ends with every stream on it
+            finally:
+                first.close()
+            second = RawH2(port)
+            try:
+                answer = second.finish(second.request("/ok", method="GET"))
+                assert answer.status == 200 and bytes(answer.body) == b"ok"
+            finally:
+                second.close()
+        finally:
+            fut.cancel()
+    failed = [r for r in caplog.records if "HTTP/2 connection from" in r.getMessage()]
+    assert len(failed) == 1 and "a bug past the stream's handling" in caplog.text
