@@ -25,6 +25,13 @@ Every reach below a public API that the transports make is here, each with its f
   look the running backend up (sniffio, a context variable) on every call: a connection asks
   for the time and a new scope several times per request. `current_time` and `cancel_scope`
   are the asyncio backend's own, called directly, as the checkpoint is.
+* **A lighter protocol under the client's stream.** anyio's protocol for a socket stream holds
+  two events (``asyncio.Event``) and a read queue, each with an empty ``deque`` of 0.6–0.7 KiB:
+  2.2 KiB of a connection's heap before it has read a byte. `accepted_stream` makes anyio's own
+  socket stream over anyio's protocol with those three made of lists (`LeanProtocol`, `Flag`,
+  `ReadQueue`: what anyio's stream asks of them, no more), and without the public wrapper's
+  check that an accepted socket is connected (a system call). Without anyio's asyncio stream
+  where it was, the socket goes through ``anyio.abc.SocketStream.from_socket``.
 * **h11's body writer.** Whether h11 frames the answer it was just given in chunked transfer
   coding (`frames_in_chunks`): h11 then is asked for nothing more until the answer's end, and
   each piece is framed by the connection.
@@ -38,8 +45,9 @@ loopback connection, that every lane is taken.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio.abc
 import anyio.lowlevel
@@ -48,6 +56,9 @@ import h11
 __all__ = [
     "FAST_CHECKPOINT",
     "ClientWatch",
+    "Flag",
+    "ReadQueue",
+    "accepted_stream",
     "cancel_scope",
     "checkpoint_if_cancelled",
     "current_time",
@@ -67,12 +78,14 @@ except ImportError:  # anyio moved its backend: every lane below falls back
     cancel_scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
     FAST_CHECKPOINT = False
     _STREAM_TYPE: type | None = None
+    _PROTOCOL_TYPE: type | None = None
 else:
     checkpoint_if_cancelled = AsyncIOBackend.checkpoint_if_cancelled
     current_time = AsyncIOBackend.current_time
     cancel_scope = AsyncIOBackend.create_cancel_scope
     FAST_CHECKPOINT = True
     _STREAM_TYPE = _AsyncioSocketStream
+    _PROTOCOL_TYPE = _StreamProtocol
 
 
 def raw_socket(stream: object) -> tuple[asyncio.Transport, Any] | None:
@@ -116,6 +129,103 @@ def stream_over(transport: asyncio.Transport) -> anyio.abc.SocketStream:
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
     stream: anyio.abc.SocketStream = _AsyncioSocketStream(transport, protocol)
+    return stream
+
+
+class Flag:
+    """What anyio's socket stream and `ClientWatch` ask of an ``asyncio.Event`` (``is_set``,
+    ``set``, ``clear``, ``wait``), with the list of its waiters made only when one waits."""
+
+    __slots__ = ("_on", "_waiters")
+
+    def __init__(self, on: bool = False) -> None:
+        self._on = on
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._on
+
+    def set(self) -> None:
+        if self._on:
+            return
+        self._on = True
+        waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._on = False
+
+    async def wait(self) -> bool:
+        if self._on:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        waiters = self._waiters
+        waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in waiters:  # not woken by `set` (which drops the list): cancelled
+                waiters.remove(waiter)
+        return True
+
+
+class ReadQueue(list[bytes]):
+    """anyio's read queue as a list: ``append``, ``popleft`` and ``appendleft`` on a queue that
+    rarely holds more than one piece."""
+
+    __slots__ = ()
+
+    def popleft(self) -> bytes:
+        return self.pop(0)
+
+    def appendleft(self, item: bytes) -> None:
+        self.insert(0, item)
+
+
+class LeanProtocol(asyncio.Protocol):
+    """anyio's asyncio stream protocol with its events and read queue made lighter (module
+    docs); ``_StreamProtocol`` is its base where anyio has it (`accepted_stream`)."""
+
+    read_queue: ReadQueue
+    read_event: Flag
+    write_event: Flag
+    exception: Exception | None = None
+    is_at_eof: bool = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.read_queue = ReadQueue()
+        self.read_event = Flag()
+        self.write_event = Flag(True)
+        cast("asyncio.WriteTransport", transport).set_write_buffer_limits(0)  # as anyio's does
+
+    def pause_writing(self) -> None:
+        self.write_event = Flag()
+
+
+def _lean_type() -> type[asyncio.Protocol] | None:
+    if _PROTOCOL_TYPE is None:
+        return None
+    # anyio's own methods for the rest (data_received, eof_received, connection_lost,
+    # resume_writing), which act on the fields through the methods above.
+    return type("LeanStreamProtocol", (LeanProtocol, _PROTOCOL_TYPE), {})
+
+
+_LEAN_TYPE = _lean_type()
+
+
+async def accepted_stream(sock: socket.socket) -> anyio.abc.SocketStream:
+    """anyio's asyncio socket stream over the accepted, connected `sock`, on `LeanProtocol`;
+    ``anyio.abc.SocketStream.from_socket`` where anyio's stream is not where it was."""
+    if _STREAM_TYPE is None or _LEAN_TYPE is None:
+        return await anyio.abc.SocketStream.from_socket(sock)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_accepted_socket(_LEAN_TYPE, sock)
+    stream: anyio.abc.SocketStream = _STREAM_TYPE(transport, protocol)
     return stream
 
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from twserve.server._anyio_fastpath import accepted_stream
 from twserve.server.base import (
     Admit,
     BodyBudget,
@@ -202,7 +203,7 @@ class Server:
                 await self._make_room(listener, cap)
                 continue
             try:
-                if door is not None and raw is not None:
+                if raw is not None:
                     sock = await _accept_beside(raw, door)
                     if sock is None:
                         continue  # the door (or another worker) took that client
@@ -408,14 +409,14 @@ class Server:
         return finished
 
 
-async def _accept_beside(raw: socket.socket, door: DoorState) -> socket.socket | None:
-    """The next client of `raw`, accepted beside a door (non-blocking): the loop waits for one
-    to arrive and leaves it to the door while the door takes clients (the loop is behind; it
-    would only make the client wait). None when another took it first; OSError as ``accept``
-    raises it."""
+async def _accept_beside(raw: socket.socket, door: DoorState | None) -> socket.socket | None:
+    """The next client of `raw` (non-blocking), for `accepted_stream`'s lighter stream: the loop
+    waits for one to arrive and, beside a door, leaves it to the door while the door takes
+    clients (the loop is behind; it would only make the client wait). None when another took it
+    first; OSError as ``accept`` raises it."""
     while True:
         await anyio.wait_readable(raw)
-        if not door.taking:
+        if door is None or not door.taking:
             break
         await anyio.sleep(DOOR_WAIT)
     try:
@@ -431,7 +432,7 @@ async def _stream_of(sock: socket.socket) -> anyio.abc.SocketStream | None:
     the client reset it while it waited (that one client's trouble)."""
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return await anyio.abc.SocketStream.from_socket(sock)
+        return await accepted_stream(sock)
     except OSError:
         sock.close()
         return None

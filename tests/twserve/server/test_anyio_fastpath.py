@@ -75,6 +75,9 @@ async def _probe() -> dict[str, bool]:
                     lanes["watch"] = conn._watch is not None and isinstance(
                         conn._transport.get_protocol(), fastpath.ClientWatch
                     )
+                    lanes["lean_protocol"] = isinstance(
+                        getattr(conn.stream, "_protocol", None), fastpath.LeanProtocol
+                    )
                     # The reader of HTTP/2 and the WebSockets: the same transport, for the
                     # read-ahead and write-buffer bounds.
                     lanes["intake"] = Intake(conn.stream).transport is not None
@@ -100,6 +103,7 @@ ALL_LANES = {
     "ready": True,
     "transport": True,
     "watch": True,
+    "lean_protocol": True,
     "intake": True,
     "outflow": True,
     "no_reader_task": True,
@@ -123,6 +127,7 @@ async def test_the_probe_sees_the_transport_lanes_switched_off(
         "ready",
         "transport",
         "watch",
+        "lean_protocol",
         "intake",
         "outflow",
         "no_reader_task",
