@@ -189,6 +189,9 @@ class AttemptFeed:
                 return self._failed(failure, now)
             case FirstContent(data=data, translator=translator):
                 live.stream.hold(translator, data)
+                # The translator reports the usage from now on (`_billed_usage`): the opening's
+                # raw bytes would only be carried to the stream's end.
+                live.opening_bytes.clear()
                 if self.answer is None:  # a resumed answer keeps its first leg's
                     self.ttfb_ms = int((now - live.sent_at) * 1000)
                 if isinstance(translator, ResumableStream):

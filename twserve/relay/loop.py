@@ -178,6 +178,7 @@ class _Relay:
                 await self._do(self.feed.report_content())
                 if not ledger.done:
                     await self._do(self.feed.on_timer(now))
+            del item  # a chunk is not kept while the next item is awaited
 
     def _cleanup(self) -> None:
         out = self.out

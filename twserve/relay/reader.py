@@ -258,6 +258,7 @@ async def read_attempt(
                         else:
                             client.queue()
                             await post(Chunk(index, chunk))
+                        del chunk  # not kept while the next one is awaited (seconds, paced)
                     await post(End(index))
             except UpstreamUnreachable as exc:
                 await post(AttemptFailed(index, classify_transport(exc.fault)))

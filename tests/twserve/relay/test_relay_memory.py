@@ -418,3 +418,31 @@ async def test_a_bug_in_a_reader_fails_the_request_and_gives_everything_back() -
     with pytest.raises(RuntimeError, match="a bug where the reader"):
         await setup.run(up, Collected())
     setup.assert_all_given_back(up)
+
+
+async def test_a_paused_stream_keeps_none_of_the_chunks_it_has_passed_on() -> None:
+    """While an upstream pauses (a model thinking, seconds between tokens), the relay holds no
+    chunk it has handed on: not the reader's last one, not the loop's last item, not the
+    opening's raw bytes once the translator reports the usage. Only the test's own objects
+    (the script, what the client got, the scripted upstream's paused generator) refer to them."""
+    setup = Setup({"a": {}})
+    chunks = _split(STREAM)
+    answer = MemoryAnswer(headers=SSE, chunks=chunks, stalls=True)
+    up = by_host(a=answer)
+    client = Collected()
+    held: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(setup.run, up, client)
+        with anyio.fail_after(5):
+            while client.body != STREAM:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # the reader and the loop are back at their waits
+        ours = {id(chunks), id(client.parts)}
+        for chunk in chunks:
+            for holder in gc.get_referrers(chunk):
+                if id(holder) in ours or type(holder).__name__ == "async_generator":
+                    continue
+                held.append(type(holder).__name__)
+        assert client.scope is not None
+        client.scope.cancel()
+    assert held == []
