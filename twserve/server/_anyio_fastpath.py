@@ -169,7 +169,8 @@ class Flag:
         try:
             await waiter
         finally:
-            if waiter in waiters:  # not woken by `set` (which drops the list): cancelled
+            # Cancelled before a `set` (which hands the list off whole): out of the list.
+            if self._waiters is waiters and waiter in waiters:
                 waiters.remove(waiter)
         return True
 

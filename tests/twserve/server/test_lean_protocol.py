@@ -21,6 +21,7 @@ import anyio.abc
 import pytest
 
 import twserve.server._anyio_fastpath as fastpath
+from tests.twserve.support.loops import BOTH_LOOPS
 
 # anyio's own protocol, as the module under test found it.
 StreamProtocol: type[asyncio.Protocol] = fastpath._PROTOCOL_TYPE  # type: ignore[assignment]
@@ -28,12 +29,7 @@ StreamProtocol: type[asyncio.Protocol] = fastpath._PROTOCOL_TYPE  # type: ignore
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {}), id="asyncio"),
-        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    ]
-)
+@pytest.fixture(params=BOTH_LOOPS)
 def anyio_backend(request: pytest.FixtureRequest) -> object:
     return request.param
 

@@ -18,6 +18,7 @@ import anyio.abc
 import pytest
 from anyio.streams.tls import TLSListener
 
+from tests.twserve.support.loops import BOTH_LOOPS
 from tests.twserve.support.tls_front import certificates
 from twengine.config import GatewayListen
 from twengine.shedding import LoadGauge
@@ -34,12 +35,7 @@ from twserve.upstream.h1_pool import H1Pool
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {}), id="asyncio"),
-        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    ]
-)
+@pytest.fixture(params=BOTH_LOOPS)
 def anyio_backend(request: pytest.FixtureRequest) -> object:
     return request.param
 
