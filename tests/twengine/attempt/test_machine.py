@@ -1247,3 +1247,37 @@ def test_errors_name_the_upstream_whose_failure_they_report() -> None:
     busy = make(("a",), wait_secs=0)
     action = only(start(busy, free=NONE))
     assert isinstance(action, RespondError) and action.provider is None
+
+
+def test_the_attempt_in_flight_shows_what_it_learned_before_it_closes() -> None:
+    # The machine keeps the in-flight attempt's status and times aside and writes them into its
+    # record once (when it closes, or when the attempts are read): a read mid-way sees them.
+    m = make(["a"])
+    start(m)
+    m.attempt_sent(0.5)
+    m.response_head(0.6, status=200)
+    (record,) = m.attempts
+    assert (record.provider, record.sent_at, record.status) == ("a", 0.5, 200)
+    assert record.first_content_at is None and record.ended_at is None
+    m.first_content(0.7)
+    m.ended(2.0, clean=True)
+    (record,) = m.attempts
+    assert (record.sent_at, record.first_content_at, record.status) == (0.5, 0.7, 200)
+    assert (record.outcome, record.ended_at) == (Outcome.OK, 2.0)
+
+
+def test_a_failure_status_overrides_the_heads_and_the_next_attempt_starts_clean() -> None:
+    m = make(["a", "b"])
+    start(m)
+    m.attempt_sent(0.5)
+    m.response_head(0.6, status=503)
+    m.failed(failure(K.OVERLOADED, status=529), 0.7, free=ALL, paused=NONE)
+    m.attempt_sent(0.8)
+    first, second = m.attempts
+    assert (first.status, first.sent_at, first.ended_at) == (529, 0.5, 0.7)
+    assert (second.provider, second.sent_at, second.status, second.ended_at) == (
+        "b",
+        0.8,
+        None,
+        None,
+    )

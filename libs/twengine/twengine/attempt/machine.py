@@ -95,6 +95,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from twengine.attempt.actions import (
     Action,
@@ -229,6 +230,7 @@ class AttemptMachine:
         "_keepalive_comments",
         "_last_failure",
         "_last_keepalive",
+        "_open",
         "_overflowed_at",
         "_pending",
         "_records",
@@ -280,6 +282,9 @@ class AttemptMachine:
 
         self._state = State.IDLE
         self._records: list[AttemptRecord] = []
+        # What the attempt in flight learned (its status and times) that its record does not
+        # show yet: one replace when it closes or is read, not one per stamp (`_settle`).
+        self._open: dict[str, Any] = {}
         self._headers_sent = last_keepalive is not None
         # When the headers or a keep-alive went out.
         self._last_keepalive: float | None = last_keepalive
@@ -330,6 +335,7 @@ class AttemptMachine:
     @property
     def attempts(self) -> tuple[AttemptRecord, ...]:
         """Every attempt and skip so far, in order, for the request row."""
+        self._settle()
         return tuple(self._records)
 
     @property
@@ -394,7 +400,7 @@ class AttemptMachine:
         def step() -> list[Action]:
             index = self._current
             assert index is not None
-            self._records[index] = replace(self._records[index], status=status)
+            self._open["status"] = status
             if 200 <= status < 300:
                 self._state = State.AWAITING_CONTENT
             else:
@@ -904,16 +910,19 @@ class AttemptMachine:
     def _stamp(
         self, *, sent_at: float | None = None, first_content_at: float | None = None
     ) -> None:
-        index = self._current
-        assert index is not None
-        record = self._records[index]
-        self._records[index] = replace(
-            record,
-            sent_at=record.sent_at if sent_at is None else sent_at,
-            first_content_at=(
-                record.first_content_at if first_content_at is None else first_content_at
-            ),
-        )
+        assert self._current is not None
+        if sent_at is not None:
+            self._open["sent_at"] = sent_at
+        if first_content_at is not None:
+            self._open["first_content_at"] = first_content_at
+
+    def _settle(self) -> None:
+        """Write what the attempt in flight learned into its record."""
+        if self._open:
+            assert self._current is not None
+            index = self._current
+            self._records[index] = replace(self._records[index], **self._open)
+            self._open = {}
 
     def _close_current(
         self,
@@ -927,12 +936,14 @@ class AttemptMachine:
         index = self._current
         assert index is not None
         record = self._records[index]
+        changes, self._open = self._open, {}
         if error is None and failure is not None:
             error = failure.kind.value
-        status = failure.status if failure is not None and failure.status else record.status
-        self._records[index] = replace(
-            record, outcome=outcome, ended_at=now, failure=failure, error=error, status=status
-        )
+        status = changes.get("status", record.status)
+        if failure is not None and failure.status:
+            status = failure.status
+        changes.update(outcome=outcome, ended_at=now, failure=failure, error=error, status=status)
+        self._records[index] = replace(record, **changes)
         self._current = None
         self._slow_start_at = None
         return index
