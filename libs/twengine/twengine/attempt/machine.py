@@ -803,6 +803,7 @@ class AttemptMachine:
         ]
 
     def _dispatch(self, index: int, now: float) -> None:
+        self._settle()  # what an attempt left open learned stays its own
         self._current = index
         self._stamp(sent_at=now)
         # The idle clock covers connecting too, so a hung connect cannot hang the request.
@@ -864,6 +865,7 @@ class AttemptMachine:
         index, failure = self._last_failure
         provider = self._records[index].provider
         if not self._headers_sent and passes_through(failure):
+            self._settle()
             self._current = None
             self._state = State.DONE
             return [PassThroughUpstreamError(provider=provider, index=index, failure=failure)]
@@ -891,6 +893,7 @@ class AttemptMachine:
         return error_for_failure(failure, after_content=after_content, tried=self._hops)
 
     def _end_with(self, error: GatewayError, *, provider: str | None = None) -> list[Action]:
+        self._settle()
         self._current = None
         self._state = State.DONE
         if self._headers_sent:
