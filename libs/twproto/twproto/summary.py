@@ -55,6 +55,9 @@ class _Reader:
         self.images = 0
 
     def text(self, value: object) -> str:
+        if type(value) is str and value.isascii():  # the usual case, without a call
+            self.tokens += (len(value) + 3) // 4
+            return value
         if isinstance(value, str):
             self.tokens += estimate_text_tokens(value)
             return value
@@ -70,11 +73,13 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _blocks_text(reader: _Reader, content: object) -> tuple[str, bool, bool]:
-    """(text, has tool result, has other content) of Anthropic/Chat/Responses content."""
+def _blocks_text(reader: _Reader, content: object, keep: bool = True) -> tuple[str, bool, bool]:
+    """(text, has tool result, has other content) of Anthropic/Chat/Responses content; with
+    `keep` false the text is counted but not joined ("": once the first user text is found, no
+    later message's text is read)."""
     if isinstance(content, str):
         return reader.text(content), False, bool(content)
-    texts: list[str] = []
+    texts: list[str] | None = [] if keep else None
     tool_result = False
     other = False
     for block in content if isinstance(content, list) else ():
@@ -82,7 +87,9 @@ def _blocks_text(reader: _Reader, content: object) -> tuple[str, bool, bool]:
             continue
         kind = block.get("type")
         if kind in ("text", "input_text", "output_text"):
-            texts.append(reader.text(block.get("text")))
+            text = reader.text(block.get("text"))
+            if texts is not None:
+                texts.append(text)
             other = True
         elif kind in ("image", "image_url", "input_image"):
             reader.images += 1
@@ -93,11 +100,11 @@ def _blocks_text(reader: _Reader, content: object) -> tuple[str, bool, bool]:
             if isinstance(inner, str):
                 reader.text(inner)
             else:
-                _blocks_text(reader, inner)
+                _blocks_text(reader, inner, keep=False)
         else:
             reader.other(block)
             other = True
-    return "\n".join(t for t in texts if t), tool_result, other
+    return ("\n".join(t for t in texts if t) if texts else ""), tool_result, other
 
 
 def _anthropic(body: dict[str, Any], r: _Reader) -> RequestSummary:
@@ -111,7 +118,7 @@ def _anthropic(body: dict[str, Any], r: _Reader) -> RequestSummary:
             continue
         r.tokens += PER_MESSAGE_TOKENS
         role = message.get("role")
-        text, tool_result, other = _blocks_text(r, message.get("content"))
+        text, tool_result, other = _blocks_text(r, message.get("content"), not first_user)
         if role == "user":
             last_kind = "tool_result" if tool_result and not other else "user"
             if not first_user and text:
@@ -143,7 +150,7 @@ def _chat(body: dict[str, Any], r: _Reader) -> RequestSummary:
             continue
         r.tokens += PER_MESSAGE_TOKENS
         role = message.get("role")
-        text, _, _ = _blocks_text(r, message.get("content"))
+        text, _, _ = _blocks_text(r, message.get("content"), not first_user)
         if role in ("system", "developer"):
             if first_user == "" and last_kind is None:
                 system.append(text)
@@ -185,7 +192,7 @@ def _responses(body: dict[str, Any], r: _Reader) -> RequestSummary:
         if kind == "message":
             r.tokens += PER_MESSAGE_TOKENS
             role = item.get("role")
-            text, _, _ = _blocks_text(r, item.get("content"))
+            text, _, _ = _blocks_text(r, item.get("content"), not first_user)
             if role in ("system", "developer"):
                 if not first_user:
                     system.append(text)
