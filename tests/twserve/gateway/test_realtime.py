@@ -8,7 +8,6 @@ store.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +24,7 @@ from wsproto.events import TextMessage
 
 from tests.twserve.conftest import KEY, MODELS, StackFactory, fallback
 from tests.twserve.support.floods import flood, flood_socket, ws_connect, ws_ping, ws_upgrade
+from tests.twserve.support.ports import refusing_port
 from tests.twserve.support.stack import Stack, Upstream
 from tests.twserve.support.tls_front import certificates, tls_front
 from twmock.serve.realtime import REALTIME_TEXT, REALTIME_USAGE
@@ -408,16 +408,14 @@ def _assert_failed_once(st: Stack, name: str) -> None:
 
 
 async def test_an_unreachable_upstream_is_a_health_failure(stack: StackFactory) -> None:
-    with socket.socket() as spare:
-        spare.bind(("127.0.0.1", 0))
-        closed_port = spare.getsockname()[1]
-    st = stack(
-        {"gone": _rt(base_url=f"http://127.0.0.1:{closed_port}/v1"), "good": _rt()},
-        config=fallback("gone", "good"),
-    )
-    async with _connect(st) as ws:
-        assert json.loads(await ws.recv())["type"] == "session.created"
-    _assert_failed_once(st, "gone")
+    with refusing_port() as closed_port:
+        st = stack(
+            {"gone": _rt(base_url=f"http://127.0.0.1:{closed_port}/v1"), "good": _rt()},
+            config=fallback("gone", "good"),
+        )
+        async with _connect(st) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+        _assert_failed_once(st, "gone")
 
 
 async def test_a_wss_upstream_is_reached_over_tls(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ import pytest
 
 from tests.twserve.conftest import KEY, http
 from tests.twserve.support.live import config_yaml, live_gateway
+from tests.twserve.support.ports import refusing_port
 from tests.twserve.support.stack import CONTROL_KEY, Stack, Upstream, running_stack
 from twengine.config import Config, build_config
 from twmock.script import MockSettings, parse_script
@@ -196,25 +196,23 @@ def test_key_limit_fires_once_per_level_and_window(tmp_path: Path, receiver: Rec
 
 
 def test_a_receiver_that_is_down_is_retried_then_dropped_and_counted(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on: connections are refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    hook = notification(f"http://127.0.0.1:{port}/hook", max_attempts=3, backoff_secs=0.05)
-    with failing_stack(tmp_path, [hook]) as stack:
-        started = time.monotonic()
-        assert chat(stack).status >= 500
-        assert time.monotonic() - started < 2
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            status = stack.app.notifier.status()["receivers"]["ops"]
-            if status["failed"] == 2:
-                break
-            time.sleep(0.05)
-        control = http(
-            stack.control_url + "/status",
-            method="GET",
-            headers=(("authorization", f"Bearer {CONTROL_KEY}"),),
-        )
+    with refusing_port() as port:
+        hook = notification(f"http://127.0.0.1:{port}/hook", max_attempts=3, backoff_secs=0.05)
+        with failing_stack(tmp_path, [hook]) as stack:
+            started = time.monotonic()
+            assert chat(stack).status >= 500
+            assert time.monotonic() - started < 2
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                status = stack.app.notifier.status()["receivers"]["ops"]
+                if status["failed"] == 2:
+                    break
+                time.sleep(0.05)
+            control = http(
+                stack.control_url + "/status",
+                method="GET",
+                headers=(("authorization", f"Bearer {CONTROL_KEY}"),),
+            )
     # Two alerts (upstream paused, route down), three tries each, then dropped.
     assert status == {
         "url": hook["url"],

@@ -12,8 +12,9 @@ so a request whose last candidate failed temporarily ends at once.
 
 from __future__ import annotations
 
-import socket
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import anthropic
@@ -33,6 +34,7 @@ from tests.twserve.conftest import (
     http,
     mock_origin,
 )
+from tests.twserve.support.ports import refusing_port
 from tests.twserve.support.stack import Stack, Upstream
 from twmock.script import MockSettings, parse_script
 
@@ -49,11 +51,18 @@ def _healthy(protocol: str) -> Upstream:
     return _up(protocol, {"text": B_TEXT, "usage": B_USAGE})
 
 
+# The ports `_closed_port` holds, let go after each test.
+_HELD = ExitStack()
+
+
+@pytest.fixture(autouse=True)
+def _let_ports_go() -> Iterator[None]:
+    yield
+    _HELD.close()
+
+
 def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return _HELD.enter_context(refusing_port())
 
 
 # name -> (script of upstream a, status its attempt records, failure kinds it may record)
