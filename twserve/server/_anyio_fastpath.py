@@ -121,11 +121,11 @@ def frames_in_chunks(conn: h11.Connection) -> bool:
 
 
 def stream_over(transport: asyncio.Transport) -> anyio.abc.SocketStream:
-    """anyio's asyncio socket stream over `transport`, as anyio makes one for a connected
-    socket: the in-memory seam of the tests runs the servers over a transport of its own."""
-    if _STREAM_TYPE is None:
+    """anyio's asyncio socket stream over `transport`, on the protocol `accepted_stream` uses:
+    the in-memory seam of the tests runs the servers over a transport of its own."""
+    if _STREAM_TYPE is None or _LEAN_TYPE is None:
         raise RuntimeError("anyio's asyncio socket stream is not where it was")
-    protocol = _StreamProtocol()
+    protocol: Any = _LEAN_TYPE()  # anyio's protocol, with the lighter fields
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
     stream: anyio.abc.SocketStream = _AsyncioSocketStream(transport, protocol)
